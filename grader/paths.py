@@ -1,0 +1,38 @@
+"""Where the course lives on disk.
+
+The grader works on a course directory (the one holding `exercises/catalog.toml`), found from the
+current directory upwards so that students can run `grader` from anywhere inside their clone, and
+falling back to the checkout the package was installed from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CATALOG = Path("exercises") / "catalog.toml"
+
+
+class CourseNotFound(Exception):
+    """No course directory could be located."""
+
+
+def course_root(start: Path | None = None) -> Path:
+    """The course directory: $GRADER_COURSE, else the nearest parent holding the catalog."""
+    override = os.environ.get("GRADER_COURSE")
+    if override:
+        root = Path(override).resolve()
+        if not (root / CATALOG).is_file():
+            raise CourseNotFound(f"GRADER_COURSE={override} holds no {CATALOG}")
+        return root
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / CATALOG).is_file():
+            return candidate
+    installed = Path(__file__).resolve().parent.parent
+    if (installed / CATALOG).is_file():
+        return installed
+    raise CourseNotFound(
+        f"no course found: no {CATALOG} in {here} or its parents; run grader inside the course "
+        "directory or set GRADER_COURSE"
+    )

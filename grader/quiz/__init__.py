@@ -1,0 +1,1 @@
+"""Question banks and quiz sheets."""
