@@ -1,0 +1,220 @@
+"""What runs inside one rank process, between the fork and the report.
+
+It isolates the rank (own output pipe, own working directory, dies with its parent), arms the
+stack dumps the grader reads at a deadline or a crash, runs the check's worker function, and sends
+back one report of raw facts. It never judges: verdicts are made in the grader's own process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import functools
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grader.engine import wire
+
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+
+
+class StudentCodeError(Exception):
+    """The student's file could not be loaded, or lacks a function the check needs."""
+
+
+class RankContext:
+    """A worker's view of its rank: who it is, the student's code, the grader's rendezvous."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.rank: int = spec["rank"]
+        self.world_size: int = spec["world_size"]
+        self.backend: str = spec["backend"]
+        self.run_dir = Path(spec["run_dir"])
+        self.collective_timeout = datetime.timedelta(seconds=spec["collective_timeout"])
+        self.student_file = Path(spec["student_file"]) if spec.get("student_file") else None
+        self.facts: dict[str, Any] = {}
+        self._student_module: ModuleType | None = None
+
+    # --- the student's code -------------------------------------------------------------
+    def student_module(self) -> ModuleType:
+        """Import the student's file (once) under its own name, so spawned children can too.
+
+        Spies must be installed before this is first called: `from torch import save` binds
+        whatever torch.save is at import time.
+        """
+        if self._student_module is None:
+            if self.student_file is None:
+                raise StudentCodeError("this check was started without a student file")
+            self._student_module = load_module_from_file(self.student_file)
+        return self._student_module
+
+    def student(self, name: str) -> Callable[..., Any]:
+        module = self.student_module()
+        function = getattr(module, name, None)
+        if not callable(function):
+            raise StudentCodeError(f"{self.student_file.name} defines no function {name}()")
+        return function
+
+    # --- what the grader sets up --------------------------------------------------------
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", self.rank) if self.backend == "nccl" else torch.device("cpu")
+
+    def init_group(self) -> None:
+        """Form the process group through a file store private to this run (never a port)."""
+        import torch
+        import torch.distributed as dist
+
+        if self.backend == "nccl":
+            torch.cuda.set_device(self.rank)
+        dist.init_process_group(
+            self.backend,
+            init_method=f"file://{self.run_dir / 'rendezvous'}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=self.collective_timeout,
+        )
+
+    def spy(
+        self,
+        owner: Any,
+        attribute: str,
+        describe: Callable[..., dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Record every call of owner.attribute (before it runs); returns the growing call list."""
+        original = getattr(owner, attribute)
+        calls: list[dict[str, Any]] = []
+
+        @functools.wraps(original)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            calls.append(describe(*args, **kwargs) if describe else {})
+            return original(*args, **kwargs)
+
+        setattr(owner, attribute, recorded)
+        return calls
+
+
+def load_module_from_file(path: Path) -> ModuleType:
+    """Import a file as a top-level module named after it, its folder first on the path."""
+    folder = str(path.parent)
+    sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
+    name = path.stem
+    sys.modules.pop(name, None)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise StudentCodeError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise StudentCodeError(f"importing {path.name} failed") from exc
+    return module
+
+
+def describe_exception(exc: BaseException, student_file: Path | None) -> dict[str, Any]:
+    """Raw facts about an exception: the student's frames, where it was raised, the traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    cause = exc.__cause__ if isinstance(exc, StudentCodeError) else None
+    if cause is not None:
+        frames = traceback.extract_tb(cause.__traceback__)
+    student = str(student_file) if student_file else None
+    student_frames = [
+        {"file": f.filename, "line": f.lineno, "function": f.name, "code": f.line or ""}
+        for f in frames
+        if f.filename == student
+    ]
+    raised_by_student = bool(frames) and student is not None and frames[-1].filename == student
+    inner = cause or exc
+    return {
+        "type": type(inner).__name__,
+        "message": str(inner),
+        "grader_message": str(exc) if cause is not None else "",
+        "student_load_error": isinstance(exc, StudentCodeError),
+        "not_implemented": isinstance(inner, NotImplementedError) and raised_by_student,
+        "student_frames": student_frames,
+        "traceback": "".join(traceback.format_exception(inner)),
+    }
+
+
+def _isolate(spec: dict[str, Any], out_fd: int) -> Any:
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    os.chdir(spec["run_dir"])
+    os.environ.update(spec["env"])
+    stack_file = open(Path(spec["run_dir"]) / f"rank{spec['rank']}.stack", "w")
+    faulthandler.enable(file=stack_file, all_threads=True)
+    faulthandler.register(STACK_DUMP_SIGNAL, file=stack_file, all_threads=True)
+    return stack_file
+
+
+def _bound_group_timeout(default: datetime.timedelta) -> None:
+    """Collectives that never match fail within the check's deadline, not gloo's 30 minutes."""
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = default
+        return original(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+
+
+def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
+    """Run the spec's worker on this rank and send back its report. Never returns."""
+    os.set_inheritable(report_fd, False)
+    _stack_file = _isolate(spec, out_fd)  # kept open: faulthandler writes to it on a signal
+    import torch
+
+    torch.set_num_threads(1)
+    _bound_group_timeout(datetime.timedelta(seconds=spec["collective_timeout"]))
+    context = RankContext(spec)
+    started = time.perf_counter()
+    error = None
+    try:
+        module_name, _, function_name = spec["target"].partition(":")
+        worker = getattr(importlib.import_module(module_name), function_name)
+        facts = worker(context, **spec["kwargs"])
+        if facts:
+            context.facts.update(facts)
+    except BaseException as exc:  # SystemExit from student code included: it is a fact to report
+        error = describe_exception(exc, context.student_file)
+        if isinstance(exc, SystemExit):
+            error["message"] = f"the code called sys.exit({exc.code!r})"
+    report = {"facts": context.facts, "error": error, "seconds": time.perf_counter() - started}
+    try:
+        payload = wire.encode(report)
+    except wire.WireError as exc:
+        report = {"facts": {}, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0}
+        payload = wire.encode(report)
+    _write_all(report_fd, payload)
+    os.close(report_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
