@@ -6,16 +6,57 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from grader import commands
+from grader.paths import CourseNotFound
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world-size", type=int, metavar="N", help="run every check with N ranks (default: 2 and 4)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="gloo (CPU, default) or nccl (one GPU per rank)")
+    parser.add_argument("--deadline", type=float, default=30.0, metavar="S",
+                        help="seconds a check may run before its ranks are stopped (default 30)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show full details of every check")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grader",
         description="Check your distributed-training exercises, get hints, and take quizzes.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands_ = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    listing = commands_.add_parser("list", help="exercises and your progress")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=commands.cmd_list)
+
+    check = commands_.add_parser("check", help="run the checks of exercises")
+    check.add_argument("exercises", nargs="*", metavar="EX", help="exercise id or number (default: the first not passing)")
+    check.add_argument("--all", action="store_true", help="check every exercise")
+    source = check.add_mutually_exclusive_group()
+    source.add_argument("--solutions", action="store_true", help="check the reference solutions")
+    source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
+    check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
+    _add_grading_options(check)
+    check.set_defaults(func=commands.cmd_check)
+
+    hint = commands_.add_parser("hint", help="show the hints of an exercise")
+    hint.add_argument("exercise", metavar="EX")
+    hint.add_argument("number", nargs="?", type=int, metavar="N", help="only hint N")
+    hint.set_defaults(func=commands.cmd_hint)
+
+    watch = commands_.add_parser("watch", help="re-check an exercise every time you save it")
+    watch.add_argument("exercise", nargs="?", metavar="EX", help="default: the first not passing")
+    _add_grading_options(watch)
+    watch.set_defaults(func=commands.cmd_watch)
+
+    reset = commands_.add_parser("reset", help="restore an exercise's stub (your file is backed up)")
+    reset.add_argument("exercise", metavar="EX")
+    reset.set_defaults(func=commands.cmd_reset)
+
     from grader.quiz import cli as quiz_cli
 
-    quiz_cli.register(commands)
+    quiz_cli.register(commands_)
     return parser
 
 
@@ -24,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except (*commands.ERRORS, CourseNotFound) as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,123 @@
+"""What a check author writes against: `@check`, `CheckContext`, `Verdict`.
+
+A check is a function in the grader's own process. It starts ranks through the context, gets
+back raw facts, and decides. Ranks never decide anything. Failing is done by raising
+`CheckFailed` (via `ctx.fail`), so a check reads as a list of claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from grader.catalog import Exercise
+from grader.checks.diagnose import failure_verdict
+from grader.engine import Engine, Job, RunResult
+
+Status = Literal["passed", "failed", "error", "skipped"]
+
+
+@dataclass
+class Verdict:
+    status: Status
+    message: str
+    details: str = ""
+    hint: int | None = None  # 1-based number of the exercise hint that addresses the mistake
+
+
+class CheckFailed(Exception):
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+
+CheckFunction = Callable[["CheckContext"], "Verdict | str | None"]
+_REGISTRY: dict[str, dict[str, CheckFunction]] = {}
+
+
+def check(name: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Register a check under the name the catalog uses for it."""
+
+    def register(function: CheckFunction) -> CheckFunction:
+        _REGISTRY.setdefault(function.__module__, {})[name] = function
+        return function
+
+    return register
+
+
+def checks_in(module_name: str) -> dict[str, CheckFunction]:
+    return dict(_REGISTRY.get(module_name, {}))
+
+
+class RunCache:
+    """Runs each identical job once per grading of an exercise.
+
+    Several checks judge different claims about the same run (ranks in sync, equal to the
+    reference, checkpoint written once); running it once keeps `grader check` fast.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._results: dict[str, RunResult] = {}
+
+    def run(self, job: Job) -> RunResult:
+        key = repr(job)
+        if key not in self._results:
+            self._results[key] = self._engine.run(job)
+        return self._results[key]
+
+
+@dataclass
+class CheckContext:
+    runs: RunCache
+    exercise: Exercise
+    student_file: Path
+    world_size: int
+    backend: str = "gloo"
+    deadline: float = 30.0
+    notes: list[str] = field(default_factory=list)
+
+    def job(self, worker: str, world_size: int | None = None, student: bool = True, **kwargs: Any) -> Job:
+        return Job(
+            target=f"{self.exercise.workers_module}:{worker}",
+            world_size=self.world_size if world_size is None else world_size,
+            kwargs=kwargs,
+            student_file=self.student_file if student else None,
+            backend=self.backend,
+            deadline=self.deadline,
+        )
+
+    def run(self, worker: str, world_size: int | None = None, **kwargs: Any) -> RunResult:
+        """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
+        return self.runs.run(self.job(worker, world_size, **kwargs))
+
+    def facts(self, worker: str, world_size: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Each rank's facts; fails the check (naming rank and stage) unless every rank reported."""
+        return self.require(self.run(worker, world_size, **kwargs))
+
+    def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]:
+        verdict = failure_verdict(result, self.student_file, stage)
+        if verdict is not None:
+            raise CheckFailed(Verdict(**verdict))
+        self.notes += [
+            f"rank {r.rank} died by signal {-r.status} after it had reported (ignored)"
+            for r in result.ranks
+            if r.status is not None and r.status < 0
+        ]
+        return [r.facts for r in result.ranks]
+
+    def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]:
+        """Run a trusted worker on one fresh process that never loads the student's code."""
+        result = self.runs.run(self.job(worker, world_size=1, student=False, **kwargs))
+        if not result.ok:
+            rank = result.ranks[0]
+            raise RuntimeError(
+                f"the grader's reference {worker} failed: {rank.error or rank.report_problem}\n{rank.output}"
+            )
+        return result.ranks[0].facts
+
+    def fail(self, message: str, hint: int | None = None, details: str = "") -> CheckFailed:
+        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site."""
+        return CheckFailed(Verdict("failed", message, details, hint))

@@ -1,0 +1,1 @@
+"""Exercise 1: forming and destroying a process group."""

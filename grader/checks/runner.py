@@ -1,0 +1,121 @@
+"""Grades one exercise file: every selected check, at every world size, into `CheckResult`s.
+
+Problems with the file itself (syntax, missing function, wrong signature) are found statically
+first and reported once per check as an error, without starting any rank. A check that raises
+anything but `CheckFailed` is the grader's bug: reported as an error, never as a pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader import student_files
+from grader.catalog import CheckSpec, Exercise
+from grader.checks.api import CheckContext, CheckFailed, RunCache, Status, Verdict, checks_in
+from grader.engine import Engine, EngineError
+
+
+@dataclass
+class CheckResult:
+    exercise: str
+    check: str
+    world_size: int
+    status: Status
+    message: str
+    seconds: float
+    points: float
+    max_points: float
+    visibility: str
+    details: str = ""
+    hint: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    world_sizes: tuple[int, ...] | None = None  # None: each check's own (catalog)
+    backend: str = "gloo"
+    deadline: float = 30.0
+    visibilities: frozenset[str] = frozenset({"public"})
+
+
+def _checks_module(exercise: Exercise) -> dict[str, Callable]:
+    module = importlib.import_module(f"{exercise.checks_package}.checks")
+    return checks_in(module.__name__)
+
+
+def _verdict(function: Callable, context: CheckContext) -> Verdict:
+    try:
+        outcome = function(context)
+    except CheckFailed as failed:
+        return failed.verdict
+    except EngineError as exc:
+        return Verdict("error", f"the grader could not run the ranks: {exc}")
+    except Exception as exc:  # a defect of the check, not of the student's code
+        return Verdict("error", f"internal grader error in this check: {type(exc).__name__}: {exc}",
+                       traceback.format_exc())
+    if isinstance(outcome, Verdict):
+        return outcome
+    return Verdict("passed", outcome or "")
+
+
+def grade_exercise(
+    engine: Engine,
+    exercise: Exercise,
+    student_file: Path,
+    options: GradeOptions = GradeOptions(),
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    problem = student_files.problems(student_file, exercise)
+    registry = _checks_module(exercise)
+    runs = RunCache(engine)
+    results = []
+    for spec in _selected(exercise.checks, options.visibilities):
+        sizes = options.world_sizes or spec.world_sizes
+        for world_size in sizes:
+            started = time.perf_counter()
+            function = registry.get(spec.name)
+            if problem is not None:
+                verdict = Verdict("error", problem)
+            elif function is None:
+                verdict = Verdict("error", f"the catalog names check {spec.name!r} but "
+                                  f"{exercise.checks_package}.checks defines no such check")
+            else:
+                context = CheckContext(runs, exercise, student_file, world_size,
+                                       options.backend, options.deadline)
+                verdict = _verdict(function, context)
+                if verdict.status == "passed":
+                    verdict.details = "\n".join(context.notes)
+            result = CheckResult(
+                exercise=exercise.id,
+                check=spec.name,
+                world_size=world_size,
+                status=verdict.status,
+                message=verdict.message,
+                seconds=time.perf_counter() - started,
+                points=spec.points / len(sizes) if verdict.status == "passed" else 0.0,
+                max_points=spec.points / len(sizes),
+                visibility=spec.visibility,
+                details=verdict.details,
+                hint=verdict.hint,
+            )
+            results.append(result)
+            if on_result:
+                on_result(result)
+    return results
+
+
+def _selected(checks: Iterable[CheckSpec], visibilities: frozenset[str]) -> list[CheckSpec]:
+    return [spec for spec in checks if spec.visibility in visibilities]

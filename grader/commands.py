@@ -1,0 +1,178 @@
+"""The student's commands: list, check, hint, watch, reset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from grader import pristine
+from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
+from grader.checks.runner import CheckResult, GradeOptions
+from grader.paths import course_root
+from grader.progress import Progress
+from grader.report.json_report import write_results
+from grader.report.terminal import Terminal
+from grader.session import GradingSession
+
+WATCH_INTERVAL_S = 0.5
+
+
+class UsageError(Exception):
+    """Bad input from the command line: reported in one line, exit code 2."""
+
+
+def _catalog() -> Catalog:
+    catalog = load_catalog(course_root())
+    pristine.remember_stubs(catalog)
+    return catalog
+
+
+def _exercise_dir(catalog: Catalog, args: argparse.Namespace) -> Path:
+    if getattr(args, "solutions", False):
+        return catalog.root / "solutions"
+    if getattr(args, "path", None):
+        path = Path(args.path)
+        if not path.is_dir():
+            raise UsageError(f"--path {args.path}: not a directory")
+        return path
+    return catalog.root / "exercises"
+
+
+def _first_unfinished(catalog: Catalog, progress: Progress) -> Exercise | None:
+    for exercise in catalog.exercises:
+        if progress.status(exercise, catalog.root / "exercises" / exercise.file) != "passing":
+            return exercise
+    return None
+
+
+def _options(args: argparse.Namespace) -> GradeOptions:
+    if args.world_size is not None and args.world_size < 1:
+        raise UsageError("--world-size must be at least 1")
+    return GradeOptions(
+        world_sizes=(args.world_size,) if args.world_size else None,
+        backend=args.backend,
+        deadline=args.deadline,
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    catalog = _catalog()
+    progress = Progress(catalog.root)
+    rows = [
+        {"id": e.id, "number": e.number, "title": e.title,
+         "status": progress.status(e, catalog.root / "exercises" / e.file)}
+        for e in catalog.exercises
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    terminal = Terminal()
+    styles = {"passing": "passed", "failing": "failed", "changed": "skipped", "not checked": "skipped"}
+    for row in rows:
+        status = row["status"]
+        painted = terminal.paint(f"{status:<12}", styles[status]) if status in styles else f"{status:<12}"
+        terminal.line(f"{row['number']:>3}  {painted}  {row['id']:<22} {row['title']}")
+    done = sum(row["status"] == "passing" for row in rows)
+    terminal.line(f"\n{done}/{len(rows)} exercises passing")
+    return 0
+
+
+def _select(catalog: Catalog, args: argparse.Namespace, progress: Progress) -> list[Exercise]:
+    if args.exercises:
+        return [catalog.get(key) for key in args.exercises]
+    if args.all or args.solutions or args.path:
+        return list(catalog.exercises)
+    exercise = _first_unfinished(catalog, progress)
+    return [exercise] if exercise else []
+
+
+def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise], folder: Path) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for exercise in exercises:
+        terminal.heading(f"{exercise.id}: {exercise.title}")
+        results += session.grade(exercise, folder / exercise.file, terminal.result)
+    return results
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    catalog = _catalog()
+    folder = _exercise_dir(catalog, args)
+    progress = Progress(catalog.root)
+    exercises = _select(catalog, args, progress)
+    terminal = Terminal(verbose=args.verbose)
+    if not exercises:
+        terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
+        return 0
+    with GradingSession(catalog, _options(args)) as session:
+        results = _grade(session, terminal, exercises, folder)
+    if folder == catalog.root / "exercises":
+        for exercise in exercises:
+            progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
+    terminal.summary(results, time.perf_counter() - started, hidden_included=False)
+    if args.json:
+        write_results(Path(args.json), results)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def cmd_hint(args: argparse.Namespace) -> int:
+    exercise = _catalog().get(args.exercise)
+    terminal = Terminal()
+    if args.number is not None:
+        if not 1 <= args.number <= len(exercise.hints):
+            raise UsageError(f"{exercise.id} has hints 1 to {len(exercise.hints)}")
+        terminal.line(f"hint {args.number}: {exercise.hints[args.number - 1]}")
+        return 0
+    terminal.heading(f"{exercise.id}: {exercise.title}")
+    terminal.line("You will be able to:")
+    for objective in exercise.objectives:
+        terminal.line(f"  - {objective}")
+    terminal.line()
+    for number, hint in enumerate(exercise.hints, 1):
+        terminal.line(f"hint {number}: {hint}")
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    catalog = _catalog()
+    exercise = catalog.get(args.exercise)
+    try:
+        backup = pristine.reset(catalog, exercise)
+    except pristine.ResetError as exc:
+        raise UsageError(str(exc)) from exc
+    saved = f"; your version is saved as {backup}" if backup else ""
+    print(f"restored exercises/{exercise.file}{saved}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    catalog = _catalog()
+    folder = catalog.root / "exercises"
+    progress = Progress(catalog.root)
+    terminal = Terminal(verbose=args.verbose)
+    exercises = [catalog.get(args.exercise)] if args.exercise else None
+    seen: dict[Path, float] = {}
+    with GradingSession(catalog, _options(args)) as session:
+        terminal.line("watching exercises/ (Ctrl-C to stop)")
+        while True:
+            current = exercises or [e for e in [_first_unfinished(catalog, progress)] if e]
+            changed = [e for e in current if _mtime(folder / e.file) != seen.get(folder / e.file)]
+            for exercise in changed:
+                path = folder / exercise.file
+                seen[path] = _mtime(path)
+                results = _grade(session, terminal, [exercise], folder)
+                progress.record(exercise, path, results)
+                terminal.summary(results, sum(r.seconds for r in results), hidden_included=False)
+            time.sleep(WATCH_INTERVAL_S)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return -1.0
+
+
+ERRORS = (UsageError, CatalogError)

@@ -1,0 +1,1 @@
+"""Reporters: how results are shown (terminal, JSON). They print; they never judge."""
