@@ -39,6 +39,7 @@ class Exercise:
     objectives: tuple[str, ...]
     hints: tuple[str, ...]
     checks: tuple[CheckSpec, ...] = field(default=())
+    debug_collectives: bool = True
 
     @property
     def function_names(self) -> tuple[str, ...]:
@@ -113,6 +114,7 @@ def load_catalog(root: Path) -> Catalog:
             objectives=tuple(table.get("objectives", ())),
             hints=tuple(table.get("hints", ())),
             checks=tuple(_check(check, where) for check in _require(table, "check", list, where)),
+            debug_collectives=bool(table.get("debug_collectives", True)),
         ))
     if not exercises:
         raise CatalogError(f"{path}: no [[exercise]] entries")

@@ -7,6 +7,7 @@ back raw facts, and decides. Ranks never decide anything. Failing is done by rai
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,19 @@ class RunCache:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._results: dict[str, RunResult] = {}
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def scratch(self) -> Path:
+        """A private directory that lives as long as this grading (files ranks leave for checks)."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="grader-scratch-")
+        return Path(self._scratch.name)
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
     def run(self, job: Job) -> RunResult:
         key = repr(job)
@@ -79,23 +93,29 @@ class CheckContext:
     deadline: float = 30.0
     notes: list[str] = field(default_factory=list)
 
-    def job(self, worker: str, world_size: int | None = None, student: bool = True, **kwargs: Any) -> Job:
+    @property
+    def scratch(self) -> Path:
+        return self.runs.scratch
+
+    def job(self, worker: str, nprocs: int | None = None, student: bool = True, **kwargs: Any) -> Job:
+        """A job for one of this exercise's workers; `nprocs` defaults to the check's world size."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
-            world_size=self.world_size if world_size is None else world_size,
+            world_size=self.world_size if nprocs is None else nprocs,
             kwargs=kwargs,
             student_file=self.student_file if student else None,
             backend=self.backend,
             deadline=self.deadline,
+            debug_collectives=self.exercise.debug_collectives,
         )
 
-    def run(self, worker: str, world_size: int | None = None, **kwargs: Any) -> RunResult:
+    def run(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> RunResult:
         """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
-        return self.runs.run(self.job(worker, world_size, **kwargs))
+        return self.runs.run(self.job(worker, nprocs, **kwargs))
 
-    def facts(self, worker: str, world_size: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         """Each rank's facts; fails the check (naming rank and stage) unless every rank reported."""
-        return self.require(self.run(worker, world_size, **kwargs))
+        return self.require(self.run(worker, nprocs, **kwargs))
 
     def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]:
         verdict = failure_verdict(result, self.student_file, stage)
@@ -110,7 +130,7 @@ class CheckContext:
 
     def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]:
         """Run a trusted worker on one fresh process that never loads the student's code."""
-        result = self.runs.run(self.job(worker, world_size=1, student=False, **kwargs))
+        result = self.runs.run(self.job(worker, nprocs=1, student=False, **kwargs))
         if not result.ok:
             rank = result.ranks[0]
             raise RuntimeError(

@@ -81,6 +81,21 @@ def grade_exercise(
     problem = student_files.problems(student_file, exercise)
     registry = _checks_module(exercise)
     runs = RunCache(engine)
+    try:
+        return _grade_checks(runs, registry, problem, exercise, student_file, options, on_result)
+    finally:
+        runs.close()
+
+
+def _grade_checks(
+    runs: RunCache,
+    registry: dict[str, Callable],
+    problem: str | None,
+    exercise: Exercise,
+    student_file: Path,
+    options: GradeOptions,
+    on_result: Callable[[CheckResult], None] | None,
+) -> list[CheckResult]:
     results = []
     for spec in _selected(exercise.checks, options.visibilities):
         sizes = options.world_sizes or spec.world_sizes

@@ -164,7 +164,7 @@ def _isolate(spec: dict[str, Any], out_fd: int) -> Any:
     return stack_file
 
 
-def _bound_group_timeout(default: datetime.timedelta) -> None:
+def _bound_group_timeout(default: datetime.timedelta, debug_collectives: bool) -> None:
     """Collectives that never match fail within the check's deadline, not gloo's 30 minutes."""
     import torch.distributed as dist
 
@@ -177,7 +177,8 @@ def _bound_group_timeout(default: datetime.timedelta) -> None:
         return original(*args, **kwargs)
 
     dist.init_process_group = init_process_group
-    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    if debug_collectives:
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
 
 
 def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
@@ -187,7 +188,7 @@ def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    _bound_group_timeout(datetime.timedelta(seconds=spec["collective_timeout"]))
+    _bound_group_timeout(datetime.timedelta(seconds=spec["collective_timeout"]), spec["debug_collectives"])
     context = RankContext(spec)
     started = time.perf_counter()
     error = None

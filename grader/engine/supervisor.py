@@ -60,6 +60,9 @@ class Job:
     backend: str = "gloo"
     deadline: float = 30.0
     env: dict[str, str] = field(default_factory=dict)
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives fail at once instead of hanging.
+    # Off for DDP: in torch 2.13 DDP over the DETAIL wrapper process group segfaults.
+    debug_collectives: bool = True
 
 
 class CappedOutput:
@@ -261,6 +264,7 @@ class Engine:
                 "run_dir": str(run_dir),
                 "env": env,
                 "collective_timeout": max(2.0, job.deadline - 2.0),
+                "debug_collectives": job.debug_collectives,
             })
         message = json.dumps({"op": "spawn", "run": run_id, "ranks": specs}).encode()
         try:

@@ -1,0 +1,1 @@
+"""Exercise 2: sharding a dataset across ranks."""

@@ -1,0 +1,1 @@
+"""Exercise 3: a DDP training loop and its checkpoint."""
