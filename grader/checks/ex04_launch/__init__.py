@@ -1,0 +1,1 @@
+"""Exercise 4: a process launcher with results and error propagation."""
