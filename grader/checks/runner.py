@@ -49,6 +49,7 @@ class GradeOptions:
     backend: str = "gloo"
     deadline: float = 30.0
     visibilities: frozenset[str] = frozenset({"public"})
+    only: frozenset[str] | None = None  # check names to run; None: all
 
 
 def _checks_module(exercise: Exercise) -> dict[str, Callable]:
@@ -97,7 +98,7 @@ def _grade_checks(
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
     results = []
-    for spec in _selected(exercise.checks, options.visibilities):
+    for spec in _selected(exercise.checks, options):
         sizes = options.world_sizes or spec.world_sizes
         for world_size in sizes:
             started = time.perf_counter()
@@ -132,5 +133,8 @@ def _grade_checks(
     return results
 
 
-def _selected(checks: Iterable[CheckSpec], visibilities: frozenset[str]) -> list[CheckSpec]:
-    return [spec for spec in checks if spec.visibility in visibilities]
+def _selected(checks: Iterable[CheckSpec], options: GradeOptions) -> list[CheckSpec]:
+    return [
+        spec for spec in checks
+        if spec.visibility in options.visibilities and (options.only is None or spec.name in options.only)
+    ]

@@ -34,7 +34,7 @@ def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
                 hint=1,
             )
         backends = {call.get("backend") for call in facts.get("init_calls", [])}
-        if ctx.backend == "gloo" and "nccl" in backends:
+        if ctx.backend == "gloo" and ("nccl" in backends or facts.get("set_device_calls")):
             raise ctx.fail(
                 f"rank {outcome.rank} asked for the nccl backend on a machine without a GPU: "
                 "NCCL needs GPUs; choose gloo when torch.cuda.is_available() is False",

@@ -30,6 +30,7 @@ def join_and_leave(ctx: RankContext) -> dict[str, Any]:
     ctx.facts["grader_port"] = os.environ["MASTER_PORT"]
     ctx.facts["init_calls"] = ctx.spy(dist, "init_process_group",
                                       lambda *a, **k: _init_arguments(real_init, a, k))
+    ctx.facts["set_device_calls"] = ctx.spy(torch.cuda, "set_device")
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
     setup(ctx.rank, ctx.world_size, "nccl" if ctx.backend == "nccl" else None)
     ctx.facts["initialized"] = dist.is_initialized()

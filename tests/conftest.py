@@ -1,0 +1,44 @@
+"""Shared fixtures: one warm engine per test process (pytest-xdist gives each worker its own),
+the catalog, and `grade`, the thin adapter between a file on disk and the checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import Catalog, load_catalog
+from grader.checks.runner import CheckResult, GradeOptions, grade_exercise
+from grader.engine import Engine
+
+REPO = Path(__file__).resolve().parent.parent
+
+Grade = Callable[..., list[CheckResult]]
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return load_catalog(REPO)
+
+
+@pytest.fixture(scope="session")
+def engine(catalog: Catalog) -> Iterator[Engine]:
+    with Engine(preload=[e.workers_module for e in catalog.exercises]) as warm:
+        yield warm
+
+
+@pytest.fixture(scope="session")
+def grade(engine: Engine, catalog: Catalog) -> Grade:
+    def run(exercise_id: str, path: Path, world_sizes: tuple[int, ...] | None = None,
+            deadline: float = 30.0, checks: set[str] | None = None) -> list[CheckResult]:
+        exercise = catalog.get(exercise_id)
+        only = frozenset(checks) if checks is not None else None
+        options = GradeOptions(world_sizes=world_sizes, deadline=deadline, only=only)
+        return grade_exercise(engine, exercise, path, options)
+
+    return run
+
+
+def describe(results: list[CheckResult]) -> str:
+    return "\n".join(f"{r.check}[W={r.world_size}] {r.status}: {r.message}\n{r.details[:2000]}" for r in results)
