@@ -91,7 +91,7 @@ def _report_problems(bank: Bank) -> bool:
     for problem in bank.problems:
         print(f"error: {problem}", file=sys.stderr)
     if bank.problems:
-        print(f"{len(bank.problems)} error(s); run `grader quiz lint` after fixing them", file=sys.stderr)
+        print(f"{len(bank.problems)} error(s) in the question banks", file=sys.stderr)
     return bool(bank.problems)
 
 
