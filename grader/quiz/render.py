@@ -64,6 +64,15 @@ def render_html(version: Version) -> str:
     return environment().get_template("quiz.html.j2").render(version=version, css=print_css())
 
 
+def _cell(kind: str, source: str, cell_id: str) -> nbformat.NotebookNode:
+    """A v4 cell. Built as a plain node because nbformat's `new_*_cell` validate every cell against
+    the schema, which dominated rendering time; `nbformat.writes` validates the whole notebook once."""
+    cell = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return nbformat.from_dict(cell)
+
+
 def render_notebook(version: Version) -> str:
     """A notebook with one Markdown cell per question and an answer cell after it.
 
@@ -71,13 +80,13 @@ def render_notebook(version: Version) -> str:
     same seed would not give the same bytes.
     """
     question = environment().get_template("question.md.j2").module.question  # type: ignore[attr-defined]
-    cells = [v4.new_markdown_cell(f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
-                                  "Write each answer in the cell below its question.", id="title"),
-             v4.new_code_cell("answers = {}", id="answers")]
+    cells = [_cell("markdown", f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
+                   "Write each answer in the cell below its question.", "title"),
+             _cell("code", "answers = {}", "answers")]
     for item in version.items:
         hint = '"A"' if item.question.type in ("single", "truefalse") else '"A;C"' if item.choices else "0.0"
-        cells.append(v4.new_markdown_cell(str(question(item)).strip(), id=f"q{item.number}"))
-        cells.append(v4.new_code_cell(f'answers["{item.question.id}"] = None  # e.g. {hint}', id=f"a{item.number}"))
+        cells.append(_cell("markdown", str(question(item)).strip(), f"q{item.number}"))
+        cells.append(_cell("code", f'answers["{item.question.id}"] = None  # e.g. {hint}', f"a{item.number}"))
     notebook = v4.new_notebook(cells=cells, metadata={"quiz": {"title": version.title, "seed": version.seed,
                                                                 "version": version.number}})
     return nbformat.writes(notebook)
