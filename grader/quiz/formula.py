@@ -33,7 +33,7 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
 }
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+    r"(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
     r"|(?P<op>\*\*|[-+*/(),]))"
 )
 
@@ -53,16 +53,16 @@ def tokenize(source: str) -> list[Token]:
     """Split a formula into tokens; any character outside the language is rejected here."""
     tokens: list[Token] = []
     pos = 0
-    while pos < len(source):
-        if source[pos:].strip() == "":
+    while True:
+        while pos < len(source) and source[pos].isspace():
+            pos += 1
+        if pos == len(source):
             break
         match = _TOKEN.match(source, pos)
         if match is None:
-            bad = source[pos:].lstrip()[0]
-            where = len(source) - len(source[pos:].lstrip())
-            raise FormulaError(f"unexpected character {bad!r} at position {where} in {source!r}")
+            raise FormulaError(f"unexpected character {source[pos]!r} at position {pos} in {source!r}")
         kind = match.lastgroup or "op"
-        tokens.append(Token(kind, match.group(kind), match.start(kind)))
+        tokens.append(Token(kind, match.group(), pos))
         pos = match.end()
     tokens.append(Token("end", "", len(source)))
     return tokens
@@ -103,17 +103,17 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
-        node = self.term()
-        while self.peek().text in ("+", "-"):
-            op = self.take().text
-            node = ("bin", op, node, self.term())
-        return node
+        return self.left_associative(self.term, ("+", "-"))
 
     def term(self) -> Node:
-        node = self.unary()
-        while self.peek().text in ("*", "/"):
+        return self.left_associative(self.unary, ("*", "/"))
+
+    def left_associative(self, operand: Callable[[], Node], operators: tuple[str, ...]) -> Node:
+        """operand (op operand)*, folded to the left so that 8 - 3 - 2 is (8 - 3) - 2."""
+        node = operand()
+        while self.peek().text in operators:
             op = self.take().text
-            node = ("bin", op, node, self.unary())
+            node = ("bin", op, node, operand())
         return node
 
     def unary(self) -> Node:
@@ -190,7 +190,10 @@ def parse(source: str) -> Formula:
     """Parse a formula, raising FormulaError with the position of the first problem."""
     if not isinstance(source, str) or not source.strip():
         raise FormulaError("empty formula")
-    return Formula(source, _Parser(source).parse())
+    try:
+        return Formula(source, _Parser(source).parse())
+    except RecursionError:
+        raise FormulaError(f"formula nested too deeply: {source[:40]!r}...") from None
 
 
 def _names(node: Node) -> list[str]:

@@ -77,3 +77,8 @@ def test_call_of_non_whitelisted_name_says_which_are_allowed() -> None:
 def test_evaluation_errors_are_formula_errors(source: str, env: dict[str, float]) -> None:
     with pytest.raises(FormulaError):
         parse(source).evaluate(env)
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    with pytest.raises(FormulaError, match="nested too deeply"):
+        parse("(" * 5000 + "1" + ")" * 5000)
