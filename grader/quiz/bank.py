@@ -180,7 +180,7 @@ class _Checker:
         if value is None:
             self.problem(name, "missing", fix)
             return None
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             self.problem(name, f"has the wrong type ({type(value).__name__})", fix)
             return None
         return value

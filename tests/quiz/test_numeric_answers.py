@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from grader.quiz.bank import Question
 from grader.quiz.versions import draw
 
 from .support import course_questions
@@ -78,7 +79,7 @@ def test_at_least_twelve_parametric_questions() -> None:
 
 
 @pytest.mark.parametrize("question", NUMERIC, ids=lambda q: q.id)
-def test_key_matches_independent_computation(question) -> None:
+def test_key_matches_independent_computation(question: Question) -> None:
     """Across many versions (different parameter draws), the key equals the reference."""
     seen = set()
     for number in range(1, 61):
@@ -92,7 +93,7 @@ def test_key_matches_independent_computation(question) -> None:
 
 
 @pytest.mark.parametrize("question", NUMERIC, ids=lambda q: q.id)
-def test_text_shows_every_parameter_value(question) -> None:
+def test_text_shows_every_parameter_value(question: Question) -> None:
     item = draw([question], seed=5, number=3).items[0]
     assert "{" not in item.text.replace("{{", "")
     for name, value in item.params:
