@@ -1,10 +1,164 @@
-"""`grader quiz ...` subcommands (placeholder until the quiz issue lands)."""
+"""`grader quiz list | lint | render | grade`: question banks and quiz sheets from the command line.
+
+Every failure a user can cause (missing directory, broken TOML, bad key) ends in one clear line on
+stderr and a non-zero exit code, never in a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+from grader.paths import CourseNotFound, course_root
+from grader.quiz import grade as grading
+from grader.quiz.bank import Bank, BankNotFound, load_banks
+from grader.quiz.formula import FormulaError
+from grader.quiz.key import KeyFileError, load_keys
+from grader.quiz.render import FORMATS, write_versions
+from grader.quiz.versions import draw_all, probe, select
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    quiz = commands.add_parser("quiz", help="question banks and quiz sheets")
-    quiz.set_defaults(func=lambda args: quiz.print_help() or 2)
+    quiz = commands.add_parser("quiz", help="question banks and quiz sheets",
+                               description="Question banks: list, lint, render versions, grade responses.")
+    sub = quiz.add_subparsers(dest="quiz_command", metavar="QUIZ_COMMAND", required=True)
+
+    listing = sub.add_parser("list", help="list the questions with their id, type and tags")
+    _bank_option(listing)
+    _tags_option(listing)
+    listing.add_argument("--json", action="store_true", help="print JSON for tools")
+    listing.set_defaults(func=cmd_list)
+
+    lint = sub.add_parser("lint", help="validate every bank; exit 1 on errors")
+    _bank_option(lint)
+    lint.set_defaults(func=cmd_lint)
+
+    render = sub.add_parser("render", help="render seeded versions of a quiz and their answer keys")
+    _bank_option(render)
+    _tags_option(render)
+    render.add_argument("--format", action="append", choices=[*FORMATS, "all"], default=None,
+                        help="output format; repeat it for several, or `all` (default: md)")
+    render.add_argument("--versions", type=_positive, default=1, help="how many versions (default 1)")
+    render.add_argument("--seed", type=int, default=0, help="seed that makes the versions reproducible")
+    render.add_argument("--count", type=_positive, default=None, help="questions per quiz (default: all selected)")
+    render.add_argument("--title", default="Distributed training quiz", help="title printed on the sheets")
+    render.add_argument("--out", type=Path, required=True, help="directory for the sheets and keys")
+    render.set_defaults(func=cmd_render)
+
+    grade = sub.add_parser("grade", help="score a responses CSV against the answer keys",
+                           description=grading.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    grade.add_argument("--key", type=Path, required=True,
+                       help="a vNN.key.json file, or the render --out directory holding them")
+    grade.add_argument("--responses", type=Path, required=True, help="CSV: student,version,<question id>...")
+    grade.add_argument("--out", type=Path, required=True, help="directory for scores.csv, questions.csv, feedback.csv")
+    grade.set_defaults(func=cmd_grade)
+
+
+def _bank_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bank", type=Path, default=None,
+                        help="directory of *.toml question banks (default: the course's quizzes/)")
+
+
+def _tags_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tags", default="", help="comma-separated exercise ids or topics; keep questions with any")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _fail(message: str) -> int:
+    print(f"grader quiz: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _load(args: argparse.Namespace) -> Bank:
+    """The bank from --bank, or from the course's quizzes/ directory."""
+    directory = args.bank if args.bank is not None else course_root() / "quizzes"
+    return load_banks(directory)
+
+
+def _tags(args: argparse.Namespace) -> list[str]:
+    return [tag.strip() for tag in args.tags.split(",") if tag.strip()]
+
+
+def _report_problems(bank: Bank) -> bool:
+    for problem in bank.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if bank.problems:
+        print(f"{len(bank.problems)} error(s) in the question banks", file=sys.stderr)
+    return bool(bank.problems)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    try:
+        bank = _load(args)
+    except (BankNotFound, CourseNotFound) as exc:
+        return _fail(str(exc))
+    questions = select(bank.questions, seed=0, tags=_tags(args))
+    if args.json:
+        rows = [{"id": q.id, "type": q.type, "exercise": q.exercise, "topics": list(q.topics),
+                 "objective": q.objective, "difficulty": q.difficulty, "points": q.points,
+                 "parametric": q.parametric, "file": q.source.name} for q in questions]
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max((len(q.id) for q in questions), default=2)
+        for q in questions:
+            print(f"{q.id:<{width}}  {q.type:<9}  {', '.join(q.tags)}")
+        print(f"{len(questions)} question(s)")
+    return 1 if _report_problems(bank) else 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    try:
+        bank = _load(args)
+    except (BankNotFound, CourseNotFound) as exc:
+        return _fail(str(exc))
+    bank.problems.extend(problem for q in bank.questions if (problem := probe(q)) is not None)
+    if _report_problems(bank):
+        return 1
+    print(f"{len(bank.files)} bank(s), {len(bank.questions)} question(s): no problems")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    try:
+        bank = _load(args)
+    except (BankNotFound, CourseNotFound) as exc:
+        return _fail(str(exc))
+    if _report_problems(bank):
+        return 1
+    requested = args.format or ["md"]
+    formats = list(FORMATS) if "all" in requested else list(dict.fromkeys(requested))
+    questions = select(bank.questions, args.seed, _tags(args), args.count)
+    if not questions:
+        return _fail(f"no question matches --tags {args.tags}")
+    try:
+        versions = draw_all(questions, args.seed, args.versions, args.title)
+        written = write_versions(versions, formats, args.out)
+    except FormulaError as exc:
+        return _fail(f"{exc}; run `grader quiz lint`")
+    except OSError as exc:
+        return _fail(f"cannot write to {args.out}: {exc}")
+    print(f"{len(versions)} version(s) of {len(questions)} question(s), formats {', '.join(formats)}: "
+          f"{len(written)} file(s) in {args.out}")
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    try:
+        keys = load_keys(args.key)
+        marks = grading.grade(keys, args.responses)
+        written = grading.write_reports(marks, args.out)
+    except (KeyFileError, grading.ResponsesError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write to {args.out}: {exc}")
+    students = len({(m.student, m.version) for m in marks})
+    print(f"graded {students} student(s): {', '.join(str(p) for p in written)}")
+    return 0

@@ -1,0 +1,129 @@
+"""Render drawn versions to sheets (Markdown, HTML, notebook) and LMS files, plus their keys.
+
+Every format is a function Version -> text, registered in FORMATS; `write_versions` writes each
+version's files and its two keys (JSON for `grade`, Markdown for people) side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+import nbformat
+from nbformat import v4
+
+from grader.quiz import export_gift, export_moodle
+from grader.quiz.key import answer_text, key_data
+from grader.quiz.markdown import to_html
+from grader.quiz.versions import Item, Version, format_number
+
+TEMPLATES = Path(__file__).with_name("templates")
+KIND_LABELS = {"single": "Single choice", "multiple": "Multiple choice", "numeric": "Numeric",
+               "truefalse": "True or false"}
+
+
+def kind_label(item: Item) -> str:
+    return KIND_LABELS[item.question.type]
+
+
+def points(item: Item) -> str:
+    value = item.question.points
+    return f"{format_number(value)} point{'' if value == 1 else 's'}"
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """One jinja2 environment for all templates; HTML templates autoescape, Markdown ones do not."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html.j2"]),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals.update(kind_label=kind_label, points=points, answer_text=answer_text, number=format_number)
+    env.filters["markdown"] = to_html
+    return env
+
+
+@lru_cache(maxsize=1)
+def print_css() -> str:
+    return (TEMPLATES / "print.css").read_text(encoding="utf-8")
+
+
+def render_markdown(version: Version) -> str:
+    return environment().get_template("quiz.md.j2").render(version=version)
+
+
+def render_html(version: Version) -> str:
+    """A self-contained page: the print CSS is inlined and nothing is loaded from elsewhere."""
+    return environment().get_template("quiz.html.j2").render(version=version, css=print_css())
+
+
+def _cell(kind: str, source: str, cell_id: str) -> nbformat.NotebookNode:
+    """A v4 cell. Built as a plain node because nbformat's `new_*_cell` validate every cell against
+    the schema, which dominated rendering time; `nbformat.writes` validates the whole notebook once."""
+    cell = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return nbformat.from_dict(cell)
+
+
+def render_notebook(version: Version) -> str:
+    """A notebook with one Markdown cell per question and an answer cell after it.
+
+    Cell ids are set from the question number: nbformat would otherwise draw random ids and the
+    same seed would not give the same bytes.
+    """
+    question = environment().get_template("question.md.j2").module.question  # type: ignore[attr-defined]
+    cells = [_cell("markdown", f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
+                   "Write each answer in the cell below its question.", "title"),
+             _cell("code", "answers = {}", "answers")]
+    for item in version.items:
+        hint = '"A"' if item.question.type in ("single", "truefalse") else '"A;C"' if item.choices else "0.0"
+        cells.append(_cell("markdown", str(question(item)).strip(), f"q{item.number}"))
+        cells.append(_cell("code", f'answers["{item.question.id}"] = None  # e.g. {hint}', f"a{item.number}"))
+    notebook = v4.new_notebook(cells=cells, metadata={"quiz": {"title": version.title, "seed": version.seed,
+                                                                "version": version.number}})
+    return nbformat.writes(notebook)
+
+
+def render_key_markdown(version: Version) -> str:
+    return environment().get_template("key.md.j2").render(version=version)
+
+
+def render_key_json(version: Version) -> str:
+    return json.dumps(key_data(version), indent=2, ensure_ascii=False) + "\n"
+
+
+FORMATS: dict[str, tuple[str, Callable[[Version], str]]] = {
+    "md": ("md", render_markdown),
+    "html": ("html", render_html),
+    "ipynb": ("ipynb", render_notebook),
+    "gift": ("gift.txt", export_gift.render),
+    "moodle-xml": ("moodle.xml", export_moodle.render),
+}
+KEYS: tuple[tuple[str, Callable[[Version], str]], ...] = (("key.json", render_key_json), ("key.md", render_key_markdown))
+
+
+def version_stem(number: int, total: int) -> str:
+    return f"v{number:0{max(2, len(str(total)))}d}"
+
+
+def write_versions(versions: Sequence[Version], formats: Sequence[str], out: Path) -> list[Path]:
+    """Write `quiz-vNN.<ext>` for each format and `vNN.key.json` / `vNN.key.md` for each version."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for version in versions:
+        stem = version_stem(version.number, len(versions))
+        outputs = [(f"quiz-{stem}.{FORMATS[name][0]}", FORMATS[name][1]) for name in formats]
+        outputs += [(f"{stem}.{suffix}", renderer) for suffix, renderer in KEYS]
+        for filename, renderer in outputs:
+            path = out / filename
+            path.write_text(renderer(version), encoding="utf-8", newline="\n")
+            written.append(path)
+    return written
