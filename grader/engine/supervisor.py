@@ -190,6 +190,8 @@ class Engine:
             self._sock.close()
             self._sock = None
         if self._process is not None:
+            if not self._ready:  # still importing torch, nothing started yet: no need to wait
+                self._process.kill()
             try:
                 self._process.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -61,7 +61,7 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return errors
 
 
-def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, keep_closed: list[int]) -> int:
+def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, close_in_child: list[int]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
@@ -69,7 +69,7 @@ def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, keep_closed: 
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_DFL)
-            for fd in keep_closed:
+            for fd in close_in_child:
                 os.close(fd)
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             from grader.engine import rank_runtime
@@ -114,12 +114,13 @@ def serve(sock: socket.socket, modules: list[str]) -> NoReturn:
                 os._exit(0)  # nothing to flush; a normal shutdown with torch loaded takes a second
             request = json.loads(message)
             run_id = request["run"]
-            keep_closed = [sock.fileno(), wake_r, wake_w]
             pids: list[int] = []
             run = _Run(pgid=0)
             for rank, spec in enumerate(request["ranks"]):
                 out_fd, report_fd = fds[2 * rank], fds[2 * rank + 1]
-                pid = _fork_rank(spec, out_fd, report_fd, run.pgid, keep_closed)
+                # A rank holding a peer's pipe would hide that peer's death (no EOF): close them all.
+                others = [fd for fd in fds if fd not in (out_fd, report_fd)]
+                pid = _fork_rank(spec, out_fd, report_fd, run.pgid, [sock.fileno(), wake_r, wake_w, *others])
                 run.pgid = run.pgid or pid
                 run.ranks[pid] = rank
                 pids.append(pid)

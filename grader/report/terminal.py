@@ -15,7 +15,8 @@ _DETAIL_LINES = 40
 
 
 class Terminal:
-    def __init__(self, stream: TextIO = sys.stdout, colour: bool | None = None, verbose: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, colour: bool | None = None, verbose: bool = False) -> None:
+        stream = stream or sys.stdout  # looked up now, not at import: tests and pagers replace it
         self.stream = stream
         if colour is None:
             colour = stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"

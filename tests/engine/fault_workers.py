@@ -1,0 +1,64 @@
+"""Workers that misbehave on purpose, to test how the engine reports each way a rank can fail."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from grader.engine.rank_runtime import RankContext
+
+
+def healthy(ctx: RankContext) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    total = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(total)
+    return {"sum": total}
+
+
+def raises(ctx: RankContext) -> None:
+    if ctx.rank == 1:
+        raise ValueError("planted error on rank 1")
+    time.sleep(60)  # the healthy rank must be stopped, not waited for
+
+
+def hangs(ctx: RankContext, pid_file: str) -> None:
+    child = subprocess.Popen(["sleep", "120"])  # must not outlive the run
+    Path(pid_file + f".{ctx.rank}").write_text(str(child.pid))
+    while True:
+        time.sleep(0.05)
+
+
+def aborts(ctx: RankContext) -> None:
+    if ctx.rank == 1:
+        os.abort()
+    time.sleep(60)
+
+
+def exits_quietly(ctx: RankContext) -> None:
+    os._exit(0)
+
+
+def calls_sys_exit(ctx: RankContext) -> None:
+    sys.exit(0)
+
+
+def mismatched_collective(ctx: RankContext) -> None:
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    dist.all_reduce(torch.zeros(ctx.rank + 1))
+
+
+def floods_output(ctx: RankContext) -> dict[str, Any]:
+    line = "x" * 1023 + "\n"
+    for _ in range(10 * 1024):
+        sys.stdout.write(line)
+    return {"done": True}

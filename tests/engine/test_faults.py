@@ -1,0 +1,105 @@
+"""Each way a rank can fail is reported as what it is, within the deadline plus 2 s, and leaves no
+process behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.checks.diagnose import failure_verdict
+from grader.engine import Engine, Job, RunResult
+
+HERE = Path(__file__).resolve().parent
+FAULTS = HERE / "fault_workers.py"
+DEADLINE = 3.0
+
+
+@pytest.fixture(scope="module")
+def fault_engine() -> Iterator[Engine]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+        with Engine(preload=["fault_workers"]) as engine:
+            engine.wait_ready()
+            yield engine
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def run_fault(engine: Engine, worker: str, **kwargs) -> tuple[RunResult, dict, float]:
+    started = time.monotonic()
+    result = engine.run(Job(f"fault_workers:{worker}", 2, kwargs, student_file=FAULTS, deadline=DEADLINE))
+    elapsed = time.monotonic() - started
+    assert elapsed < DEADLINE + 2.0
+    for rank in result.ranks:
+        assert not _alive(rank.pid), f"rank {rank.rank} (pid {rank.pid}) outlived its run"
+    return result, failure_verdict(result, FAULTS) or {}, elapsed
+
+
+def test_healthy_run_reports_facts(fault_engine):
+    result, verdict, _ = run_fault(fault_engine, "healthy")
+    assert result.ok and not verdict
+    assert [float(r.facts["sum"][0]) for r in result.ranks] == [3.0, 3.0]
+
+
+def test_a_raising_rank_is_named_with_its_line_and_its_peer_is_stopped(fault_engine):
+    result, verdict, elapsed = run_fault(fault_engine, "raises")
+    assert "rank 1 raised ValueError: planted error on rank 1" in verdict["message"]
+    assert "fault_workers.py" in verdict["message"] and "in raises()" in verdict["message"]
+    assert result.ranks[0].stopped == "peer failure"
+    assert elapsed < 2.5  # the sleeping peer is stopped after a short grace, not at the deadline
+
+
+def test_a_hang_names_rank_and_line_and_kills_the_process_tree(fault_engine, tmp_path):
+    pid_file = str(tmp_path / "grandchild")
+    result, verdict, elapsed = run_fault(fault_engine, "hangs", pid_file=pid_file)
+    assert result.timed_out and elapsed >= DEADLINE
+    assert "did not finish within the 3 s deadline" in verdict["message"]
+    assert "fault_workers.py" in verdict["message"] and "in hangs()" in verdict["message"]
+    for rank in range(2):
+        grandchild = int(Path(f"{pid_file}.{rank}").read_text())
+        deadline = time.monotonic() + 1.0
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(grandchild), "a process started by a rank outlived the run"
+
+
+def test_abort_is_explained_in_plain_words(fault_engine):
+    _, verdict, _ = run_fault(fault_engine, "aborts")
+    assert "rank 1 aborted (SIGABRT)" in verdict["message"]
+    assert "mismatched tensor shapes" in verdict["message"]
+    assert "in aborts()" in verdict["message"]  # the line, from the crash's stack dump
+
+
+def test_os_exit_before_reporting(fault_engine):
+    _, verdict, _ = run_fault(fault_engine, "exits_quietly")
+    assert "exited with code 0 before reporting" in verdict["message"]
+
+
+def test_sys_exit_is_reported_as_such(fault_engine):
+    _, verdict, _ = run_fault(fault_engine, "calls_sys_exit")
+    assert "the code called sys.exit(0)" in verdict["message"]
+
+
+def test_mismatched_collective_fails_fast(fault_engine):
+    _, verdict, elapsed = run_fault(fault_engine, "mismatched_collective")
+    assert "Detected mismatch between collectives" in verdict["message"]
+    assert elapsed < DEADLINE
+
+
+def test_output_flood_is_capped_and_does_not_stall(fault_engine):
+    result, verdict, _ = run_fault(fault_engine, "floods_output")
+    assert result.ok and not verdict
+    for rank in result.ranks:
+        assert rank.output_dropped > 9 * 1024 * 1024
+        assert len(rank.output) < 40 * 1024
+        assert "bytes of output not shown" in rank.output

@@ -1,0 +1,76 @@
+"""Small parts of the engine and the diagnosis, tested without starting ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.checks.api import CheckContext, CheckFailed, RunCache
+from grader.checks.diagnose import failure_verdict, stuck_frame
+from grader.engine import Job, RankOutcome, RunResult, wire
+from grader.engine.supervisor import CappedOutput
+
+
+def test_wire_round_trip_keeps_arrays_and_structure():
+    facts = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": [1, "x", None, True], "c": {"d": 2.5}}
+    back = wire.decode(wire.encode(facts))
+    assert np.array_equal(back["a"], facts["a"]) and back["a"].dtype == np.float32
+    assert back["b"] == [1, "x", None, True] and back["c"] == {"d": 2.5}
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x00" * 8 + b"{", wire.encode({"x": 1})[:-1]])
+def test_wire_rejects_damaged_frames(frame):
+    with pytest.raises(wire.WireError):
+        wire.decode(frame)
+
+
+def test_wire_refuses_object_arrays():
+    payload = wire.encode({"x": 1}).replace(b'{"x":1}', b'{"x":{"__array__":{"dtype":"object","shape":[1],"data":""}}}')
+    payload = len(payload[8:]).to_bytes(8, "big") + payload[8:]
+    with pytest.raises(wire.WireError, match="not allowed"):
+        wire.decode(payload)
+
+
+def test_capped_output_keeps_head_and_tail():
+    capped = CappedOutput(head=4, tail=4)
+    capped.add(b"abcdefghij")
+    capped.add(b"klmnop")
+    assert capped.dropped == 8
+    assert capped.text().startswith("abcd") and capped.text().endswith("mnop")
+
+
+def test_stuck_frame_prefers_the_students_innermost_line(tmp_path: Path):
+    student = tmp_path / "ex.py"
+    student.write_text("def f():\n    wait_forever()\n")
+    dump = (
+        "Thread 0x00007f (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+        f'  File "{student}", line 2 in f\n'
+        '  File "/x/grader/engine/rank_runtime.py", line 10 in run_rank\n'
+    )
+    assert stuck_frame(dump, student) == "ex.py:2 in f(): `wait_forever()`"
+
+
+def _result(*outcomes: RankOutcome) -> RunResult:
+    return RunResult(Job("m:f", len(outcomes)), list(outcomes), 0.1, False)
+
+
+def test_crash_at_teardown_after_a_full_report_is_not_a_failure():
+    reported = {"facts": {"x": 1}, "error": None}
+    result = _result(RankOutcome(0, report=reported, status=0), RankOutcome(1, report=reported, status=-6))
+    assert failure_verdict(result, None) is None
+    context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
+    assert context.require(result) == [{"x": 1}, {"x": 1}]
+    assert "died by signal 6 after it had reported" in context.notes[0]
+
+
+def test_a_missing_report_fails_closed_even_with_exit_code_zero():
+    result = _result(RankOutcome(0, report={"facts": {}, "error": None}, status=0),
+                     RankOutcome(1, report=None, report_problem="no report", status=0))
+    verdict = failure_verdict(result, None)
+    assert verdict["status"] == "failed" and "rank 1 exited with code 0 before reporting" in verdict["message"]
+    context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
+    with pytest.raises(CheckFailed):
+        context.require(result)
