@@ -52,9 +52,13 @@ class Terminal:
 
     def summary(self, results: Sequence[CheckResult], seconds: float, hidden_included: bool) -> None:
         passed = sum(r.passed for r in results)
-        total = len(results)
-        if total and passed == total:
+        skipped = sum(r.status == "skipped" for r in results)
+        total = len(results) - skipped
+        skip_note = f" ({skipped} skipped)" if skipped else ""
+        if total == 0:
+            self.line(self.paint(f"no check ran: {skipped} skipped", "skipped"))
+        elif passed == total:
             what = "all checks passed" if hidden_included else "public checks passed"
-            self.line(self.paint(f"{what}: {passed}/{total} in {seconds:.1f}s", "passed"))
+            self.line(self.paint(f"{what}: {passed}/{total}{skip_note} in {seconds:.1f}s", "passed"))
         else:
-            self.line(self.paint(f"{passed}/{total} checks passed in {seconds:.1f}s", "failed"))
+            self.line(self.paint(f"{passed}/{total} checks passed{skip_note} in {seconds:.1f}s", "failed"))
