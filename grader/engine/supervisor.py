@@ -152,6 +152,7 @@ class Engine:
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._ready = False
+        self._lost = False  # the control socket broke: the zygote is gone or going
         self._log = tempfile.TemporaryFile()
         self.preload_errors: dict[str, str] = {}
 
@@ -177,6 +178,8 @@ class Engine:
         self._sock = ours
 
     def wait_ready(self) -> None:
+        if self._lost or (self._process is not None and self._process.poll() is not None):
+            self.close()  # the zygote died (killed by code under test?): the next run gets a new one
         self.start()
         if not self._ready:
             message = self._receive(timeout=120.0)
@@ -199,6 +202,7 @@ class Engine:
                 self._process.wait()
             self._process = None
         self._ready = False
+        self._lost = False
 
     def __enter__(self) -> Engine:
         self.start()
@@ -222,6 +226,7 @@ class Engine:
         finally:
             self._sock.settimeout(None)
         if not data:
+            self._lost = True
             raise EngineError(f"the rank launcher stopped unexpectedly:\n{self._zygote_log()}")
         return json.loads(data)
 
@@ -272,6 +277,7 @@ class Engine:
         try:
             socket.send_fds(self._sock, [message], send_fds)
         except OSError as exc:
+            self._lost = True
             raise EngineError(f"the rank launcher is gone: {exc}\n{self._zygote_log()}") from exc
         finally:
             for fd in child_ends:

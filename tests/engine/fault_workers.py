@@ -62,3 +62,8 @@ def floods_output(ctx: RankContext) -> dict[str, Any]:
     for _ in range(10 * 1024):
         sys.stdout.write(line)
     return {"done": True}
+
+
+def kills_the_launcher(ctx: RankContext) -> None:
+    os.kill(os.getppid(), 9)
+    time.sleep(60)

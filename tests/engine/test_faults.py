@@ -103,3 +103,12 @@ def test_output_flood_is_capped_and_does_not_stall(fault_engine):
         assert rank.output_dropped > 9 * 1024 * 1024
         assert len(rank.output) < 40 * 1024
         assert "bytes of output not shown" in rank.output
+
+
+def test_code_that_kills_the_zygote_fails_its_run_and_the_next_run_gets_a_new_one(fault_engine):
+    from grader.engine import EngineError
+
+    with pytest.raises(EngineError, match="stopped unexpectedly"):
+        fault_engine.run(Job("fault_workers:kills_the_launcher", 2, student_file=FAULTS, deadline=DEADLINE))
+    result = fault_engine.run(Job("fault_workers:healthy", 2, student_file=FAULTS))  # includes a new warm-up
+    assert result.ok
