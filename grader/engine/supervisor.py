@@ -26,6 +26,7 @@ from typing import Any
 
 from grader.engine import wire
 from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
+from grader.engine.zygote import killpg
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
 BASE_PRELOAD = (
@@ -242,7 +243,7 @@ class Engine:
             try:
                 timed_out = self._supervise(job, ranks, pipes, started)
             finally:
-                _killpg(pgid)
+                killpg(pgid)
                 for fd in pipes:
                     _close_quietly(fd)
             self._await_exits(ranks)
@@ -390,13 +391,6 @@ def _read(fd: int) -> bytes:
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -144,12 +144,13 @@ def _reap(sock: socket.socket, runs: dict[str, _Run]) -> None:
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 _send(sock, {"event": "exited", "run": run_id, "rank": run.ranks.pop(pid), "status": code})
                 if not run.ranks:
-                    _killpg(run.pgid)
+                    killpg(run.pgid)
                     del runs[run_id]
                 break
 
 
-def _killpg(pgid: int) -> None:
+def killpg(pgid: int) -> None:
+    """Kill a process group, which may already be gone."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -158,7 +159,7 @@ def _killpg(pgid: int) -> None:
 
 def _kill_all(runs: dict[str, _Run]) -> None:
     for run in runs.values():
-        _killpg(run.pgid)
+        killpg(run.pgid)
 
 
 def main() -> None:
