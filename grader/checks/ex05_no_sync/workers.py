@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
@@ -17,49 +16,53 @@ from grader.checks.training import StepRecorder, accumulation_batches, gradient_
 from grader.engine.rank_runtime import RankContext
 
 
-def _count_all_reduces(wraps: list[dict[str, Any]], reduced: list[int]) -> None:
-    """After every DDP construction, register a comm hook that all-reduces as DDP would and
-    records the bucket index: the count cannot come from the student's code."""
-    original = DistributedDataParallel.__init__
+class AllReduceCounter:
+    """Counts DDP's gradient all-reduces between optimizer steps, from a comm hook the grader
+    registers on every DDP it sees constructed: the count cannot come from the student's code."""
 
-    @functools.wraps(original)
-    def init(self: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        wraps.append({})
+    def __init__(self) -> None:
+        self.wraps: list[dict[str, Any]] = []  # one entry per DDP construction
+        self.per_step: list[int] = []  # all-reduce passes over the gradients before each optimizer step
+        self._passes = 0
+        self._counted = 0
+        self._handle = register_optimizer_step_pre_hook(self._step)
+        original = DistributedDataParallel.__init__
+        counter = self
 
-        def counting(group, bucket):  # type: ignore[no-untyped-def]  (DDP rejects string annotations)
-            reduced.append(bucket.index())
-            return allreduce_hook(group, bucket)
+        @functools.wraps(original)
+        def init(ddp: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+            original(ddp, *args, **kwargs)
+            counter.wraps.append({})
+            ddp.register_comm_hook(ddp.process_group, counter._hook)
 
-        self.register_comm_hook(self.process_group, counting)
+        DistributedDataParallel.__init__ = init
 
-    DistributedDataParallel.__init__ = init
+    def _hook(self, group, bucket):  # type: ignore[no-untyped-def]  (DDP rejects string annotations)
+        """All-reduce as DDP's default does; bucket 0 starts a pass over all the gradients."""
+        self._passes += bucket.index() == 0
+        return allreduce_hook(group, bucket)
+
+    def _step(self, *_: Any) -> None:
+        self.per_step.append(self._passes - self._counted)
+        self._counted = self._passes
+
+    def close(self) -> None:
+        self._handle.remove()
 
 
 def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float) -> dict[str, Any]:
     ctx.init_group()
     model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
     ctx.facts["parameters"] = sum(p.numel() for p in model.parameters())
-    reduced: list[int] = []
-    ctx.facts["ddp_wraps"] = wraps = []
-    _count_all_reduces(wraps, reduced)
-    # all-reduce passes (bucket 0) since the previous optimizer step, recorded at every step
-    ctx.facts["all_reduces_per_step"] = per_step = []
-    seen = [0]
-
-    def count_step(*_: Any) -> None:
-        passes = reduced.count(0)
-        per_step.append(passes - seen[0])
-        seen[0] = passes
-
-    handle = register_optimizer_step_pre_hook(count_step)
+    counter = AllReduceCounter()
+    ctx.facts["ddp_wraps"] = counter.wraps
+    ctx.facts["all_reduces_per_step"] = counter.per_step
     recorder = StepRecorder(model)
     train_accumulate = ctx.student("train_accumulate")
     trained = train_accumulate(ctx.rank, ctx.world_size, model, make_regression(size), batch_size, k, lr)
     recorder.close()
-    handle.remove()
+    counter.close()
     ctx.facts.update(recorder.facts())
-    ctx.facts["all_reduces_after_last_step"] = reduced.count(0) - seen[0]
     ctx.facts["returned"] = type(trained).__name__
     if isinstance(trained, DistributedDataParallel):
         trained = trained.module
