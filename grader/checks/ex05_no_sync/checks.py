@@ -83,7 +83,7 @@ def matches_large_batch(ctx: CheckContext) -> str:
         if difference:
             raise ctx.fail(f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not the "
                            f"trained ones: {difference}")
-    return f"k={KS}: every optimizer step equals one process on k*b*W samples"
+    return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
 
 
 @check("ranks_stay_in_sync")
