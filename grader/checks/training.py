@@ -102,14 +102,17 @@ def union_batches(size: int, world_size: int, batch_size: int, epochs: int, seed
 
 
 def train_reference(model: nn.Module, dataset: TensorDataset, steps: list[list[int]], lr: float,
-                    grad_scale: float = 1.0) -> StepRecorder:
-    """Plain SGD with momentum on one process, one union batch per step."""
+                    grad_scale: float = 1.0, losses: list[float] | None = None) -> StepRecorder:
+    """Plain SGD with momentum on one process, one union batch per step; each step's loss is
+    appended to `losses` when given."""
     recorder = StepRecorder(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     inputs, targets = dataset.tensors
     for indices in steps:
         optimizer.zero_grad()
         loss = F.mse_loss(model(inputs[indices]), targets[indices]) * grad_scale
+        if losses is not None:
+            losses.append(loss.item())
         loss.backward()
         optimizer.step()
     recorder.close()
@@ -118,3 +121,59 @@ def train_reference(model: nn.Module, dataset: TensorDataset, steps: list[list[i
 
 def steps_per_epoch(size: int, world_size: int, batch_size: int) -> int:
     return math.ceil(math.ceil(size / world_size) / batch_size)
+
+
+def accumulation_batches(size: int, world_size: int, batch_size: int, k: int, seed: int = 0) -> list[list[int]]:
+    """Per optimizer step of gradient accumulation, the samples of all ranks' k micro-batches.
+
+    Micro-batches are full batches only (a loader with drop_last=True), and a trailing group of
+    fewer than k micro-batches makes no step, so every step averages exactly k*b*W samples.
+    """
+    per_rank = [[batch for batch in rank_batches(size, world_size, r, batch_size, 0, seed) if len(batch) == batch_size]
+                for r in range(world_size)]
+    groups = len(per_rank[0]) // k
+    return [sum((batches[i] for i in range(g * k, (g + 1) * k) for batches in per_rank), []) for g in range(groups)]
+
+
+def gradient_on(model: nn.Module, dataset: TensorDataset, indices: list[int], grad_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """The gradient of the mean squared error on `indices` (times grad_scale), leaving `model` untouched."""
+    inputs, targets = dataset.tensors
+    model.zero_grad()
+    (F.mse_loss(model(inputs[indices]), targets[indices]) * grad_scale).backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    return grads
+
+
+class Block(nn.Module):
+    """A transformer-like block without attention: pre-norm MLP with a residual connection."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class TinyTransformer(nn.Module):
+    """Linear in, a stack of Blocks, Linear out: small, but with the unit structure FSDP wraps."""
+
+    def __init__(self, width: int = HIDDEN, depth: int = 3) -> None:
+        super().__init__()
+        self.inp = nn.Linear(FEATURES, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+        self.out = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
+
+
+def make_transformer(seed: int) -> TinyTransformer:
+    torch.manual_seed(seed)
+    return TinyTransformer()

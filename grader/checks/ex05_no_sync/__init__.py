@@ -1,0 +1,1 @@
+"""Exercise 5: gradient accumulation with DDP's no_sync."""

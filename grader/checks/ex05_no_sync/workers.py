@@ -1,0 +1,83 @@
+"""Rank side of exercise 5: run the student's accumulation loop with a step recorder and a
+gradient all-reduce counter the grader installs itself; the trusted large-batch reference."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from grader.checks.training import StepRecorder, accumulation_batches, gradient_on, make_model, make_regression, \
+    rank_batches, state, train_reference
+from grader.engine.rank_runtime import RankContext
+
+
+class AllReduceCounter:
+    """Counts DDP's gradient all-reduces between optimizer steps, from a comm hook the grader
+    registers on every DDP it sees constructed: the count cannot come from the student's code."""
+
+    def __init__(self) -> None:
+        self.wraps: list[dict[str, Any]] = []  # one entry per DDP construction
+        self.per_step: list[int] = []  # all-reduce passes over the gradients before each optimizer step
+        self._passes = 0
+        self._counted = 0
+        self._handle = register_optimizer_step_pre_hook(self._step)
+        original = DistributedDataParallel.__init__
+        counter = self
+
+        @functools.wraps(original)
+        def init(ddp: DistributedDataParallel, *args: Any, **kwargs: Any) -> None:
+            original(ddp, *args, **kwargs)
+            counter.wraps.append({})
+            ddp.register_comm_hook(ddp.process_group, counter._hook)
+
+        DistributedDataParallel.__init__ = init
+
+    def _hook(self, group, bucket):  # type: ignore[no-untyped-def]  (DDP rejects string annotations)
+        """All-reduce as DDP's default does; bucket 0 starts a pass over all the gradients."""
+        self._passes += bucket.index() == 0
+        return allreduce_hook(group, bucket)
+
+    def _step(self, *_: Any) -> None:
+        self.per_step.append(self._passes - self._counted)
+        self._counted = self._passes
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float) -> dict[str, Any]:
+    ctx.init_group()
+    model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
+    ctx.facts["parameters"] = sum(p.numel() for p in model.parameters())
+    counter = AllReduceCounter()
+    ctx.facts["ddp_wraps"] = counter.wraps
+    ctx.facts["all_reduces_per_step"] = counter.per_step
+    recorder = StepRecorder(model)
+    train_accumulate = ctx.student("train_accumulate")
+    trained = train_accumulate(ctx.rank, ctx.world_size, model, make_regression(size), batch_size, k, lr)
+    recorder.close()
+    counter.close()
+    ctx.facts.update(recorder.facts())
+    ctx.facts["returned"] = type(trained).__name__
+    if isinstance(trained, DistributedDataParallel):
+        trained = trained.module
+    ctx.facts["final"] = state(trained) if isinstance(trained, nn.Module) else {}
+    return {}
+
+
+def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float) -> dict[str, Any]:
+    """Trusted: one process, rank 0's initial weights, one step per k*b*W samples; also the first
+    step's gradient from the last micro-batch alone (what zero_grad on every micro-step leaves)."""
+    model = make_model(seed=1000)
+    dataset = make_regression(size)
+    steps = accumulation_batches(size, world_size, batch_size, k)
+    last_micro = gradient_on(model, dataset, steps[0][-batch_size * world_size:], grad_scale=1.0 / k)
+    facts = train_reference(model, dataset, steps, lr).facts()
+    facts["last_micro_grads"] = last_micro
+    facts["micro_batches"] = sum(len(batch) == batch_size for batch in rank_batches(size, world_size, 0, batch_size, 0))
+    return facts

@@ -1,0 +1,1 @@
+"""Exercise 6: FSDP wrapping, training and a full checkpoint."""
