@@ -233,6 +233,12 @@ class Engine:
 
     # --- one run ---------------------------------------------------------------------
     def run(self, job: Job) -> RunResult:
+        result = self._run_once(job)
+        if "MASTER_PORT" not in job.env and _lost_port_race(result):
+            result = self._run_once(job)  # another process took our free port in between: retry once
+        return result
+
+    def _run_once(self, job: Job) -> RunResult:
         self.wait_ready()
         assert self._sock is not None
         run_id = f"run{next(self._ids)}"
@@ -379,6 +385,12 @@ class Engine:
         stack_file = run_dir / f"rank{live.outcome.rank}.stack"
         if stack_file.exists():
             live.outcome.stack_dump = stack_file.read_text(errors="replace")[-20000:]
+
+
+def _lost_port_race(result: RunResult) -> bool:
+    """True if a rank failed to listen on the port the grader had just found free."""
+    texts = [f"{(rank.error or {}).get('message', '')} {rank.output}" for rank in result.ranks]
+    return any("EADDRINUSE" in text or "ddress already in use" in text for text in texts)
 
 
 def _read(fd: int) -> bytes:

@@ -36,6 +36,8 @@ class Terminal:
         mark = self.paint(f"{_MARKS[result.status]:>5}", result.status)
         timing = self.paint(f"({result.seconds:.2f}s)", "dim")
         self.line(f"  {mark}  {result.check} [W={result.world_size}] {timing}")
+        if result.status == "passed" and result.message:
+            self.line(self.paint(f"         {result.message}", "dim"))
         if result.status != "passed" and result.message:
             for text in result.message.splitlines():
                 self.line(f"         {text}")

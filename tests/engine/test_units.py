@@ -74,3 +74,12 @@ def test_a_missing_report_fails_closed_even_with_exit_code_zero():
     context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
     with pytest.raises(CheckFailed):
         context.require(result)
+
+
+def test_a_lost_race_for_the_free_port_is_recognised():
+    from grader.engine.supervisor import _lost_port_race
+
+    message = "The server socket has failed to listen ... code: -98, name: EADDRINUSE, message: address already in use"
+    collided = RankOutcome(0, report={"facts": {}, "error": {"message": message}}, status=0)
+    assert _lost_port_race(_result(collided, RankOutcome(1, report=None, status=-9)))
+    assert not _lost_port_race(_result(RankOutcome(0, report={"facts": {}, "error": None}, status=0)))
