@@ -126,7 +126,8 @@ def torchrun(ctx: RankContext, nodes: list[int], script_args: list[str], timeout
     finished = _wait(pids, started + timeout)
     _kill(pids, finished)
     ctx.facts["seconds"] = time.perf_counter() - started
-    ctx.facts["timed_out"] = len(finished) < len(pids)
+    failed = any(code != 0 for code in finished.values())
+    ctx.facts["timed_out"] = len(finished) < len(pids) and not failed  # else: stopped after another failed
     ctx.facts["exit_codes"] = [finished.get(pid) for pid in pids]
     ctx.facts["agent_output"] = [log.read_text(errors="replace")[-OUTPUT_TAIL:] if log.exists() else "" for log in logs]
     ranks = sorted(facts_dir.glob("rank*.json"), key=lambda path: int(path.stem[4:]))
