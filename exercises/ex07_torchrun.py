@@ -23,9 +23,10 @@ Write a script, run as `torchrun --nproc-per-node 2 ex07_torchrun.py --steps 3`,
    mean squared error) on `make_batch(rank, step)`, its rank's batch;
 5. prints one line per step from rank 0 only, then destroys the group.
 
-The grader runs your script under real torchrun, over two simulated nodes (3 processes: two on
-"node 0", one on "node 1", so RANK and LOCAL_RANK differ), records what each process does, and
-asks `pick_device()` what it would choose on a node whose GPUs are faked.
+The grader runs your script with torchrun's launcher over two simulated nodes (3 processes: two
+on "node 0", one on "node 1", so RANK and LOCAL_RANK differ; the processes are forked rather than
+fresh interpreters, to save seconds), records what each process does, and asks `pick_device()`
+what it would choose on a node whose GPUs are faked.
 
 Try it yourself: `torchrun --standalone --nproc-per-node 2 exercises/ex07_torchrun.py --steps 3`.
 Run `grader check ex07` to test, `grader hint ex07` when stuck.

@@ -3,9 +3,10 @@
 `run(SCRIPT, *ARGS)` is torchrun's entrypoint (see workers.py). It records raw facts (the
 environment torchrun set, the arguments of init_process_group, what was printed, the weights after
 every optimizer step, and the device `pick_device()` picks on a node with faked GPUs), runs SCRIPT
-as `python SCRIPT ARGS...` would (`__name__ == "__main__"`, sys.argv), and writes the facts as
-JSON to $GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash.
-Nothing is judged here.
+as `python SCRIPT ARGS...` would (`__name__ == "__main__"`, sys.argv, its folder first on
+sys.path; sys.exit(0) is a normal end), and writes the facts as JSON to
+$GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash. Nothing
+is judged here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import functools
 import inspect
 import json
 import os
-import runpy
 import signal
 import sys
 from pathlib import Path
@@ -67,6 +67,15 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _plain(value: Any) -> Any:
+    """JSON-safe: integers of any kind (numpy's too) as int, strings as is, the rest as repr."""
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if hasattr(value, "__index__"):
+        return value.__index__()
+    return repr(value)
+
+
 def _spy_init(facts: Facts) -> None:
     import torch.distributed as dist
 
@@ -76,8 +85,7 @@ def _spy_init(facts: Facts) -> None:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
-        call = {key: bound.get(key) if isinstance(bound.get(key), (int, str)) or bound.get(key) is None
-                else repr(bound.get(key)) for key in ("backend", "init_method", "rank", "world_size")}
+        call = {key: _plain(bound.get(key)) for key in ("backend", "init_method", "rank", "world_size")}
         facts.data["init_calls"].append(call)
         facts.save()
         kwargs.setdefault("timeout", timeout)
@@ -139,8 +147,14 @@ def run(script: str, *script_args: str) -> None:
     _spy_init(facts)
     _record_steps(facts)
     sys.argv = [script, *script_args]
+    sys.path.insert(0, str(Path(script).parent))
+    names: dict[str, Any] = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
     try:
-        names = runpy.run_path(script, run_name="__main__")
+        exec(compile(Path(script).read_text(), script, "exec"), names)  # what `python SCRIPT` does
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            facts.update(error={**_describe(exc, script), "stage": "running the script"})
+            raise
     except BaseException as exc:
         facts.update(error={**_describe(exc, script), "stage": "running the script"})
         raise

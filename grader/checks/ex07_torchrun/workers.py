@@ -10,7 +10,7 @@ How: each agent is a fork of this (warm) process that parses its torchrun comman
 torchrun's own parser (`torch.distributed.run.parse_args`, `config_from_args`) and runs torchrun's
 launcher (`elastic_launch`: rendezvous, agent, environment, monitoring) with `--start-method fork`
 and the shim as the entrypoint. The only difference from `python -m torch.distributed.run
-SCRIPT`: the processes are forks that run the script with runpy instead of fresh interpreters,
+SCRIPT`: the processes are forks that execute the script as __main__, not fresh interpreters,
 which saves importing torch (and dynamo, for DDP) in five processes, 15-20 s of CPU on this
 machine for a launch that now takes under a second. Agents run in their own sessions and die with
 this process; their processes die with them; on timeout both sessions are killed.
