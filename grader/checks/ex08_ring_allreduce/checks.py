@@ -34,7 +34,7 @@ def _timed_out(outcome: RankOutcome) -> bool:
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     """Each rank's facts, under a short deadline; a deadlock in send is named here."""
-    job = dataclasses.replace(ctx.job("reduce", shapes=SHAPES, seed=SEED), deadline=min(ctx.deadline, DEADLINE))
+    job = dataclasses.replace(ctx.job("ring", shapes=SHAPES, seed=SEED), deadline=min(ctx.deadline, DEADLINE))
     result = ctx.runs.run(job)
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
@@ -84,9 +84,10 @@ def sums_correctly(ctx: CheckContext) -> None:
                 raise ctx.fail(f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
                                f"(the remainder of {size} / W={ctx.world_size}) are wrong; the chunks must cover "
                                "the whole tensor (tensor_split)", hint=2)
+            first, got, want = wrong[0], output.reshape(-1)[wrong[0]], expected.reshape(-1)[wrong[0]]
             raise ctx.fail(f"rank {rank}: {wrong.size} of {size} elements of the shape-{shape} tensor differ from the "
-                           f"sum of all ranks' tensors (first at flat index {wrong[0]}, {output.reshape(-1)[wrong[0]]:.5g} "
-                           f"instead of {expected.reshape(-1)[wrong[0]]:.5g}), in chunks {owners} of "
+                           f"sum of all ranks' tensors (first at flat index {first}, {got:.5g} instead of {want:.5g}), "
+                           f"in chunks {owners} of "
                            f"{ctx.world_size}: check the chunk bounds and which chunk each step sends and receives",
                            hint=2)
 

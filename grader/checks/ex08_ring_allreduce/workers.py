@@ -21,11 +21,11 @@ COLLECTIVES = (
 )
 
 
-def _sent_bytes(group: Any, tensors: list[torch.Tensor], peer: int, *rest: Any, **kwargs: Any) -> dict[str, Any]:
-    return {"bytes": sum(t.numel() * t.element_size() for t in tensors), "peer": int(peer)}
+def _sent_bytes(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"bytes": sum(t.numel() * t.element_size() for t in tensors)}
 
 
-def reduce(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
+def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
     """For each shape: this rank's input, the tensor after the student's call, the bytes sent."""
     ctx.init_group()
     sent = ctx.spy(ProcessGroup, "send", _sent_bytes)

@@ -1,4 +1,6 @@
-"""Judging exercise 10: known values, limits and monotonicity of each formula.
+"""Judging exercise 10: each formula against its closed form on a grid of inputs that includes
+the limits (one worker, serial or fully parallel work, one rank, a huge W) and published figures
+(the ZeRO paper's 7.5B parameters on 64 GPUs).
 
 Each check evaluates only its own functions (one small job each), and names the usual wrong
 formula from the numbers it gave.
