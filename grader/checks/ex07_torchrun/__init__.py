@@ -1,0 +1,1 @@
+"""Exercise 7: a training script launched by torchrun."""

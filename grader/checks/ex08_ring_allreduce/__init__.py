@@ -1,0 +1,1 @@
+"""Exercise 8: a ring all-reduce built from point-to-point messages."""

@@ -1,0 +1,44 @@
+"""Rank side of exercise 8: call the student's ring all-reduce on tensors of ours, counting every
+byte this rank sends and every built-in collective it starts.
+
+The spies sit on the process group object itself (`ProcessGroup.send`, `.allreduce`, ...), which
+every route goes through: `dist.send`, `dist.isend`, `batch_isend_irecv`, or the group directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._C._distributed_c10d import ProcessGroup
+
+from grader.engine.rank_runtime import RankContext
+
+COLLECTIVES = (
+    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+    "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced", "broadcast", "reduce", "alltoall", "alltoall_base", "scatter", "gather",
+)
+
+
+def _sent_bytes(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"bytes": sum(t.numel() * t.element_size() for t in tensors)}
+
+
+def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
+    """For each shape: this rank's input, the tensor after the student's call, the bytes sent."""
+    ctx.init_group()
+    sent = ctx.spy(ProcessGroup, "send", _sent_bytes)
+    ctx.facts["collectives"] = {name: ctx.spy(ProcessGroup, name) for name in COLLECTIVES}
+    ring_all_reduce = ctx.student("ring_all_reduce")
+    ctx.facts["calls"] = []
+    for index, shape in enumerate(shapes):
+        generator = torch.Generator().manual_seed(seed + 1000 * index + ctx.rank)
+        tensor = torch.randn(shape, generator=generator)
+        call = {"input": tensor.clone(), "sent_before": len(sent)}
+        ctx.facts["calls"].append(call)
+        returned = ring_all_reduce(tensor)
+        call["output"] = tensor.clone()
+        call["returned_tensor"] = isinstance(returned, torch.Tensor)
+        call["bytes"] = sum(s["bytes"] for s in sent[call.pop("sent_before"):])
+    return {}

@@ -1,0 +1,1 @@
+"""Exercise 9: checkpoint and resume a DDP run."""

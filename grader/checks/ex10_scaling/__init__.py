@@ -1,0 +1,1 @@
+"""Exercise 10: scaling arithmetic (learning rate, batch, Amdahl, all-reduce cost, ZeRO memory)."""

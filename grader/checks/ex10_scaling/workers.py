@@ -1,0 +1,33 @@
+"""Rank side of exercise 10: evaluate the student's formulas on the grader's grid of inputs.
+
+Only values (or the exception a call raised) are recorded; every property is judged in checks.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES
+from grader.engine.rank_runtime import RankContext
+
+
+def _call(function: Any, args: tuple) -> Any:
+    try:
+        value = function(*args)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        return {"raised": f"{type(exc).__name__}: {exc}"}
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+
+
+def evaluate(ctx: RankContext, names: list[str]) -> dict[str, Any]:
+    """Each named function's value on its probes, in PROBES order (one check's functions only, so a
+    function not written yet fails only the checks that need it)."""
+    for name in names:
+        function = ctx.student(name)
+        ctx.facts[name] = [_call(function, args) for args in PROBES[name]]
+    if "zero_memory_per_gpu" in names:
+        zero = ctx.student("zero_memory_per_gpu")
+        ctx.facts["bad_stage"] = [_call(zero, (1e9, 8, stage)) for stage in BAD_ZERO_STAGES]
+    return {}

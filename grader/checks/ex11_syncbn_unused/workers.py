@@ -1,0 +1,76 @@
+"""Rank side of exercise 11: train the student's prepared model (BatchNorm, and an auxiliary head
+used on even steps only) with the grader's loop; record layer types, per-step weights and the
+BatchNorm running statistics. The trusted reference trains one process on the union batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from grader.checks.ex11_syncbn_unused import cpu_sync_batchnorm
+from grader.checks.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
+from grader.engine.rank_runtime import RankContext
+
+
+class BranchyNet(nn.Module):
+    """BatchNorm in the trunk; `aux` only contributes when asked to (so it is sometimes unused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(FEATURES, HIDDEN)
+        self.norm = nn.BatchNorm1d(HIDDEN)
+        self.head = nn.Linear(HIDDEN, 1)
+        self.aux = nn.Linear(HIDDEN, 1)
+
+    def forward(self, x: torch.Tensor, use_aux: bool) -> torch.Tensor:
+        hidden = torch.tanh(self.norm(self.stem(x)))
+        out = self.head(hidden)
+        return out + self.aux(hidden) if use_aux else out
+
+
+def _model(seed: int) -> BranchyNet:
+    torch.manual_seed(seed)
+    return BranchyNet()
+
+
+def _train(model: nn.Module, batches: list[list[int]], size: int, lr: float, record: Any) -> None:
+    dataset = make_regression(size)
+    inputs, targets = dataset.tensors
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    for step, indices in enumerate(batches):
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs[indices], use_aux=step % 2 == 0), targets[indices]).backward()
+        optimizer.step()
+        record(step)
+
+
+def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float) -> dict[str, Any]:
+    ctx.init_group()
+    cpu_sync_batchnorm.install()
+    prepare_model = ctx.student("prepare_model")
+    model = _model(seed=1000 + ctx.rank)  # only DDP's broadcast makes the ranks agree
+    prepared = prepare_model(model)
+    ctx.facts["returned"] = type(prepared).__name__
+    ctx.facts["norm_layers"] = {name: type(m).__name__ for name, m in prepared.named_modules()
+                                if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    if not isinstance(prepared, DistributedDataParallel):
+        return {}
+    ctx.facts["find_unused_parameters"] = bool(prepared.find_unused_parameters)
+    ctx.facts["steps"] = []
+    plain = prepared.module
+    batches = rank_batches(size, ctx.world_size, ctx.rank, batch_size, epoch=0)[:steps]
+    _train(prepared, batches, size, lr, lambda step: ctx.facts["steps"].append(state(plain)))
+    return {}
+
+
+def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps: int, lr: float) -> dict[str, Any]:
+    """Trusted: one process, plain BatchNorm, rank 0's initial weights, the union batch per step."""
+    model = _model(seed=1000)
+    after: list[dict[str, torch.Tensor]] = []
+    _train(model, union_batches(size, world_size, batch_size, epochs=1)[:steps], size, lr,
+           lambda step: after.append(state(model)))
+    return {"steps": after}
