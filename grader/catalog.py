@@ -76,9 +76,22 @@ def _require(table: dict, key: str, kind: type, where: str):
     return value
 
 
+_EXERCISE_KEYS = {"id", "number", "title", "file", "functions", "checks", "objectives", "hints", "check",
+                  "debug_collectives"}
+_CHECK_KEYS = {"name", "description", "points", "visibility", "world_sizes"}
+
+
+def _no_unknown_keys(table: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise CatalogError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
+                           f"(known: {', '.join(sorted(allowed))}); a missing [[exercise]] line above?")
+
+
 def _check(table: dict, where: str) -> CheckSpec:
     name = _require(table, "name", str, where)
     where = f"{where} check {name!r}"
+    _no_unknown_keys(table, _CHECK_KEYS, where)
     visibility = table.get("visibility", "public")
     if visibility not in VISIBILITIES:
         raise CatalogError(f"{where}: visibility must be one of {VISIBILITIES}, not {visibility!r}")
@@ -104,6 +117,7 @@ def load_catalog(root: Path) -> Catalog:
         where = f"{path.name}: exercise #{index + 1}"
         exercise_id = _require(table, "id", str, where)
         where = f"{path.name}: exercise {exercise_id!r}"
+        _no_unknown_keys(table, _EXERCISE_KEYS, where)
         exercises.append(Exercise(
             id=exercise_id,
             number=_require(table, "number", int, where),
