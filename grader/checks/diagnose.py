@@ -55,12 +55,17 @@ def stuck_frame(stack_dump: str, student_file: Path | None) -> str:
     return f"{name}:{chosen['line']} in {chosen['function']}()" + (f": `{code}`" if code else "")
 
 
-def _student_line(error: dict[str, Any]) -> str:
+def student_line(error: dict[str, Any]) -> str:
     frames = error.get("student_frames") or []
     if not frames:
         return ""
     frame = frames[-1]
     return f"{Path(frame['file']).name}:{frame['line']} in {frame['function']}(): `{frame['code']}`"
+
+
+def where(outcome: RankOutcome, student_file: Path | None) -> str:
+    """The student's line a rank was on when it failed, or when it was stopped or crashed."""
+    return student_line(outcome.error or {}) or stuck_frame(outcome.stack_dump, student_file)
 
 
 def _traceback(error: dict[str, Any]) -> str:
@@ -75,7 +80,7 @@ def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float) 
     rank = f"rank {outcome.rank}"
     error = outcome.error
     if error is not None:
-        where = _student_line(error)
+        where = student_line(error)
         summary = f"{rank} raised {error['type']}: {error['message']}".rstrip(": ")
         return summary + (f"\n  at {where}" if where else ""), _traceback(error)
     where = stuck_frame(outcome.stack_dump, student_file)

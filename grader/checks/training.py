@@ -9,11 +9,13 @@ mean loss over those W*b samples, so the two must agree to fp32 precision.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DistributedSampler, TensorDataset
 
@@ -82,6 +84,21 @@ class StepRecorder:
 
     def facts(self) -> dict[str, Any]:
         return {"initial": self.initial, "start": self.start, "steps": self.steps}
+
+
+def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[], Any]) -> None:
+    """Run `train()` (the student's loop on `model`) under a StepRecorder; record every step, the
+    type it returned and the final weights of the plain model it returned (unwrapping DDP)."""
+    recorder = StepRecorder(model)
+    try:
+        trained = train()
+    finally:
+        recorder.close()
+    facts.update(recorder.facts())
+    facts["returned"] = type(trained).__name__
+    if isinstance(trained, DistributedDataParallel):
+        trained = trained.module
+    facts["final"] = state(trained) if isinstance(trained, nn.Module) else {}
 
 
 def rank_batches(size: int, world_size: int, rank: int, batch_size: int, epoch: int, seed: int = 0) -> list[list[int]]:

@@ -7,11 +7,10 @@ import os
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from grader.checks.training import StepRecorder, TinyRegressor, make_model, make_regression, state, \
-    train_reference, union_batches
+from grader.checks.training import TinyRegressor, make_model, make_regression, record_training, train_reference, \
+    union_batches
 from grader.engine.rank_runtime import RankContext
 
 
@@ -25,15 +24,9 @@ def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, 
     dataset = make_regression(size)
     ctx.facts["ddp_wraps"] = ctx.spy(DistributedDataParallel, "__init__")
     ctx.facts["saves"] = ctx.spy(torch, "save", _describe_save)
-    recorder = StepRecorder(model)
     train_ddp = ctx.student("train_ddp")
-    trained = train_ddp(ctx.rank, ctx.world_size, model, dataset, epochs, batch_size, lr, checkpoint_path)
-    recorder.close()
-    ctx.facts.update(recorder.facts())
-    ctx.facts["returned"] = type(trained).__name__
-    if isinstance(trained, DistributedDataParallel):
-        trained = trained.module
-    ctx.facts["final"] = state(trained) if isinstance(trained, nn.Module) else {}
+    record_training(ctx.facts, model, lambda: train_ddp(ctx.rank, ctx.world_size, model, dataset, epochs,
+                                                        batch_size, lr, checkpoint_path))
     return {}
 
 

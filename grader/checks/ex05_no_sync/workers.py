@@ -6,13 +6,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from grader.checks.training import StepRecorder, accumulation_batches, gradient_on, make_model, make_regression, \
-    rank_batches, state, train_reference
+from grader.checks.training import accumulation_batches, gradient_on, make_model, make_regression, rank_batches, \
+    record_training, train_reference
 from grader.engine.rank_runtime import RankContext
 
 
@@ -57,16 +56,10 @@ def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float) -> di
     counter = AllReduceCounter()
     ctx.facts["ddp_wraps"] = counter.wraps
     ctx.facts["all_reduces_per_step"] = counter.per_step
-    recorder = StepRecorder(model)
     train_accumulate = ctx.student("train_accumulate")
-    trained = train_accumulate(ctx.rank, ctx.world_size, model, make_regression(size), batch_size, k, lr)
-    recorder.close()
+    record_training(ctx.facts, model, lambda: train_accumulate(ctx.rank, ctx.world_size, model,
+                                                               make_regression(size), batch_size, k, lr))
     counter.close()
-    ctx.facts.update(recorder.facts())
-    ctx.facts["returned"] = type(trained).__name__
-    if isinstance(trained, DistributedDataParallel):
-        trained = trained.module
-    ctx.facts["final"] = state(trained) if isinstance(trained, nn.Module) else {}
     return {}
 
 

@@ -6,12 +6,12 @@ LOCAL_RANK 0, 1, 0.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from grader.checks.api import CheckContext, check
+from grader.checks.diagnose import student_line
 
 NODES = [2, 1]
 WORLD = sum(NODES)
@@ -19,12 +19,9 @@ STEPS = 3
 MAX_LAUNCH_S = 15.0  # a correct launch takes about a second
 
 
-def _where(error: dict[str, Any]) -> str:
-    frames = error.get("student_frames") or []
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f"\n  at {Path(frame['file']).name}:{frame['line']} in {frame['function']}(): `{frame['code']}`"
+def _at(error: dict[str, Any]) -> str:
+    line = student_line(error)
+    return f"\n  at {line}" if line else ""
 
 
 def _named_init_mistake(processes: list[dict[str, Any]]) -> str:
@@ -64,7 +61,7 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
         error = process["error"]
         if error and error["stage"] == "running the script":
             raise ctx.fail(f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
-                           f"{error['message']}{_where(error)}", details=error.get("traceback", ""))
+                           f"{error['message']}{_at(error)}", details=error.get("traceback", ""))
     command = launch["commands"][0]
     if launch["timed_out"]:
         raise ctx.fail(f"the torchrun launch did not finish within {timeout:g} s (a hang?); node 0 ran `{command}`",

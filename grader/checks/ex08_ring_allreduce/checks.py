@@ -4,28 +4,18 @@ as such (every rank stuck in a blocking send)."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from grader.checks.api import CheckContext, check
-from grader.checks.diagnose import stuck_frame
+from grader.checks.diagnose import where
 from grader.engine import RankOutcome
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 SEED = 11
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
 FLOAT_BYTES = 4
-
-
-def _where(outcome: RankOutcome, student_file: Path) -> str:
-    """The student's line a rank was on when it failed or was stopped."""
-    frames = (outcome.error or {}).get("student_frames") or []
-    if frames:
-        frame = frames[-1]
-        return f"{Path(frame['file']).name}:{frame['line']} in {frame['function']}(): `{frame['code']}`"
-    return stuck_frame(outcome.stack_dump, student_file)
 
 
 def _timed_out(outcome: RankOutcome) -> bool:
@@ -38,7 +28,7 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     result = ctx.runs.run(job)
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
-        places = {r.rank: _where(r, ctx.student_file) for r in failing}
+        places = {r.rank: where(r, ctx.student_file) for r in failing}
         stuck = [r for r in failing if _timed_out(r)]
         # The first rank to time out closes its connections: the others then fail in send too.
         if stuck and len(failing) == ctx.world_size and all("send" in place for place in places.values()):
