@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from grader import commands
+from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound
 
 
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from grader.quiz import cli as quiz_cli
 
     quiz_cli.register(commands_)
+    instructor_cli.register(commands_)
     return parser
 
 
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (*commands.ERRORS, CourseNotFound) as exc:
+    except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
