@@ -41,7 +41,7 @@ def _tests(catalog: Catalog, grade: SubmissionGrade, hidden_as: str) -> list[dic
                 "max_score": round(sum(r.max_points for r in results), 4),
                 "status": "passed" if all(r.passed for r in results) else "failed",
                 "output": f"{spec.description}\n{_output(results)}",
-                "visibility": "visible" if spec.visibility == "public" else hidden_as,
+                "visibility": "visible" if results[0].visibility == "public" else hidden_as,
             })
     return tests
 
