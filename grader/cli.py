@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
+    check.add_argument("--launcher", choices=("grader", "torchrun"), default="grader",
+                       help="who starts the ranks: the grader's warm launcher (default), or torchrun on this node")
     _add_grading_options(check)
     check.set_defaults(func=commands.cmd_check)
 

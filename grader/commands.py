@@ -11,6 +11,7 @@ from pathlib import Path
 from grader import pristine
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
 from grader.checks.runner import CheckResult, GradeOptions
+from grader.engine.torchrun_launch import TorchrunEngine
 from grader.instructor import notebooks
 from grader.paths import course_root
 from grader.progress import Progress
@@ -122,7 +123,8 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
         return 0
-    with GradingSession(catalog, _options(args)) as session:
+    engine = TorchrunEngine() if args.launcher == "torchrun" else None
+    with GradingSession(catalog, _options(args), engine) as session:
         results = _grade(session, terminal, exercises, folder)
     if folder == catalog.root / "exercises":
         for exercise in exercises:

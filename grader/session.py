@@ -8,13 +8,14 @@ from pathlib import Path
 from grader.catalog import Catalog, Exercise
 from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
 from grader.engine import Engine, Job
+from grader.engine.torchrun_launch import TorchrunEngine
 
 
 class GradingSession:
-    def __init__(self, catalog: Catalog, options: GradeOptions) -> None:
+    def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None) -> None:
         self.catalog = catalog
         self.options = options
-        self.engine = Engine(preload=[e.workers_module for e in catalog.exercises])
+        self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises])
         self.engine.start()  # warms up while the caller parses and validates
         self._skip_reason: str | None = None
         self._probed = False

@@ -54,7 +54,7 @@ def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     shutil.rmtree(zipped)
     out = folder / "out"
     done = support.run_grader(hidden_course, "grade", *sorted(str(p) for p in folder.iterdir()), "--out", str(out),
-                              "-j", "2", "--world-size", "2", "--deadline", "4", "--timeout", "30")
+                              "-j", "2", "--world-size", "2", "--deadline", "4", "--timeout", "120")
     assert done.returncode == 0, done.stderr
     return out, done.stdout
 
