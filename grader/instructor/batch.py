@@ -114,6 +114,7 @@ def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submi
                  options: BatchOptions) -> tuple[list[CheckResult], str]:
     grading = GradeOptions(world_sizes=options.world_sizes, deadline=options.deadline,
                            visibilities=options.visibilities)
+    engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
     results: list[CheckResult] = []
     for exercise in catalog.exercises:

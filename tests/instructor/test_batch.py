@@ -54,7 +54,7 @@ def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     shutil.rmtree(zipped)
     out = folder / "out"
     done = support.run_grader(hidden_course, "grade", *sorted(str(p) for p in folder.iterdir()), "--out", str(out),
-                              "-j", "2", "--world-size", "2", "--deadline", "4", "--timeout", "120")
+                              "-j", "2", "--world-size", "2", "--deadline", "10", "--timeout", "120")  # 10 s: the machine is shared with other tests
     assert done.returncode == 0, done.stderr
     return out, done.stdout
 
@@ -75,7 +75,8 @@ def test_gradebook_has_a_row_per_submission(batch: tuple[Path, str]) -> None:
     assert sorted(rows) == ["broken", "correct", "hangs", "loss_summed", "no_set_epoch", "notebook", "partial",
                             "stubs", "syntax", "zipped"]
     full = float(rows["correct"]["max_score"])
-    assert float(rows["correct"]["total"]) == full == float(rows["zipped"]["total"])
+    for name in ("correct", "zipped"):
+        assert float(rows[name]["total"]) == full, _tests(_results(out, name), failed=True)
     assert float(rows["stubs"]["total"]) == 0 == float(rows["broken"]["total"])
     assert float(rows["syntax"]["ex03_train_ddp"]) == 0 < float(rows["syntax"]["ex02_data_sharding"])
     assert float(rows["hangs"]["ex02_data_sharding"]) == 0 < float(rows["hangs"]["ex03_train_ddp"])
@@ -96,9 +97,9 @@ def test_named_mistakes_and_breakage_are_explained(batch: tuple[Path, str]) -> N
     assert list(epoch) == ["ex02_data_sharding: reshuffles_each_epoch"]
     assert "set_epoch" in epoch["ex02_data_sharding: reshuffles_each_epoch"]["output"]
     hangs = _tests(_results(out, "hangs"), failed=True)
-    assert all(name.startswith("ex02") and "deadline" in t["output"] for name, t in hangs.items())
+    assert hangs and all(name.startswith("ex02") and "deadline" in t["output"] for name, t in hangs.items()), hangs
     syntax = _tests(_results(out, "syntax"), failed=True)
-    assert all(name.startswith("ex03") and "syntax error" in t["output"] for name, t in syntax.items())
+    assert syntax and all(name.startswith("ex03") and "syntax error" in t["output"] for name, t in syntax.items()), syntax
     partial = _tests(_results(out, "partial"), failed=True)
     assert partial and all("file missing" in t["output"] for t in partial.values())
     assert not any(name.startswith("ex01") for name in partial)
