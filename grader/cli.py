@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from grader import commands
+from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound
 
 
@@ -38,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
+    check.add_argument("--launcher", choices=("grader", "torchrun"), default="grader",
+                       help="who starts the ranks: the grader's warm launcher (default), or torchrun on this node")
     _add_grading_options(check)
     check.set_defaults(func=commands.cmd_check)
 
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     from grader.quiz import cli as quiz_cli
 
     quiz_cli.register(commands_)
+    instructor_cli.register(commands_)
     return parser
 
 
@@ -66,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (*commands.ERRORS, CourseNotFound) as exc:
+    except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

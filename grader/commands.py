@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 
 from grader import pristine
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
 from grader.checks.runner import CheckResult, GradeOptions
+from grader.engine.torchrun_launch import TorchrunEngine
+from grader.instructor import notebooks
 from grader.paths import course_root
 from grader.progress import Progress
 from grader.report.json_report import write_results
@@ -97,16 +100,31 @@ def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
+    if any(key.endswith(".ipynb") for key in args.exercises):
+        return _check_notebooks(args)
     catalog = _catalog()
-    folder = _exercise_dir(catalog, args)
+    return _check(args, catalog, _exercise_dir(catalog, args), _select(catalog, args, Progress(catalog.root)))
+
+
+def _check_notebooks(args: argparse.Namespace) -> int:
+    """Notebooks are graded as the module their `exercise` cells make (functions in cells cannot be pickled)."""
+    if not all(key.endswith(".ipynb") for key in args.exercises):
+        raise UsageError("check notebooks on their own, without exercise names")
+    catalog = load_catalog(course_root())
+    with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
+        exercises = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
+        return _check(args, catalog, Path(folder), exercises)
+
+
+def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: list[Exercise]) -> int:
+    started = time.perf_counter()
     progress = Progress(catalog.root)
-    exercises = _select(catalog, args, progress)
     terminal = Terminal(verbose=args.verbose)
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
         return 0
-    with GradingSession(catalog, _options(args)) as session:
+    engine = TorchrunEngine() if args.launcher == "torchrun" else None
+    with GradingSession(catalog, _options(args), engine) as session:
         results = _grade(session, terminal, exercises, folder)
     if folder == catalog.root / "exercises":
         for exercise in exercises:
@@ -175,4 +193,4 @@ def _mtime(path: Path) -> float:
         return -1.0
 
 
-ERRORS = (UsageError, CatalogError)
+ERRORS = (UsageError, CatalogError, notebooks.NotebookError)

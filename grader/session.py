@@ -6,15 +6,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grader.catalog import Catalog, Exercise
-from grader.checks.runner import CheckResult, GradeOptions, grade_exercise
+from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
 from grader.engine import Engine, Job
+from grader.engine.torchrun_launch import TorchrunEngine
 
 
 class GradingSession:
-    def __init__(self, catalog: Catalog, options: GradeOptions) -> None:
+    def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None) -> None:
         self.catalog = catalog
         self.options = options
-        self.engine = Engine(preload=[e.workers_module for e in catalog.exercises])
+        self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises])
         self.engine.start()  # warms up while the caller parses and validates
         self._skip_reason: str | None = None
         self._probed = False
@@ -49,13 +50,7 @@ class GradingSession:
         sizes = self.options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
         problem = self._backend_problem(sizes)
         if problem is not None:
-            results = [
-                CheckResult(exercise.id, spec.name, w, "skipped", problem, 0.0, 0.0,
-                            spec.points / len(self.options.world_sizes or spec.world_sizes), spec.visibility)
-                for spec in exercise.checks
-                if spec.visibility in self.options.visibilities
-                for w in (self.options.world_sizes or spec.world_sizes)
-            ]
+            results = not_run(exercise, self.options, "skipped", problem)
             for result in results:
                 if on_result:
                     on_result(result)

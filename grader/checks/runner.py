@@ -8,6 +8,7 @@ anything but `CheckFailed` is the grader's bug: reported as an error, never as a
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -53,8 +54,16 @@ class GradeOptions:
 
 
 def _checks_module(exercise: Exercise) -> dict[str, Callable]:
+    """The exercise's checks: `checks.py`, plus `hidden.py` where the course has one.
+
+    Hidden checks live in their own module so that `grader release` can leave their code out.
+    """
     module = importlib.import_module(f"{exercise.checks_package}.checks")
-    return checks_in(module.__name__)
+    registry = checks_in(module.__name__)
+    hidden = f"{exercise.checks_package}.hidden"
+    if importlib.util.find_spec(hidden) is not None:
+        registry.update(checks_in(importlib.import_module(hidden).__name__))
+    return registry
 
 
 def _verdict(function: Callable, context: CheckContext) -> Verdict:
@@ -131,6 +140,16 @@ def _grade_checks(
             if on_result:
                 on_result(result)
     return results
+
+
+def not_run(exercise: Exercise, options: GradeOptions, status: Status, message: str) -> list[CheckResult]:
+    """A result for every selected check and world size that could not run, with zero points."""
+    return [
+        CheckResult(exercise.id, spec.name, w, status, message, 0.0, 0.0,
+                    spec.points / len(options.world_sizes or spec.world_sizes), spec.visibility)
+        for spec in _selected(exercise.checks, options)
+        for w in (options.world_sizes or spec.world_sizes)
+    ]
 
 
 def _selected(checks: Iterable[CheckSpec], options: GradeOptions) -> list[CheckSpec]:

@@ -1,0 +1,102 @@
+"""The instructor's commands: `grader grade`, `grader release`, `grader notebook build`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from grader.catalog import load_catalog
+from grader.instructor import gradescope, notebooks
+from grader.instructor.batch import ALL_CHECKS, BatchOptions, SubmissionGrade, grade_batch
+from grader.instructor.display import BatchProgress
+from grader.instructor.gradebook import Gradebook
+from grader.instructor.release import ReleaseError, release
+from grader.instructor.submissions import name_of
+from grader.paths import course_root
+
+
+class InstructorError(Exception):
+    """Bad input to an instructor command: reported in one line, exit code 2."""
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    grade = commands.add_parser("grade", help="grade many submissions: results.json each, and a gradebook.csv",
+                                description="Grade submissions (folders, zips or notebooks) with every check, "
+                                            "hidden ones included.")
+    grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
+    grade.add_argument("--out", type=Path, required=True, metavar="DIR",
+                       help="writes DIR/<submission>/results.json and DIR/gradebook.csv")
+    grade.add_argument("-j", "--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
+    grade.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+                       help="seconds one submission may take in all (default 120)")
+    grade.add_argument("--deadline", type=_positive_float, default=10.0, metavar="S",
+                       help="seconds one run of the ranks may take (default 10)")
+    grade.add_argument("--world-size", type=int, metavar="N", help="grade at N ranks only (default: the catalog's)")
+    grade.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
+                       help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
+    grade.set_defaults(func=cmd_grade)
+
+    rel = commands.add_parser("release", help="write the student copy of the course (no solutions, no hidden checks)")
+    rel.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty directory")
+    rel.set_defaults(func=cmd_release)
+
+    notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
+    sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
+    build = sub.add_parser("build", help="one notebook per exercise")
+    build.add_argument("--out", type=Path, required=True, metavar="DIR")
+    build.set_defaults(func=cmd_notebook_build)
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise InstructorError("-j must be at least 1")
+    if args.world_size is not None and args.world_size < 1:
+        raise InstructorError("--world-size must be at least 1")
+    names = [name_of(path) for path in args.submissions]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
+    catalog = load_catalog(course_root())
+    options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
+                           world_sizes=(args.world_size,) if args.world_size else None, visibilities=ALL_CHECKS)
+    started = time.monotonic()
+    progress = BatchProgress(len(args.submissions))
+    with Gradebook(args.out / "gradebook.csv", catalog) as gradebook:
+        def done(grade: SubmissionGrade) -> None:
+            gradescope.write(args.out / grade.name / "results.json", catalog, grade, args.hidden_visibility)
+            gradebook.add(grade)
+            progress.finished(grade)
+
+        grades = grade_batch(catalog, args.submissions, options, on_start=progress.started, on_done=done)
+    seconds = time.monotonic() - started
+    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s ({seconds / len(grades):.2f}s each): "
+          f"{args.out / 'gradebook.csv'}")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    catalog = load_catalog(course_root())
+    try:
+        written = release(catalog, args.out, Path(__file__).resolve().parents[1])
+    except ReleaseError as exc:
+        raise InstructorError(str(exc)) from exc
+    print(f"student copy written to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def cmd_notebook_build(args: argparse.Namespace) -> int:
+    catalog = load_catalog(course_root())
+    written = notebooks.build_all(catalog, args.out)
+    print(f"{len(written)} notebook(s) written to {args.out}")
+    return 0
+
+
+ERRORS = (InstructorError, notebooks.NotebookError)

@@ -1,0 +1,108 @@
+"""`grader release`: the student copy of the course.
+
+Shipped: the exercise stubs, the catalog without hidden checks, the grader package without any
+`hidden.py` (hidden checks' code lives there, beside `checks.py`, precisely so it can stay behind),
+the README, pyproject and docs meant for students, and the quizzes as rendered practice sheets.
+Not shipped: solutions/, tests/, hidden checks, and the question banks themselves: a bank holds the
+correct answers and their explanations, so students get the sheet and never the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tomllib
+from pathlib import Path
+
+from grader.catalog import Catalog
+from grader.checks.api import checks_in
+from grader.paths import CATALOG
+from grader.quiz.bank import BankNotFound, load_banks
+from grader.quiz.render import FORMATS
+from grader.quiz.versions import draw_all, select
+
+TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
+INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md")  # how to grade and how to write banks: not for students
+SHEET_FORMATS = ("md", "html")
+
+
+class ReleaseError(Exception):
+    """The course cannot be released safely; the message says what to fix."""
+
+
+def _blocks(text: str) -> list[str]:
+    """The catalog split at its table headers, each block keeping its own lines and comments."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("["):
+            blocks.append([])
+        blocks[-1].append(line)
+    return ["".join(block) for block in blocks if block]
+
+
+def public_catalog(text: str) -> str:
+    """The catalog's text without its hidden `[[exercise.check]]` entries, comments kept."""
+    kept = []
+    for block in _blocks(text):
+        if block.startswith("[[exercise.check]]"):
+            entry = tomllib.loads(block.replace("[[exercise.check]]", "", 1))
+            if entry.get("visibility", "public") == "hidden":
+                continue
+        kept.append(block)
+    return "".join(kept)
+
+
+def _refuse_leaks(catalog: Catalog) -> None:
+    """A hidden check whose code sits in checks.py would ship with it: refuse, saying where to move it."""
+    for exercise in catalog.exercises:
+        shipped = checks_in(importlib.import_module(f"{exercise.checks_package}.checks").__name__)
+        for spec in exercise.checks:
+            if spec.visibility == "hidden" and spec.name in shipped:
+                raise ReleaseError(
+                    f"hidden check {spec.name!r} of {exercise.id} is defined in {exercise.checks_package}.checks, "
+                    "which students receive: move it to hidden.py in the same package")
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in ("__pycache__", "hidden.py") or n.endswith(".pyc")}
+
+
+def _quiz_sheets(root: Path, out: Path) -> list[Path]:
+    try:
+        bank = load_banks(root / "quizzes")
+    except BankNotFound:
+        return []
+    questions = select(bank.questions, seed=0)
+    if not questions:
+        return []
+    version = draw_all(questions, seed=0, versions=1, title="Practice quiz")[0]
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in SHEET_FORMATS:
+        extension, render = FORMATS[name]
+        path = out / f"practice-quiz.{extension}"
+        path.write_text(render(version), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
+    """Write the student copy into `out` (new or empty); returns the top-level paths written."""
+    if out.exists() and any(out.iterdir()):
+        raise ReleaseError(f"{out} is not empty: release into a new directory")
+    if out.resolve().is_relative_to(catalog.root.resolve()):
+        raise ReleaseError(f"{out} is inside the course itself: release outside it")
+    _refuse_leaks(catalog)
+    root = catalog.root
+    (out / "exercises").mkdir(parents=True)
+    for exercise in catalog.exercises:
+        shutil.copyfile(root / "exercises" / exercise.file, out / "exercises" / exercise.file)
+    (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
+    shutil.copytree(grader_package, out / "grader", ignore=_ignore)
+    for name in TOP_LEVEL_FILES:
+        if (root / name).is_file():
+            shutil.copyfile(root / name, out / name)
+    if (root / "docs").is_dir():
+        shutil.copytree(root / "docs", out / "docs", ignore=lambda _, names: set(INSTRUCTOR_DOCS) & set(names))
+    _quiz_sheets(root, out / "quizzes")
+    return sorted(out.iterdir())

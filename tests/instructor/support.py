@@ -1,0 +1,111 @@
+"""Builders of submissions (as students hand them in) and of a course with a hidden check.
+
+Shared by the instructor tests and benchmarks/bench_grade.py, so the benchmark grades the same
+kinds of submission the tests prove are graded right.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+
+from grader.catalog import Catalog
+from grader.instructor import notebooks
+
+REPO = Path(__file__).resolve().parents[2]
+SOLUTIONS = REPO / "solutions"
+HIDDEN_CHECK = "seed_changes_order"  # defined by fixtures/hidden_ex02.py
+
+
+def solutions(folder: Path) -> Path:
+    shutil.copytree(SOLUTIONS, folder)
+    return folder
+
+
+def stubs(folder: Path) -> Path:
+    shutil.copytree(REPO / "exercises", folder, ignore=shutil.ignore_patterns("*.toml", "__pycache__"))
+    return folder
+
+
+def with_mistake(folder: Path, exercise_file: str, mistake: str) -> Path:
+    """The solutions with one named mistake of tests/mistakes/ patched in."""
+    solutions(folder)
+    spec = tomllib.loads((REPO / "tests" / "mistakes" / f"{Path(exercise_file).stem}.toml").read_text())
+    (entry,) = [m for m in spec["mistake"] if m["name"] == mistake]
+    path = folder / exercise_file
+    source = path.read_text()
+    for old, new in entry["replace"]:
+        assert old in source, f"mistake {mistake!r} no longer applies"
+        source = source.replace(old, new, 1)
+    path.write_text(source)
+    return folder
+
+
+def patched(folder: Path, exercise_file: str, old: str, new: str) -> Path:
+    solutions(folder)
+    path = folder / exercise_file
+    source = path.read_text()
+    assert old in source, f"{old!r} not in {exercise_file}"
+    path.write_text(source.replace(old, new, 1))
+    return folder
+
+
+def hanging(folder: Path) -> Path:
+    """start_epoch never returns: every run of exercise 2 hangs until its deadline."""
+    return patched(folder, "ex02_data_sharding.py", "def start_epoch(loader: DataLoader, epoch: int) -> None:\n",
+                   "def start_epoch(loader: DataLoader, epoch: int) -> None:\n    while True:\n        pass\n")
+
+
+def syntax_error(folder: Path) -> Path:
+    return patched(folder, "ex03_train_ddp.py", "def ", "def def ")
+
+
+def notebook(path: Path, catalog: Catalog, exercise_id: str = "ex02_data_sharding") -> Path:
+    """A notebook built by `grader notebook build`, with the solution typed into its exercise cell."""
+    exercise = catalog.get(exercise_id)
+    book = notebooks.build_notebook(exercise, REPO / "exercises" / exercise.file)
+    (cell,) = [c for c in book.cells if notebooks.TAG in c.metadata.get("tags", [])]
+    cell.source = (SOLUTIONS / exercise.file).read_text() + "\n%time\n"  # a magic line must not break it
+    nbformat.write(book, path)
+    return path
+
+
+HIDDEN_ENTRY = f"""
+[[exercise.check]]
+name = "{HIDDEN_CHECK}"
+description = "make_loader passes its seed on: another seed gives another order"
+points = 1
+visibility = "hidden"
+world_sizes = [2]
+"""
+
+
+def course_with_hidden_check(root: Path) -> Path:
+    """A copy of the course whose exercise 2 has a hidden check, its code in a hidden.py of its own."""
+    for name in ("exercises", "solutions", "quizzes", "docs"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copytree(REPO / "grader", root / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("README.md", "pyproject.toml"):
+        if (REPO / name).is_file():
+            shutil.copyfile(REPO / name, root / name)
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "hidden_ex02.py",
+                    root / "grader" / "checks" / "ex02_data_sharding" / "hidden.py")
+    catalog = root / "exercises" / "catalog.toml"
+    text = catalog.read_text()
+    marker = '[[exercise]]\nid = "ex03_train_ddp"'
+    assert marker in text
+    catalog.write_text(text.replace(marker, HIDDEN_ENTRY.lstrip() + "\n" + marker, 1))
+    return root
+
+
+def run_grader(course: Path, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m grader ARGS` on `course` with that course's own grader package."""
+    env = {**os.environ, "GRADER_COURSE": str(course), "PYTHONPATH": str(course), "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd or course, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,117 @@
+"""`grader grade` on a batch holding every kind of submission, graded with hidden checks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.catalog import load_catalog
+
+from . import support
+
+STATUSES = {"passed", "failed"}
+VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
+
+
+def validate_results(data: dict[str, Any]) -> None:
+    """The fields of Gradescope's results.json that the grader writes, with their types."""
+    for key, kind in (("score", (int, float)), ("max_score", (int, float)), ("execution_time", (int, float)),
+                      ("output", str), ("tests", list)):
+        assert isinstance(data.get(key), kind), f"results.json: {key} missing or not {kind}"
+    assert data["visibility"] in VISIBILITIES
+    for test in data["tests"]:
+        assert isinstance(test["name"], str) and test["name"]
+        assert isinstance(test["output"], str)
+        assert test["status"] in STATUSES
+        assert test["visibility"] in VISIBILITIES
+        assert 0 <= test["score"] <= test["max_score"]
+    assert abs(sum(t["score"] for t in data["tests"]) - data["score"]) < 1e-6
+    assert abs(sum(t["max_score"] for t in data["tests"]) - data["max_score"]) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("submissions")
+    catalog = load_catalog(hidden_course)
+    support.solutions(folder / "correct")
+    support.stubs(folder / "stubs")
+    support.with_mistake(folder / "loss_summed", "ex03_train_ddp.py", "loss_summed")
+    support.with_mistake(folder / "no_set_epoch", "ex02_data_sharding.py", "forgot_set_epoch")
+    support.hanging(folder / "hangs")
+    support.syntax_error(folder / "syntax")
+    support.notebook(folder / "notebook.ipynb", catalog)
+    (folder / "broken.ipynb").write_text("{ not json")
+    partial = folder / "partial"
+    partial.mkdir()
+    shutil.copyfile(support.SOLUTIONS / "ex01_process_group.py", partial / "ex01_process_group.py")
+    zipped = support.solutions(folder / "zipped_src")
+    shutil.make_archive(str(folder / "zipped"), "zip", zipped.parent, zipped.name)  # a zip of a folder
+    shutil.rmtree(zipped)
+    out = folder / "out"
+    done = support.run_grader(hidden_course, "grade", *sorted(str(p) for p in folder.iterdir()), "--out", str(out),
+                              "-j", "2", "--world-size", "2", "--deadline", "10", "--timeout", "120")  # 10 s: the machine is shared with other tests
+    assert done.returncode == 0, done.stderr
+    return out, done.stdout
+
+
+def _results(out: Path, name: str) -> dict[str, Any]:
+    data = json.loads((out / name / "results.json").read_text())
+    validate_results(data)
+    return data
+
+
+def _tests(data: dict[str, Any], failed: bool = False) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in data["tests"] if not failed or t["status"] == "failed"}
+
+
+def test_gradebook_has_a_row_per_submission(batch: tuple[Path, str]) -> None:
+    out, stdout = batch
+    rows = {row["submission"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
+    assert sorted(rows) == ["broken", "correct", "hangs", "loss_summed", "no_set_epoch", "notebook", "partial",
+                            "stubs", "syntax", "zipped"]
+    full = float(rows["correct"]["max_score"])
+    for name in ("correct", "zipped"):
+        assert float(rows[name]["total"]) == full, _tests(_results(out, name), failed=True)
+    assert float(rows["stubs"]["total"]) == 0 == float(rows["broken"]["total"])
+    assert float(rows["syntax"]["ex03_train_ddp"]) == 0 < float(rows["syntax"]["ex02_data_sharding"])
+    assert float(rows["hangs"]["ex02_data_sharding"]) == 0 < float(rows["hangs"]["ex03_train_ddp"])
+    assert float(rows["partial"]["total"]) == float(rows["partial"]["ex01_process_group"]) > 0
+    assert float(rows["notebook"]["total"]) == float(rows["notebook"]["ex02_data_sharding"]) > 0
+    assert "not a notebook" in rows["broken"]["problem"]
+    for name in ("loss_summed", "no_set_epoch"):
+        assert 0 < float(rows[name]["total"]) < full
+    assert "graded 10 submission(s)" in stdout and "[10/10]" in stdout
+
+
+def test_named_mistakes_and_breakage_are_explained(batch: tuple[Path, str]) -> None:
+    out, _ = batch
+    summed = _tests(_results(out, "loss_summed"), failed=True)
+    assert list(summed) == ["ex03_train_ddp: matches_large_batch"]
+    assert "sum" in summed["ex03_train_ddp: matches_large_batch"]["output"].lower()
+    epoch = _tests(_results(out, "no_set_epoch"), failed=True)
+    assert list(epoch) == ["ex02_data_sharding: reshuffles_each_epoch"]
+    assert "set_epoch" in epoch["ex02_data_sharding: reshuffles_each_epoch"]["output"]
+    hangs = _tests(_results(out, "hangs"), failed=True)
+    assert hangs and all(name.startswith("ex02") and "deadline" in t["output"] for name, t in hangs.items()), hangs
+    syntax = _tests(_results(out, "syntax"), failed=True)
+    assert syntax and all(name.startswith("ex03") and "syntax error" in t["output"] for name, t in syntax.items()), syntax
+    partial = _tests(_results(out, "partial"), failed=True)
+    assert partial and all("file missing" in t["output"] for t in partial.values())
+    assert not any(name.startswith("ex01") for name in partial)
+    stubs = _results(out, "stubs")
+    assert all("not implemented yet" in t["output"] for t in stubs["tests"])
+
+
+def test_hidden_checks_are_graded_but_not_shown(batch: tuple[Path, str]) -> None:
+    out, _ = batch
+    correct = _results(out, "correct")
+    hidden = [t for t in correct["tests"] if t["visibility"] == "hidden"]
+    assert [t["name"] for t in hidden] == [f"ex02_data_sharding: {support.HIDDEN_CHECK}"]
+    assert hidden[0]["status"] == "passed" and hidden[0]["score"] == 1
+    assert support.HIDDEN_CHECK not in correct["output"]
+    assert "visible checks passed" in correct["output"]

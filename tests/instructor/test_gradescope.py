@@ -1,0 +1,42 @@
+"""results.json from a grade: points per check, visibility of hidden checks, nothing hidden in `output`."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.catalog import load_catalog
+from grader.checks.runner import CheckResult
+from grader.instructor.batch import SubmissionGrade
+from grader.instructor.gradescope import results_json
+
+from . import support
+from .test_batch import validate_results
+
+CATALOG = load_catalog(support.REPO)
+
+
+def _grade() -> SubmissionGrade:
+    results = [
+        CheckResult("ex02_data_sharding", "shards_are_disjoint", 2, "passed", "", 0.1, 1.0, 1.0, "public"),
+        CheckResult("ex02_data_sharding", "shards_are_disjoint", 4, "failed", "overlap at W=4", 0.1, 0.0, 1.0, "public"),
+        CheckResult("ex02_data_sharding", "reshuffles_each_epoch", 2, "failed", "secret reason", 0.1, 0.0, 1.0,
+                    "hidden"),
+    ]
+    return SubmissionGrade("dana", results, 1.5)
+
+
+@pytest.mark.parametrize("hidden_as", ["hidden", "after_published"])
+def test_checks_become_tests_with_their_world_sizes_summed(hidden_as: str) -> None:
+    data = results_json(CATALOG, _grade(), hidden_as)
+    validate_results(data)
+    disjoint, reshuffle = data["tests"]
+    assert (disjoint["score"], disjoint["max_score"], disjoint["status"]) == (1.0, 2.0, "failed")
+    assert "W=4: failed: overlap at W=4" in disjoint["output"]
+    assert disjoint["visibility"] == "visible" and reshuffle["visibility"] == hidden_as
+    assert "secret" not in data["output"] and "reshuffles" not in data["output"]
+    assert data["output"] == "0/1 visible checks passed"
+
+
+def test_an_unknown_visibility_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be one of"):
+        results_json(CATALOG, _grade(), "sometimes")
