@@ -34,7 +34,8 @@ def grade(engine: Engine, catalog: Catalog) -> Grade:
             deadline: float = 30.0, checks: set[str] | None = None) -> list[CheckResult]:
         exercise = catalog.get(exercise_id)
         only = frozenset(checks) if checks is not None else None
-        options = GradeOptions(world_sizes=world_sizes, deadline=deadline, only=only)
+        options = GradeOptions(world_sizes=world_sizes, deadline=deadline, only=only,
+                               visibilities=frozenset({"public", "hidden"}))
         return grade_exercise(engine, exercise, path, options)
 
     return run

@@ -1,4 +1,4 @@
-"""A course copy with a hidden check, built once per test process (it is only read afterwards)."""
+"""A private copy of the course (exercise 2 has a hidden check), built once per test process."""
 
 from __future__ import annotations
 
@@ -11,4 +11,4 @@ from . import support
 
 @pytest.fixture(scope="session")
 def hidden_course(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return support.course_with_hidden_check(tmp_path_factory.mktemp("course"))
+    return support.course_copy(tmp_path_factory.mktemp("course"))

@@ -20,7 +20,7 @@ from grader.instructor import notebooks
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
-HIDDEN_CHECK = "seed_changes_order"  # defined by fixtures/hidden_ex02.py
+HIDDEN_CHECK = "seed_changes_order"  # exercise 2's hidden check (grader/checks/ex02_data_sharding/hidden.py)
 
 
 def solutions(folder: Path) -> Path:
@@ -76,31 +76,14 @@ def notebook(path: Path, catalog: Catalog, exercise_id: str = "ex02_data_shardin
     return path
 
 
-HIDDEN_ENTRY = f"""
-[[exercise.check]]
-name = "{HIDDEN_CHECK}"
-description = "make_loader passes its seed on: another seed gives another order"
-points = 1
-visibility = "hidden"
-world_sizes = [2]
-"""
-
-
-def course_with_hidden_check(root: Path) -> Path:
-    """A copy of the course whose exercise 2 has a hidden check, its code in a hidden.py of its own."""
+def course_copy(root: Path) -> Path:
+    """A private copy of the course (with its grader package), for commands that write into it."""
     for name in ("exercises", "solutions", "quizzes", "docs"):
         shutil.copytree(REPO / name, root / name)
     shutil.copytree(REPO / "grader", root / "grader", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("README.md", "pyproject.toml"):
         if (REPO / name).is_file():
             shutil.copyfile(REPO / name, root / name)
-    shutil.copyfile(Path(__file__).parent / "fixtures" / "hidden_ex02.py",
-                    root / "grader" / "checks" / "ex02_data_sharding" / "hidden.py")
-    catalog = root / "exercises" / "catalog.toml"
-    text = catalog.read_text()
-    marker = '[[exercise]]\nid = "ex03_train_ddp"'
-    assert marker in text
-    catalog.write_text(text.replace(marker, HIDDEN_ENTRY.lstrip() + "\n" + marker, 1))
     return root
 
 
