@@ -10,7 +10,7 @@ from pathlib import Path
 
 from grader import pristine
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
-from grader.checks.runner import CheckResult, GradeOptions
+from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.instructor import notebooks
 from grader.paths import course_root
@@ -57,7 +57,13 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         world_sizes=(args.world_size,) if args.world_size else None,
         backend=args.backend,
         deadline=args.deadline,
+        visibilities=ALL_CHECKS if _instructor_run(args) else PUBLIC_CHECKS,
     )
+
+
+def _instructor_run(args: argparse.Namespace) -> bool:
+    """The reference solutions are graded with the hidden checks too (a student copy has neither)."""
+    return bool(getattr(args, "solutions", False))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -129,7 +135,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     if folder == catalog.root / "exercises":
         for exercise in exercises:
             progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
-    terminal.summary(results, time.perf_counter() - started, hidden_included=False)
+    terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
     if args.json:
         write_results(Path(args.json), results)
     return 0 if results and all(r.status in ("passed", "skipped") for r in results) else 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog, load_catalog
-from grader.checks.runner import CheckResult, GradeOptions, grade_exercise
+from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 from grader.engine import Engine
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ def grade(engine: Engine, catalog: Catalog) -> Grade:
         exercise = catalog.get(exercise_id)
         only = frozenset(checks) if checks is not None else None
         options = GradeOptions(world_sizes=world_sizes, deadline=deadline, only=only,
-                               visibilities=frozenset({"public", "hidden"}))
+                               visibilities=ALL_CHECKS)
         return grade_exercise(engine, exercise, path, options)
 
     return run

@@ -44,12 +44,16 @@ class CheckResult:
         return asdict(self)
 
 
+PUBLIC_CHECKS = frozenset({"public"})  # what students run
+ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
+
+
 @dataclass(frozen=True)
 class GradeOptions:
     world_sizes: tuple[int, ...] | None = None  # None: each check's own (catalog)
     backend: str = "gloo"
     deadline: float = 30.0
-    visibilities: frozenset[str] = frozenset({"public"})
+    visibilities: frozenset[str] = PUBLIC_CHECKS
     only: frozenset[str] | None = None  # check names to run; None: all
 
 

@@ -21,11 +21,10 @@ from pathlib import Path
 
 from grader.catalog import Catalog
 from grader.checks.api import CheckFailed, Verdict
-from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
+from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, not_run
 from grader.engine import Engine, Job, RunResult
 from grader.instructor import submissions
 
-ALL_CHECKS = frozenset({"public", "hidden"})
 ENGINE_FAILURE = "the grader could not run the ranks"
 
 

@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 from grader.catalog import load_catalog
+from grader.checks.runner import ALL_CHECKS
 from grader.instructor import gradescope, notebooks
-from grader.instructor.batch import ALL_CHECKS, BatchOptions, SubmissionGrade, grade_batch
+from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.display import BatchProgress
 from grader.instructor.gradebook import Gradebook
 from grader.instructor.release import ReleaseError, release

@@ -62,10 +62,17 @@ def test_released_copy_grades_stubs_and_solutions(released: Path, tmp_path: Path
 
 
 def test_public_runs_never_show_hidden_checks(hidden_course: Path, tmp_path: Path) -> None:
-    done = support.run_grader(hidden_course, "check", "ex02", "--solutions", "--json", "-", cwd=tmp_path)
+    done = support.run_grader(hidden_course, "check", "ex02", "--path", str(hidden_course / "solutions"),
+                              "--json", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert support.HIDDEN_CHECK not in done.stdout + done.stderr
-    assert "public checks passed" in done.stdout
+    assert "public checks passed" in done.stdout and "all checks passed" not in done.stdout
+
+
+def test_the_reference_solutions_are_checked_with_the_hidden_checks_too(hidden_course: Path, tmp_path: Path) -> None:
+    done = support.run_grader(hidden_course, "check", "ex02", "--solutions", "--world-size", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"PASS  {support.HIDDEN_CHECK}" in done.stdout and "all checks passed: 4/4" in done.stdout
 
 
 def test_hidden_entries_leave_the_catalog_with_comments_kept() -> None:

@@ -15,8 +15,8 @@ from . import support
 
 
 def test_solution_passes_under_torchrun(tmp_path: Path) -> None:
-    done = support.run_grader(support.REPO, "check", "ex02", "--solutions", "--launcher", "torchrun",
-                              "--world-size", "2", cwd=tmp_path)
+    done = support.run_grader(support.REPO, "check", "ex02", "--path", str(support.REPO / "solutions"),
+                              "--launcher", "torchrun", "--world-size", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "public checks passed: 3/3" in done.stdout
 
