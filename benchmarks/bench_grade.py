@@ -1,6 +1,6 @@
 """Time `grader grade` on a batch of submissions (target: at most 3 s per submission on 2 cores).
 
-Run from the repository root:  PYTHONPATH=. python benchmarks/bench_grade.py [--count 20] [-j 2]
+Run from the repository root:  PYTHONPATH=. python benchmarks/bench_grade.py [--count 20] [-j 2] [--exercises N]
 The batch mixes correct submissions, untouched stubs and named mistakes (the kinds the tests
 grade), graded at the catalog's world sizes with the CLI's own code path, warm-up included.
 """
@@ -8,12 +8,14 @@ grade), graded at the catalog's world sizes with the CLI's own code path, warm-u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
 
 from grader.catalog import load_catalog
-from grader.instructor.batch import ALL_CHECKS, BatchOptions, grade_batch
+from grader.checks.runner import ALL_CHECKS
+from grader.instructor.batch import BatchOptions, grade_batch
 from tests.instructor import support
 
 KINDS = (
@@ -28,8 +30,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20, help="submissions in the batch")
     parser.add_argument("-j", "--jobs", type=int, default=2)
+    parser.add_argument("--exercises", type=int, metavar="N", help="grade exercises 1..N only (default: all)")
     args = parser.parse_args()
     catalog = load_catalog(support.REPO)
+    if args.exercises:
+        catalog = dataclasses.replace(catalog, exercises=catalog.exercises[: args.exercises])
     with tempfile.TemporaryDirectory() as tmp:
         paths = [KINDS[i % len(KINDS)](Path(tmp) / f"student{i:02d}") for i in range(args.count)]
         started = time.monotonic()
