@@ -258,7 +258,7 @@ class Engine:
         return RunResult(job, [live.outcome for live in ranks], time.monotonic() - started, timed_out)
 
     def _spawn(self, run_id: str, job: Job, run_dir: Path) -> tuple[list[_Live], dict[int, tuple[str, int]]]:
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), **job.env}
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **job.env}
         specs, send_fds, child_ends = [], [], []
         pipes: dict[int, tuple[str, int]] = {}
         for rank in range(job.world_size):
@@ -414,7 +414,7 @@ def _close_quietly(fd: int) -> None:
         pass
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A port nobody holds right now, for code that reads MASTER_PORT (never a fixed one)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))

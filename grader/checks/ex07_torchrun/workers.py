@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 import traceback
 from pathlib import Path
@@ -29,16 +28,11 @@ from typing import Any
 
 from grader.checks.ex07_torchrun import shim
 from grader.engine.rank_runtime import RankContext
+from grader.engine.supervisor import free_port
 
 OUTPUT_TAIL = 6000
 POLL_S = 0.02
 FAILED_GRACE_S = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def torchrun_arguments(node_rank: int, nodes: list[int], port: int, script: str, script_args: list[str]) -> list[str]:
@@ -111,7 +105,7 @@ def torchrun(ctx: RankContext, nodes: list[int], script_args: list[str], timeout
         raise ValueError("exercise 7 needs the student's script")
     facts_dir = ctx.run_dir / "torchrun-facts"
     facts_dir.mkdir()
-    port = _free_port()
+    port = free_port()
     commands = [torchrun_arguments(i, nodes, port, str(ctx.student_file.resolve()), script_args)
                 for i in range(len(nodes))]
     ctx.facts["commands"] = [" ".join(["torchrun", *command]) for command in commands]
