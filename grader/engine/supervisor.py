@@ -26,7 +26,7 @@ from typing import Any
 
 from grader.engine import wire
 from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
-from grader.engine.zygote import killpg
+from grader.engine.processes import killpg, send_signal
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
 BASE_PRELOAD = (
@@ -352,11 +352,11 @@ class Engine:
         live = [r for r in ranks if r.outcome.status is None and r.outcome.report is None]
         for rank in live:
             rank.outcome.stopped = reason
-            _signal(rank.outcome.pid, STACK_DUMP_SIGNAL)
+            send_signal(rank.outcome.pid, STACK_DUMP_SIGNAL)
         time.sleep(STACK_DUMP_WAIT_S)
         for rank in ranks:
             if rank.outcome.status is None:
-                _signal(rank.outcome.pid, signal.SIGKILL)
+                send_signal(rank.outcome.pid, signal.SIGKILL)
 
     def _await_exits(self, ranks: list[_Live]) -> None:
         give_up = time.monotonic() + EXIT_WAIT_S
@@ -398,13 +398,6 @@ def _read(fd: int) -> bytes:
         return os.read(fd, 1 << 16)
     except OSError:
         return b""
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _close_quietly(fd: int) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 from grader.engine import wire
+from grader.engine.processes import killpg, send_signal
 from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
 from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult
 
@@ -89,12 +89,9 @@ class TorchrunEngine:
             return False
         except subprocess.TimeoutExpired:
             for pid_file in run_dir.glob("rank*.pid"):
-                _signal(int(pid_file.read_text()), STACK_DUMP_SIGNAL)
+                send_signal(int(pid_file.read_text()), STACK_DUMP_SIGNAL)
             time.sleep(STACK_DUMP_WAIT_S)
-            try:
-                os.killpg(launcher.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            killpg(launcher.pid)
             launcher.wait()
             return True
 
@@ -120,13 +117,6 @@ class TorchrunEngine:
         if stack.is_file():
             outcome.stack_dump = stack.read_text(errors="replace")[-20000:]
         return outcome
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(spec_file: str) -> None:

@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from grader.engine.processes import killpg
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _MAX_FDS = 512
@@ -147,14 +149,6 @@ def _reap(sock: socket.socket, runs: dict[str, _Run]) -> None:
                     killpg(run.pgid)
                     del runs[run_id]
                 break
-
-
-def killpg(pgid: int) -> None:
-    """Kill a process group, which may already be gone."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_all(runs: dict[str, _Run]) -> None:
