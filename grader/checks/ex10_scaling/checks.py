@@ -9,18 +9,20 @@ formula from the numbers it gave.
 from __future__ import annotations
 
 import math
+import secrets
 from typing import Any
 
 from grader.checks.api import CheckContext, check
-from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES
+from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
 
 REL = 1e-6
 
 
-def _values(ctx: CheckContext, *names: str) -> dict[str, dict[tuple, Any]]:
-    """Per function, {arguments: value} on the grader's probes."""
-    [facts] = ctx.facts("evaluate", nprocs=1, names=list(names))
-    values = {name: dict(zip(PROBES[name], facts[name])) for name in names}
+def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str, dict[tuple, Any]]:
+    """Per function, {arguments: value} on the grader's probes (the fixed grid, or seed's random ones)."""
+    [facts] = ctx.facts("evaluate", nprocs=1, names=list(names), seed=seed)
+    probes = PROBES if seed is None else random_probes(seed)
+    values = {name: dict(zip(probes[name], facts[name])) for name in names}
     for name, table in values.items():
         for args, value in table.items():
             if not isinstance(value, float) or not math.isfinite(value):
@@ -155,3 +157,44 @@ def zero_memory(ctx: CheckContext) -> None:
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
             raise ctx.fail(f"zero_memory_per_gpu(1e9, 8, stage={stage}): {shown}; an unknown stage should raise "
                            "ValueError", hint=6)
+
+
+def _warmup_lr(base_lr: float, base_batch: int, batch: int, step: int, warmup: int) -> float:
+    target = base_lr * batch / base_batch
+    return target if step >= warmup else base_lr + (target - base_lr) * step / warmup
+
+
+CLOSED_FORMS = {
+    "scaled_lr": _warmup_lr,
+    "effective_batch": lambda b, w, a: b * w * a,
+    "amdahl_speedup": lambda p, n: 1 / ((1 - p) + p / n),
+    "parallel_efficiency": lambda p, n: 1 / ((1 - p) + p / n) / n,
+    "ring_allreduce_bytes": lambda m, w: 2 * (w - 1) / w * m,
+    "allreduce_seconds": lambda m, w, bandwidth: 2 * (w - 1) / w * m / bandwidth,
+    "zero_memory_per_gpu": _zero_expected,
+}
+
+
+def _non_decreasing(values: list[float]) -> bool:
+    return all(b >= a * (1 - REL) for a, b in zip(values, values[1:]))
+
+
+@check("holds_off_grid")
+def holds_off_grid(ctx: CheckContext) -> None:
+    seed = secrets.randbelow(2**31)
+    values = _values(ctx, *CLOSED_FORMS, seed=seed)
+    again = f" (random inputs, seed {seed})"
+    speedup = values["amdahl_speedup"]
+    if not _non_decreasing(list(speedup.values())):
+        raise ctx.fail(f"amdahl_speedup is not monotone in n: {list(speedup.items())[:4]}{again}", hint=4)
+    for (p, n), got in speedup.items():
+        if got > min(n, 1 / (1 - p)) * (1 + REL):
+            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}", hint=4)
+    if not _non_decreasing(list(values["ring_allreduce_bytes"].values())):
+        raise ctx.fail(f"ring_allreduce_bytes does not grow with W{again}", hint=5)
+    for name, form in CLOSED_FORMS.items():
+        for args, got in values[name].items():
+            want = form(*args)
+            if not _close(got, want):
+                raise ctx.fail(f"{name}{args} = {got:.6g}, expected {want:.6g}{again}: the formula holds on the grid "
+                               "of the other checks but not here")

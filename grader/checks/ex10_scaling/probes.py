@@ -3,6 +3,8 @@ the student's functions on them) and the judge (which reads the values back in t
 
 from __future__ import annotations
 
+import random
+
 # Per function, the argument tuples it is called with.
 PROBES: dict[str, list[tuple]] = {
     "scaled_lr": [(0.1, 256, batch, step, 5) for batch in (256, 512, 1024, 8192) for step in range(8)]
@@ -15,3 +17,27 @@ PROBES: dict[str, list[tuple]] = {
     "zero_memory_per_gpu": [(7.5e9, w, s, k) for w in (1, 8, 64) for s in (0, 1, 2, 3) for k in (12, 16)],
 }
 BAD_ZERO_STAGES = (4, -1)
+
+
+def random_probes(seed: int) -> dict[str, list[tuple]]:
+    """Inputs drawn anew for every grading: a fixed grid could be answered from a table.
+
+    Sorted where a property compares neighbours (n for Amdahl, W for the ring, the step for warmup).
+    """
+    rng = random.Random(seed)
+    fraction = round(rng.uniform(0.05, 0.995), 4)
+    sizes = sorted(rng.sample(range(1, 5000), 6))
+    worlds = sorted(rng.sample(range(2, 2049), 5))
+    base_lr, base_batch = round(rng.uniform(0.01, 1.0), 5), rng.choice((32, 64, 128, 256))
+    batch, warmup = base_batch * rng.choice((2, 4, 8, 16)), rng.randrange(2, 30)
+    message = float(rng.randrange(10**5, 10**10))
+    params = float(rng.randrange(10**6, 10**11))
+    return {
+        "scaled_lr": [(base_lr, base_batch, batch, step, warmup) for step in range(0, warmup + 4)],
+        "effective_batch": [(rng.randrange(1, 512), rng.randrange(1, 1025), rng.randrange(1, 65)) for _ in range(6)],
+        "amdahl_speedup": [(fraction, n) for n in sizes],
+        "parallel_efficiency": [(fraction, n) for n in sizes],
+        "ring_allreduce_bytes": [(message, w) for w in worlds],
+        "allreduce_seconds": [(message, w, float(rng.randrange(10**9, 10**12))) for w in worlds],
+        "zero_memory_per_gpu": [(params, w, stage, rng.choice((12, 16))) for w in worlds[:2] for stage in range(4)],
+    }

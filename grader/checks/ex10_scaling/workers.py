@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES
+from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
 from grader.engine.rank_runtime import RankContext
 
 
@@ -21,12 +21,14 @@ def _call(function: Any, args: tuple) -> Any:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
 
 
-def evaluate(ctx: RankContext, names: list[str]) -> dict[str, Any]:
-    """Each named function's value on its probes, in PROBES order (one check's functions only, so a
-    function not written yet fails only the checks that need it)."""
+def evaluate(ctx: RankContext, names: list[str], seed: int | None = None) -> dict[str, Any]:
+    """Each named function's value on its probes, in order: the fixed grid, or the random probes of
+    `seed` (one check's functions only, so a function not written yet fails only the checks that
+    need it)."""
+    probes = PROBES if seed is None else random_probes(seed)
     for name in names:
         function = ctx.student(name)
-        ctx.facts[name] = [_call(function, args) for args in PROBES[name]]
+        ctx.facts[name] = [_call(function, args) for args in probes[name]]
     if "zero_memory_per_gpu" in names:
         zero = ctx.student("zero_memory_per_gpu")
         ctx.facts["bad_stage"] = [_call(zero, (1e9, 8, stage)) for stage in BAD_ZERO_STAGES]
