@@ -21,6 +21,12 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="show full details of every check")
 
 
+def _add_cluster_options(parser: argparse.ArgumentParser, nodes_help: str) -> None:
+    parser.add_argument("--nnodes", type=int, default=1, metavar="N", help=nodes_help)
+    parser.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="node 0's address for torchrun's rendezvous")
+    parser.add_argument("--shared-dir", metavar="DIR", help="a folder every node sees (runs are announced there)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grader",
@@ -40,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
     check.add_argument("--launcher", choices=("grader", "torchrun"), default="grader",
-                       help="who starts the ranks: the grader's warm launcher (default), or torchrun on this node")
+                       help="who starts the ranks: the grader's warm launcher (default), or torchrun")
+    _add_cluster_options(check, "with --launcher torchrun: this node is node 0 of N (the one that grades)")
     _add_grading_options(check)
     check.set_defaults(func=commands.cmd_check)
 
@@ -57,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     reset = commands_.add_parser("reset", help="restore an exercise's stub (your file is backed up)")
     reset.add_argument("exercise", metavar="EX")
     reset.set_defaults(func=commands.cmd_reset)
+
+    node = commands_.add_parser("node", help="serve as node 1..N-1 of a torchrun cluster graded from node 0")
+    node.add_argument("--node-rank", type=int, required=True, metavar="I", help="this node's number, 1 to N-1")
+    _add_cluster_options(node, "nodes in the cluster, node 0 included")
+    node.set_defaults(func=commands.cmd_node)
 
     from grader.quiz import cli as quiz_cli
 

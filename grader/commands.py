@@ -11,6 +11,8 @@ from pathlib import Path
 from grader import pristine
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
 from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
+from grader.engine import node
+from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.instructor import notebooks
 from grader.paths import course_root
@@ -129,7 +131,9 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
         return 0
-    engine = TorchrunEngine() if args.launcher == "torchrun" else None
+    if args.nnodes != 1 and args.launcher != "torchrun":
+        raise UsageError("--nnodes is for --launcher torchrun")
+    engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine) as session:
         results = _grade(session, terminal, exercises, folder)
     if folder == catalog.root / "exercises":
@@ -139,6 +143,38 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     if args.json:
         write_results(Path(args.json), results)
     return 0 if results and all(r.status in ("passed", "skipped") for r in results) else 1
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    if not (args.rdzv_endpoint and args.shared_dir):
+        raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT and --shared-dir DIR")
+    try:
+        return Cluster(args.nnodes, args.rdzv_endpoint, Path(args.shared_dir).resolve())
+    except ClusterError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _torchrun_engine(args: argparse.Namespace) -> TorchrunEngine:
+    if args.nnodes < 1:
+        raise UsageError("--nnodes must be at least 1")
+    if args.nnodes == 1:
+        return TorchrunEngine()
+    cluster = _cluster(args)
+    if args.world_size is not None:
+        try:
+            cluster.procs_per_node(args.world_size)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from exc
+    return TorchrunEngine(cluster=cluster)
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    try:
+        node.follow(cluster, args.node_rank, lambda line: print(line, flush=True))
+    except ClusterError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
 
 
 def cmd_hint(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -11,35 +12,47 @@ from grader.engine import Engine, Job
 from grader.engine.torchrun_launch import TorchrunEngine
 
 
+class BackendProbe:
+    """Why the requested backend cannot run here (NCCL without enough GPUs), asked of a rank once.
+
+    Shared by `grader check` and `grader grade` (whose threads may ask at the same time).
+    """
+
+    def __init__(self, backend: str, nodes: int = 1) -> None:
+        self.backend = backend
+        self.nodes = nodes  # the ranks are spread over this many nodes alike (torchrun cluster)
+        self._lock = threading.Lock()
+        self._facts: dict | None = None
+
+    def problem(self, engine: Engine | TorchrunEngine, world_sizes: Sequence[int]) -> str | None:
+        if self.backend != "nccl":
+            return None
+        with self._lock:
+            if self._facts is None:
+                self._facts = engine.run(Job("grader.engine.probe:accelerators", 1)).ranks[0].facts
+        if not self._facts.get("nccl"):
+            return "this torch build has no NCCL"
+        gpus, needed = int(self._facts.get("gpus", 0)), -(-max(world_sizes) // self.nodes)
+        if gpus < needed:
+            per_node = " per node" if self.nodes > 1 else ""
+            return f"nccl needs one GPU per rank: {needed} wanted{per_node}, {gpus} visible"
+        return None
+
+
 class GradingSession:
     def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None) -> None:
         self.catalog = catalog
         self.options = options
         self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises])
         self.engine.start()  # warms up while the caller parses and validates
-        self._skip_reason: str | None = None
-        self._probed = False
+        cluster = self.engine.cluster if isinstance(self.engine, TorchrunEngine) else None
+        self._probe = BackendProbe(options.backend, cluster.nnodes if cluster else 1)
 
     def __enter__(self) -> GradingSession:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.engine.close()
-
-    def _backend_problem(self, world_sizes: Sequence[int]) -> str | None:
-        """Why the requested backend cannot run here (NCCL without enough GPUs), or None."""
-        if self.options.backend != "nccl":
-            return None
-        if not self._probed:
-            facts = self.engine.run(Job("grader.engine.probe:accelerators", 1)).ranks[0].facts
-            self._probed = True
-            self._gpus = int(facts.get("gpus", 0))
-            if not facts.get("nccl"):
-                self._skip_reason = "this torch build has no NCCL"
-        needed = max(world_sizes)
-        if self._skip_reason is None and self._gpus < needed:
-            return f"nccl needs one GPU per rank: {needed} wanted, {self._gpus} visible"
-        return self._skip_reason
 
     def grade(
         self,
@@ -48,7 +61,7 @@ class GradingSession:
         on_result: Callable[[CheckResult], None] | None = None,
     ) -> list[CheckResult]:
         sizes = self.options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
-        problem = self._backend_problem(sizes)
+        problem = self._probe.problem(self.engine, sizes)
         if problem is not None:
             results = not_run(exercise, self.options, "skipped", problem)
             for result in results:

@@ -68,7 +68,7 @@ class RunCache:
     def scratch(self) -> Path:
         """A private directory that lives as long as this grading (files ranks leave for checks)."""
         if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="grader-scratch-")
+            self._scratch = tempfile.TemporaryDirectory(prefix="grader-scratch-", dir=self._engine.scratch_root)
         return Path(self._scratch.name)
 
     def close(self) -> None:

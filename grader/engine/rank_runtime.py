@@ -37,9 +37,11 @@ class RankContext:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.rank: int = spec["rank"]
         self.world_size: int = spec["world_size"]
+        self.local_rank: int = spec.get("local_rank", self.rank)  # the GPU index: rank within its node
         self.backend: str = spec["backend"]
         self.run_dir = Path(spec["run_dir"])
         self.collective_timeout = datetime.timedelta(seconds=spec["collective_timeout"])
+        self.init_method: str = spec.get("init_method") or f"file://{self.run_dir / 'rendezvous'}"
         self.student_file = Path(spec["student_file"]) if spec.get("student_file") else None
         self.facts: dict[str, Any] = {}
         self._student_module: ModuleType | None = None
@@ -69,18 +71,21 @@ class RankContext:
     def device(self) -> Any:
         import torch
 
-        return torch.device("cuda", self.rank) if self.backend == "nccl" else torch.device("cpu")
+        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
 
     def init_group(self) -> None:
-        """Form the process group through a file store private to this run (never a port)."""
+        """Form the process group through a file store private to this run (never a port).
+
+        Ranks on several nodes (torchrun) meet at torchrun's MASTER_ADDR/PORT instead (env://).
+        """
         import torch
         import torch.distributed as dist
 
         if self.backend == "nccl":
-            torch.cuda.set_device(self.rank)
+            torch.cuda.set_device(self.local_rank)
         dist.init_process_group(
             self.backend,
-            init_method=f"file://{self.run_dir / 'rendezvous'}",
+            init_method=self.init_method,
             rank=self.rank,
             world_size=self.world_size,
             timeout=self.collective_timeout,

@@ -147,6 +147,7 @@ class Engine:
     """Runs jobs on fresh rank processes forked from one warm zygote."""
 
     _ids = itertools.count()
+    scratch_root: Path | None = None  # where checks' scratch folders go (None: the system's temp folder)
 
     def __init__(self, preload: Iterable[str] = ()) -> None:
         self._preload = list(dict.fromkeys([*BASE_PRELOAD, *preload]))

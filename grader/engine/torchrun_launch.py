@@ -7,38 +7,106 @@ inside each rank this module's `main` reads RANK/WORLD_SIZE from torchrun and ha
 `rank_runtime.run_rank` as a zygote rank, its output and report going to files in the run folder
 (there is no zygote to pass pipes). Each run pays torchrun's start-up (about 3 s), so the deadline
 of a job gets START_ALLOWANCE_S on top.
+
+With a `Cluster` (several nodes, see cluster.py) the run folder is in the shared folder, the
+followers start their agents on the announced spec, and the ranks form their group at torchrun's
+MASTER_ADDR/MASTER_PORT; a run in which ranks never started (a follower missing) fails at the
+deadline with an EngineError naming the ranks and nodes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from grader.engine import wire
+from grader.engine.cluster import Announcer, Cluster, ClusterError
 from grader.engine.processes import killpg, send_signal
 from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
 from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult
 
 START_ALLOWANCE_S = 20.0
 STACK_DUMP_WAIT_S = 0.25
+FOLLOWER_STACK_WAIT_S = 1.0  # followers poll for the request to dump their ranks' stacks
+NODE_RANK_VARIABLE = "GRADER_NODE_RANK"  # tags each rank's pid file with its node
+
+
+def start_agent(torchrun_args: list[str], nproc_per_node: int, spec_file: Path, node_rank: int,
+                log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """One torchrun agent running this module on every rank of this node, in its own process group."""
+    command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args,
+               "--nproc-per-node", str(nproc_per_node), "-m", __name__, str(spec_file)]
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1", NODE_RANK_VARIABLE: str(node_rank)}
+    try:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                cwd=spec_file.parent, start_new_session=True)
+    except OSError as exc:
+        raise EngineError(f"cannot start torchrun: {exc}") from exc
+
+
+def ranks_of_node(run_dir: Path, node_rank: int) -> set[int]:
+    """The pids of a run's ranks on one node (a pid means nothing on another node)."""
+    pids = set()
+    for pid_file in run_dir.glob("rank*.pid"):
+        try:
+            node, _, pid = pid_file.read_text().partition(" ")
+        except FileNotFoundError:  # node 0 has just removed the run folder
+            continue
+        if pid and int(node) == node_rank:
+            pids.add(int(pid))
+    return pids
+
+
+def dump_stacks(run_dir: Path, node_rank: int) -> None:
+    for pid in ranks_of_node(run_dir, node_rank):
+        send_signal(pid, STACK_DUMP_SIGNAL)
+
+
+def end_run(agent: subprocess.Popen[bytes], rank_pids: set[int]) -> None:
+    """Leave nothing of a node's run: torchrun starts each rank in its own session, and an agent
+    that fails (its rendezvous store gone with node 0's agent) may exit without ending them."""
+    for pid in rank_pids:
+        killpg(pid)
+    if agent.poll() is None:
+        killpg(agent.pid)
+        agent.wait()
 
 
 class TorchrunEngine:
-    """Runs each job under torchrun on this node; same `run(job) -> RunResult` as `Engine`."""
+    """Runs each job under torchrun; same `run(job) -> RunResult` as `Engine`.
 
-    def __init__(self, torchrun_args: tuple[str, ...] = ("--standalone",)) -> None:
+    Without a cluster every run is on this node (`torchrun_args`, `--standalone` by default). With
+    one, this is node 0: a run of W ranks is announced to the followers and W/N ranks start per node,
+    except one-rank runs (the grader's trusted references), which stay on this node.
+    """
+
+    def __init__(self, torchrun_args: tuple[str, ...] = ("--standalone",), cluster: Cluster | None = None,
+                 start_allowance: float = START_ALLOWANCE_S) -> None:
         self.torchrun_args = torchrun_args
+        self.cluster = cluster
+        self.start_allowance = start_allowance
+        self.scratch_root = cluster.shared_dir / "scratch" if cluster else None  # ranks of every node write there
+        self._announcer = Announcer(cluster) if cluster else None
 
     def start(self) -> None:
-        """Nothing to warm: every run starts its own ranks."""
+        """Nothing to warm: every run starts its own ranks. A cluster's session is opened."""
+        if self._announcer is not None and self.scratch_root is not None:
+            self._announcer.open()
+            self.scratch_root.mkdir(exist_ok=True)
 
     def close(self) -> None:
-        """Nothing outlives a run."""
+        """Nothing outlives a run; the followers of a cluster are told to stop."""
+        if self._announcer is not None:
+            self._announcer.close()
 
     def __enter__(self) -> TorchrunEngine:
         return self
@@ -46,7 +114,7 @@ class TorchrunEngine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _spec(self, job: Job, run_dir: Path) -> dict:
+    def _spec(self, job: Job, run_dir: Path, multinode: bool) -> dict:
         return {
             "world_size": job.world_size,
             "backend": job.backend,
@@ -55,44 +123,69 @@ class TorchrunEngine:
             "student_file": str(job.student_file.resolve()) if job.student_file else None,
             "run_dir": str(run_dir),
             "env": job.env,  # torchrun's MASTER_ADDR/MASTER_PORT stay as torchrun set them
+            # Several nodes meet at torchrun's MASTER_ADDR/PORT, as any torchrun program does: a file
+            # store would need file locks that work across nodes on the shared filesystem.
+            "init_method": "env://" if multinode else None,
             "collective_timeout": max(2.0, job.deadline - 2.0),
             "debug_collectives": job.debug_collectives,
         }
 
     def run(self, job: Job) -> RunResult:
+        if self._announcer is None or self.cluster is None or job.world_size == 1:
+            with tempfile.TemporaryDirectory(prefix="grader-torchrun-") as folder:
+                return self._run(job, Path(folder), list(self.torchrun_args), job.world_size, None)
+        try:
+            nproc = self.cluster.procs_per_node(job.world_size)
+        except ClusterError as exc:
+            raise EngineError(str(exc)) from exc
+        name, run_dir = self._announcer.new_run()
+        try:
+            return self._run(job, run_dir, self.cluster.rendezvous_args(name, 0), nproc, name)
+        finally:
+            self._announcer.finish(name)
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _run(self, job: Job, run_dir: Path, torchrun_args: list[str], nproc: int, name: str | None) -> RunResult:
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="grader-torchrun-") as folder:
-            run_dir = Path(folder)
-            spec_file = run_dir / "spec.json"
-            spec_file.write_text(json.dumps(self._spec(job, run_dir)))
-            command = [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args,
-                       "--nproc-per-node", str(job.world_size), "-m", __name__, str(spec_file)]
-            package_root = str(Path(__file__).resolve().parents[2])
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-                   "OMP_NUM_THREADS": "1"}
-            with open(run_dir / "torchrun.log", "wb") as log:
-                try:
-                    launcher = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                                cwd=run_dir, start_new_session=True)
-                except OSError as exc:
-                    raise EngineError(f"cannot start torchrun: {exc}") from exc
-                timed_out = self._wait(launcher, job, run_dir)
-            ranks = [self._outcome(rank, run_dir, timed_out) for rank in range(job.world_size)]
-            if not any(r.report for r in ranks) and not timed_out and launcher.returncode != 0:
-                log_text = (run_dir / "torchrun.log").read_text(errors="replace")[-4000:]
-                raise EngineError(f"torchrun failed (exit {launcher.returncode}) before any rank reported:\n{log_text}")
+        spec_file = run_dir / "spec.json"
+        spec_file.write_text(json.dumps(self._spec(job, run_dir, name is not None)))
+        if name is not None and self._announcer is not None:
+            self._announcer.announce(name, spec_file, nproc, job.deadline + self.start_allowance)
+        with open(run_dir / "torchrun.log", "wb") as log:
+            launcher = start_agent(torchrun_args, nproc, spec_file, 0, log)
+            timed_out = self._wait(launcher, job, run_dir, name)
+        ranks = [self._outcome(rank, run_dir, timed_out) for rank in range(job.world_size)]
+        log_text = (run_dir / "torchrun.log").read_text(errors="replace")[-4000:]
+        if not any(r.report for r in ranks) and not timed_out and launcher.returncode != 0:
+            raise EngineError(f"torchrun failed (exit {launcher.returncode}) before any rank reported:\n{log_text}")
+        never = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.pid").exists()]
+        if name is not None and timed_out and never:
+            raise EngineError(self._not_started(name, never, log_text))
         return RunResult(job, ranks, time.monotonic() - started, timed_out)
 
-    def _wait(self, launcher: subprocess.Popen[bytes], job: Job, run_dir: Path) -> bool:
+    def _not_started(self, name: str, never: list[int], log_text: str) -> str:
+        assert self._announcer is not None and self.cluster is not None
+        ranks = ", ".join(map(str, never))
+        absent = self._announcer.absent_nodes(name)
+        if absent:
+            nodes = ", ".join(map(str, absent))
+            return (f"ranks {ranks} never started: node(s) {nodes} of {self.cluster.nnodes} never took up the run "
+                    f"(is `grader node --node-rank N ... --shared-dir {self.cluster.shared_dir}` running there?)")
+        return (f"ranks {ranks} never started: the torchrun agents did not meet at {self.cluster.rdzv_endpoint}; "
+                f"node 0's torchrun said:\n{log_text}")
+
+    def _wait(self, launcher: subprocess.Popen[bytes], job: Job, run_dir: Path, name: str | None) -> bool:
         try:
-            launcher.wait(timeout=job.deadline + START_ALLOWANCE_S)
+            launcher.wait(timeout=job.deadline + self.start_allowance)
+            if name is not None:
+                end_run(launcher, ranks_of_node(run_dir, 0))
             return False
         except subprocess.TimeoutExpired:
-            for pid_file in run_dir.glob("rank*.pid"):
-                send_signal(int(pid_file.read_text()), STACK_DUMP_SIGNAL)
-            time.sleep(STACK_DUMP_WAIT_S)
-            killpg(launcher.pid)
-            launcher.wait()
+            if name is not None and self._announcer is not None:
+                self._announcer.ask_for_stacks(name)
+            dump_stacks(run_dir, 0)
+            time.sleep(STACK_DUMP_WAIT_S if name is None else FOLLOWER_STACK_WAIT_S)
+            end_run(launcher, ranks_of_node(run_dir, 0))
             return True
 
     @staticmethod
@@ -128,10 +221,10 @@ def main(spec_file: str) -> None:
     if int(os.environ["WORLD_SIZE"]) != spec["world_size"]:
         raise SystemExit(f"torchrun started {os.environ['WORLD_SIZE']} ranks, the job wants {spec['world_size']}")
     run_dir = Path(spec["run_dir"])
-    (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+    (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
     out_fd = os.open(run_dir / f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     report_fd = os.open(run_dir / f"rank{rank}.report", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    run_rank({**spec, "rank": rank}, out_fd, report_fd)
+    run_rank({**spec, "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}, out_fd, report_fd)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from grader.checks.api import CheckFailed, Verdict
 from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, not_run
 from grader.engine import Engine, Job, RunResult
 from grader.instructor import submissions
+from grader.session import BackendProbe
 
 ENGINE_FAILURE = "the grader could not run the ranks"
 
@@ -53,6 +54,7 @@ class BatchOptions:
     timeout: float = 120.0  # seconds for a whole submission
     deadline: float = 10.0  # seconds for one run of the ranks
     world_sizes: tuple[int, ...] | None = None  # None: the catalog's
+    backend: str = "gloo"
     visibilities: frozenset[str] = field(default=ALL_CHECKS)
 
 
@@ -63,6 +65,10 @@ class _Budget:
         self._engine = engine
         self._seconds = seconds
         self._ends = time.monotonic() + seconds
+
+    @property
+    def scratch_root(self) -> Path | None:
+        return self._engine.scratch_root
 
     @property
     def left(self) -> float:
@@ -110,18 +116,22 @@ class _EnginePool:
 
 
 def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission,
-                 options: BatchOptions) -> tuple[list[CheckResult], str]:
-    grading = GradeOptions(world_sizes=options.world_sizes, deadline=options.deadline,
+                 options: BatchOptions, probe: BackendProbe) -> tuple[list[CheckResult], str]:
+    grading = GradeOptions(world_sizes=options.world_sizes, backend=options.backend, deadline=options.deadline,
                            visibilities=options.visibilities)
     engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
     results: list[CheckResult] = []
     for exercise in catalog.exercises:
         path = submission.folder / exercise.file
+        sizes = options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
         if exercise.id in submission.problems:
             results += not_run(exercise, grading, "error", submission.problems[exercise.id])
         elif not path.is_file():
             results += not_run(exercise, grading, "error", f"file missing: {exercise.file} is not in the submission")
+        elif (backend_problem := probe.problem(engine, sizes)) is not None:
+            # Gradescope has no "skipped": these become failed tests with 0 points and the reason
+            results += not_run(exercise, grading, "skipped", backend_problem)
         elif budget.left <= 0:
             results += not_run(exercise, grading, "failed", budget.used_up)
         else:
@@ -134,7 +144,8 @@ def _not_graded(catalog: Catalog, options: BatchOptions, message: str) -> list[C
     return [r for exercise in catalog.exercises for r in not_run(exercise, grading, "error", message)]
 
 
-def grade_one(pool: _EnginePool, catalog: Catalog, path: Path, options: BatchOptions) -> SubmissionGrade:
+def grade_one(pool: _EnginePool, catalog: Catalog, path: Path, options: BatchOptions,
+              probe: BackendProbe) -> SubmissionGrade:
     """Grade one submission; whatever goes wrong becomes its grade's message, never an exception."""
     started = time.monotonic()
     name = submissions.name_of(path)
@@ -146,7 +157,7 @@ def grade_one(pool: _EnginePool, catalog: Catalog, path: Path, options: BatchOpt
         engine = pool.borrow()
         results: list[CheckResult] = []
         try:
-            results, problem = _grade_files(engine, catalog, submission, options)
+            results, problem = _grade_files(engine, catalog, submission, options, probe)
         except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
             problem = f"internal grader error: {type(exc).__name__}: {exc}"
             results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc())
@@ -166,11 +177,12 @@ def grade_batch(
     preload = [e.workers_module for e in catalog.exercises]
     workers = max(1, min(options.jobs, len(paths)))
     pool = _EnginePool(workers, preload)
+    probe = BackendProbe(options.backend)
 
     def task(path: Path) -> SubmissionGrade:
         if on_start:
             on_start(submissions.name_of(path))
-        return grade_one(pool, catalog, path, options)
+        return grade_one(pool, catalog, path, options, probe)
 
     grades: dict[Path, SubmissionGrade] = {}
     try:

@@ -41,6 +41,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     grade.add_argument("--deadline", type=_positive_float, default=10.0, metavar="S",
                        help="seconds one run of the ranks may take (default 10)")
     grade.add_argument("--world-size", type=int, metavar="N", help="grade at N ranks only (default: the catalog's)")
+    grade.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                       help="gloo (CPU, default) or nccl (one GPU per rank; checks are skipped, 0 points, "
+                            "where there are too few GPUs)")
     grade.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
                        help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
     grade.set_defaults(func=cmd_grade)
@@ -67,7 +70,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
     catalog = load_catalog(course_root())
     options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
-                           world_sizes=(args.world_size,) if args.world_size else None, visibilities=ALL_CHECKS)
+                           world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
+                           visibilities=ALL_CHECKS)
     started = time.monotonic()
     progress = BatchProgress(len(args.submissions))
     with Gradebook(args.out / "gradebook.csv", catalog) as gradebook:
