@@ -65,6 +65,20 @@ class Job:
     # Off for DDP: in torch 2.13 DDP over the DETAIL wrapper process group segfaults.
     debug_collectives: bool = True
 
+    def rank_spec(self, run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+        """What `rank_runtime.run_rank` needs, less the rank itself (the launcher adds it)."""
+        return {
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "target": self.target,
+            "kwargs": self.kwargs,
+            "student_file": str(self.student_file.resolve()) if self.student_file else None,
+            "run_dir": str(run_dir),
+            "env": env,
+            "collective_timeout": max(2.0, self.deadline - 2.0),
+            "debug_collectives": self.debug_collectives,
+        }
+
 
 class CappedOutput:
     """Keeps the first and last bytes of a stream and counts what it dropped in between."""
@@ -269,18 +283,7 @@ class Engine:
             pipes[rep_r] = ("report", rank)
             send_fds += [out_w, rep_w]
             child_ends += [out_w, rep_w]
-            specs.append({
-                "rank": rank,
-                "world_size": job.world_size,
-                "backend": job.backend,
-                "target": job.target,
-                "kwargs": job.kwargs,
-                "student_file": str(job.student_file.resolve()) if job.student_file else None,
-                "run_dir": str(run_dir),
-                "env": env,
-                "collective_timeout": max(2.0, job.deadline - 2.0),
-                "debug_collectives": job.debug_collectives,
-            })
+            specs.append({**job.rank_spec(run_dir, env), "rank": rank})
         message = json.dumps({"op": "spawn", "run": run_id, "ranks": specs}).encode()
         try:
             socket.send_fds(self._sock, [message], send_fds)

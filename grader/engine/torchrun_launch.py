@@ -115,20 +115,10 @@ class TorchrunEngine:
         self.close()
 
     def _spec(self, job: Job, run_dir: Path, multinode: bool) -> dict:
-        return {
-            "world_size": job.world_size,
-            "backend": job.backend,
-            "target": job.target,
-            "kwargs": job.kwargs,
-            "student_file": str(job.student_file.resolve()) if job.student_file else None,
-            "run_dir": str(run_dir),
-            "env": job.env,  # torchrun's MASTER_ADDR/MASTER_PORT stay as torchrun set them
-            # Several nodes meet at torchrun's MASTER_ADDR/PORT, as any torchrun program does: a file
-            # store would need file locks that work across nodes on the shared filesystem.
-            "init_method": "env://" if multinode else None,
-            "collective_timeout": max(2.0, job.deadline - 2.0),
-            "debug_collectives": job.debug_collectives,
-        }
+        # torchrun's MASTER_ADDR/MASTER_PORT stay as torchrun set them. Several nodes meet there
+        # (env://), as any torchrun program does: a file store would need file locks that work
+        # across nodes on the shared filesystem.
+        return {**job.rank_spec(run_dir, job.env), "init_method": "env://" if multinode else None}
 
     def run(self, job: Job) -> RunResult:
         if self._announcer is None or self.cluster is None or job.world_size == 1:
