@@ -90,6 +90,9 @@ class RankContext:
             world_size=self.world_size,
             timeout=self.collective_timeout,
         )
+        # Nobody goes on (and possibly exits) before every rank has finished connecting: a rank
+        # leaving right after its own init can break a slower peer's gloo connection.
+        dist.barrier()
 
     def spy(
         self,
@@ -169,17 +172,64 @@ def _isolate(spec: dict[str, Any], out_fd: int) -> Any:
     return stack_file
 
 
-def _bound_group_timeout(default: datetime.timedelta, debug_collectives: bool) -> None:
-    """Collectives that never match fail within the check's deadline, not gloo's 30 minutes."""
+def _host_rendezvous(spec: dict[str, Any]) -> Any:
+    """Rank 0 hosts this run's TCPStore on a port the OS assigns, and tells the other ranks.
+
+    Code that forms its group from MASTER_ADDR/MASTER_PORT (env://) then meets there. A port
+    merely found free by the grader could be taken by another grading before rank 0 binds it, and
+    another run's rank could even join this run's store; a port held from the start cannot.
+    Returns the store (rank 0), which must stay referenced for the life of the rank.
+    """
+    from torch.distributed import TCPStore
+
+    port_file = Path(spec["run_dir"]) / "rendezvous.port"
+    timeout = datetime.timedelta(seconds=spec["collective_timeout"])
+    store = None
+    if spec["rank"] == 0:
+        store = TCPStore("127.0.0.1", 0, spec["world_size"], is_master=True, wait_for_workers=False, timeout=timeout)
+        staged = port_file.with_suffix(".staged")
+        staged.write_text(str(store.port))
+        staged.rename(port_file)
+    else:
+        give_up = time.monotonic() + timeout.total_seconds()
+        while not port_file.exists():
+            if time.monotonic() > give_up:
+                raise RuntimeError("rank 0 never published the rendezvous port (did it fail to start?)")
+            time.sleep(0.002)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = port_file.read_text()
+    return store
+
+
+def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, debug_collectives: bool) -> None:
+    """The grader's conditions for every `init_process_group` the code under test makes.
+
+    - A timeout within the check's deadline, not gloo's 30 minutes, unless the code sets one.
+    - env:// on the grader's MASTER_PORT meets at the store rank 0 hosts (all ranks connect as
+      clients, as under torchrun's agent store). Code that picks its own port or init_method gets
+      plain torch behaviour, so that its mistake runs, and is named, as it would anywhere.
+    """
+    import inspect
+
     import torch.distributed as dist
 
     original = dist.init_process_group
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = default
-        return original(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
+        if bound.arguments.get("timeout") is None:
+            bound.arguments["timeout"] = default_timeout
+        hosted = (hosted_port is not None and bound.arguments.get("init_method") in (None, "env://")
+                  and bound.arguments.get("store") is None and os.environ.get("MASTER_PORT") == hosted_port)
+        if not hosted:
+            return original(*bound.args, **bound.kwargs)
+        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        try:
+            return original(*bound.args, **bound.kwargs)
+        finally:
+            os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
 
     dist.init_process_group = init_process_group
     if debug_collectives:
@@ -193,11 +243,15 @@ def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    _bound_group_timeout(datetime.timedelta(seconds=spec["collective_timeout"]), spec["debug_collectives"])
     context = RankContext(spec)
     started = time.perf_counter()
     error = None
+    _store = None  # rank 0's rendezvous store: alive as long as this rank
     try:
+        if spec.get("host_store"):
+            _store = _host_rendezvous(spec)
+        hosted_port = os.environ["MASTER_PORT"] if spec.get("host_store") else None
+        _wrap_init(datetime.timedelta(seconds=spec["collective_timeout"]), hosted_port, spec["debug_collectives"])
         module_name, _, function_name = spec["target"].partition(":")
         worker = getattr(importlib.import_module(module_name), function_name)
         facts = worker(context, **spec["kwargs"])

@@ -86,5 +86,9 @@ def simulated_gpu_node(ctx: RankContext) -> dict[str, Any]:
     dist.init_process_group = init_process_group
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
     setup(ctx.rank, ctx.world_size)
+    if dist.is_initialized():
+        # Every rank must have finished connecting before any leaves: a rank that exits right
+        # after its own init can break a slower peer's gloo connection ("closed by peer").
+        dist.barrier()
     cleanup()
     return {}
