@@ -91,6 +91,7 @@ class CheckContext:
     world_size: int
     backend: str = "gloo"
     deadline: float = 30.0
+    seed: int = 0  # drawn per grading: inputs derived from it cannot be answered from a table
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -129,12 +130,23 @@ class CheckContext:
         return [r.facts for r in result.ranks]
 
     def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]:
-        """Run a trusted worker on one fresh process that never loads the student's code."""
+        """Run a trusted worker on one fresh process that never loads the student's code.
+
+        A reference depends on its arguments alone (never on files the ranks wrote), so its result
+        may be shared by every grading that asks for the same thing."""
+        return self._trusted(worker, kwargs)
+
+    def inspect(self, worker: str, **kwargs: Any) -> dict[str, Any]:
+        """Run a trusted worker that reads what the ranks left behind (a checkpoint file, say),
+        on one fresh process that never loads the student's code."""
+        return self._trusted(worker, kwargs)
+
+    def _trusted(self, worker: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         result = self.runs.run(self.job(worker, nprocs=1, student=False, **kwargs))
         if not result.ok:
             rank = result.ranks[0]
             raise RuntimeError(
-                f"the grader's reference {worker} failed: {rank.error or rank.report_problem}\n{rank.output}"
+                f"the grader's trusted worker {worker} failed: {rank.error or rank.report_problem}\n{rank.output}"
             )
         return result.ranks[0].facts
 

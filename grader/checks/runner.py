@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import secrets
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from grader import student_files
@@ -55,6 +56,7 @@ class GradeOptions:
     deadline: float = 30.0
     visibilities: frozenset[str] = PUBLIC_CHECKS
     only: frozenset[str] | None = None  # check names to run; None: all
+    seed: int | None = None  # the grading's random inputs; None: drawn anew for each exercise graded
 
 
 def _checks_module(exercise: Exercise) -> dict[str, Callable]:
@@ -93,6 +95,8 @@ def grade_exercise(
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
     problem = student_files.problems(student_file, exercise)
+    if options.seed is None:
+        options = replace(options, seed=secrets.randbelow(2**31))
     registry = _checks_module(exercise)
     runs = RunCache(engine)
     try:
@@ -123,7 +127,7 @@ def _grade_checks(
                                   f"{exercise.checks_package}.checks defines no such check")
             else:
                 context = CheckContext(runs, exercise, student_file, world_size,
-                                       options.backend, options.deadline)
+                                       options.backend, options.deadline, options.seed or 0)
                 verdict = _verdict(function, context)
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)

@@ -104,7 +104,7 @@ def checkpoint_rank0_only(ctx: CheckContext) -> None:
 @check("checkpoint_loads_plain")
 def checkpoint_loads_plain(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    saved = ctx.reference("inspect_checkpoint", path=_checkpoint_path(ctx))
+    saved = ctx.inspect("inspect_checkpoint", path=_checkpoint_path(ctx))
     if not saved["exists"]:
         raise ctx.fail("no checkpoint was written at checkpoint_path", hint=4)
     if saved.get("problem"):

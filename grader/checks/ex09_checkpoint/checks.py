@@ -71,7 +71,7 @@ def waits_for_save(ctx: CheckContext) -> None:
 @check("checkpoint_contents")
 def checkpoint_contents(ctx: CheckContext) -> None:
     result = _run(ctx)
-    saved = ctx.reference("inspect_checkpoint", path=_path(ctx))
+    saved = ctx.inspect("inspect_checkpoint", path=_path(ctx))
     if not saved["exists"]:
         ctx.require(result)
         raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint=2)
