@@ -66,9 +66,11 @@ class _Budget:
         self._seconds = seconds
         self._ends = time.monotonic() + seconds
 
-    @property
-    def scratch_root(self) -> Path | None:
-        return self._engine.scratch_root
+    def new_scratch(self) -> str:
+        return self._engine.new_scratch()
+
+    def discard_scratch(self, path: str) -> None:
+        self._engine.discard_scratch(path)
 
     @property
     def left(self) -> float:
