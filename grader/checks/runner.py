@@ -60,7 +60,7 @@ class GradeOptions:
     seed: int | None = None  # the grading's random inputs; None: drawn anew for each exercise graded
 
 
-def _checks_module(exercise: Exercise) -> dict[str, Callable]:
+def load_checks(exercise: Exercise) -> dict[str, Callable]:
     """The exercise's checks: `checks.py`, plus `hidden.py` where the course has one.
 
     Hidden checks live in their own module so that `grader release` can leave their code out.
@@ -101,7 +101,7 @@ def grade_exercise(
     problem = student_files.problems(student_file, exercise)
     if options.seed is None:
         options = replace(options, seed=secrets.randbelow(2**31))
-    registry = _checks_module(exercise)
+    registry = load_checks(exercise)
     runs = RunCache(engine, references)
     try:
         return _grade_checks(runs, registry, problem, exercise, student_file, options, on_result)

@@ -29,6 +29,7 @@ import array
 import importlib
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -41,6 +42,7 @@ from typing import NoReturn
 
 from grader.engine import processes, spawn_log
 
+RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits of every rank
 FDS_PER_RANK = 3
 _MAX_FDS = 3 * 256
 STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
@@ -81,6 +83,7 @@ def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int])
                 os.close(fd)
             processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
             processes.prctl(processes.PR_SET_DUMPABLE, 1)  # only the zygote hides its memory
+            _limit(os.environ.get(RANK_LIMITS_VARIABLE, ""))
             from grader.engine import rank_runtime
 
             rank_runtime.run_rank(spec, *fds)
@@ -91,6 +94,14 @@ def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int])
     except OSError:
         pass  # the child already did it, or has already exited
     return pid
+
+
+def _limit(spec: str) -> None:
+    """Set a rank's rlimits, as the sandbox asked (grader/sandbox/limits.py)."""
+    names = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        resource.setrlimit(names[key], (int(value), int(value)))
 
 
 class Zygote:
