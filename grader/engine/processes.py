@@ -21,6 +21,8 @@ PR_SET_CHILD_SUBREAPER = 36
 COMMAND_CHARS = 200
 SWEEP_ROUNDS = 200
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks (faulthandler) on it
+FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
+RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits the zygote sets on ranks
 
 
 @dataclass(frozen=True)

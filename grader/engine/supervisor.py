@@ -20,6 +20,7 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.engine import wire
-from grader.engine.zygote import FDS_PER_RANK
+from grader.engine.processes import FDS_PER_RANK
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
 BASE_PRELOAD = (
@@ -67,6 +68,10 @@ class Confinement(Protocol):
     def environment(self, base: dict[str, str]) -> dict[str, str]: ...
 
     def close(self) -> None: ...
+
+    def oom_kills(self) -> int:
+        """Processes the kernel has killed so far for exceeding the sandbox's memory limit."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class RunResult:
     timed_out: bool
     strays: list[StrayProcess] = field(default_factory=list)
     stray_count: int = 0  # all of them, where `strays` lists at most the first fifty
+    memory_exceeded: bool = False  # the sandbox's memory limit killed a process during the run
 
     @property
     def ok(self) -> bool:
@@ -320,6 +326,17 @@ class Engine:
         self._log.seek(0)
         return self._log.read()[-4000:].decode(errors="replace")
 
+    def _how_it_ended(self) -> str:
+        try:
+            code = self._process.wait(timeout=1.0) if self._process is not None else None
+        except subprocess.TimeoutExpired:
+            return ""
+        if self._oom_kills():
+            return " (killed: the submission's processes went over the sandbox's memory limit)"
+        if code is not None and code < 0:
+            return f" (killed by {signal.Signals(-code).name}: code under test may kill its parent)"
+        return f" (exit code {code})" if code else ""
+
     def _request(self, message: dict[str, Any], fds: list[int] = ()) -> None:
         assert self._sock is not None
         try:
@@ -344,7 +361,7 @@ class Engine:
                 self._sock.settimeout(None)
         if not data:
             self._lost = True
-            raise EngineError(f"the rank launcher stopped unexpectedly:\n{self._zygote_log()}")
+            raise EngineError(f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n{self._zygote_log()}")
         try:
             message = json.loads(data)
         except ValueError as exc:
@@ -362,10 +379,14 @@ class Engine:
             result = self._run_once(job)  # a port picked free up front was taken in between: retry once
         return result
 
+    def _oom_kills(self) -> int:
+        return self._confinement.oom_kills() if self._confinement is not None else 0
+
     def _run_once(self, job: Job) -> RunResult:
         self.wait_ready()
         run_id = f"run{next(self._ids)}"
         started = time.monotonic()
+        oom_before = self._oom_kills()
         state, pipes = self._spawn(run_id, job)
         try:
             self._await_start(state)
@@ -377,7 +398,7 @@ class Engine:
             self._finish(live)
         strays, count = _strays(state.ended)
         return RunResult(job, [live.outcome for live in state.ranks], time.monotonic() - started,
-                         state.timed_out, strays, count)
+                         state.timed_out, strays, count, self._oom_kills() > oom_before)
 
     def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, dict[int, tuple[str, int]]]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}

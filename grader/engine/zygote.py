@@ -42,8 +42,6 @@ from typing import NoReturn
 
 from grader.engine import processes, spawn_log
 
-RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits of every rank
-FDS_PER_RANK = 3
 _MAX_FDS = 3 * 256
 STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
 MAX_STRAYS_REPORTED = 50
@@ -83,7 +81,7 @@ def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int])
                 os.close(fd)
             processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
             processes.prctl(processes.PR_SET_DUMPABLE, 1)  # only the zygote hides its memory
-            _limit(os.environ.get(RANK_LIMITS_VARIABLE, ""))
+            _limit(os.environ.get(processes.RANK_LIMITS_VARIABLE, ""))
             from grader.engine import rank_runtime
 
             rank_runtime.run_rank(spec, *fds)
@@ -94,6 +92,9 @@ def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int])
     except OSError:
         pass  # the child already did it, or has already exited
     return pid
+
+
+FDS_PER_RANK = processes.FDS_PER_RANK
 
 
 def _limit(spec: str) -> None:

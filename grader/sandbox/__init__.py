@@ -81,9 +81,7 @@ def open_sandbox(mode: str, course_root: Path, out: Path, limits: Limits = Limit
                            "Fix one of these, or grade with --no-sandbox if you trust every submission")
     package = Path(__file__).resolve().parents[1]
     view = rank_view.materialize(package, Path(tempfile.mkdtemp(prefix="grader-view-")))
-    kind: Sandbox
-    if bwrap_problem is None:
-        kind = bubblewrap.BubblewrapSandbox(view, limits, gpu)
-    else:
-        kind = unprivileged.UserSandbox(view, limits, gpu)
+    use_bwrap = mode == "bubblewrap" or (mode == "auto" and bwrap_problem is None)
+    kind: Sandbox = (bubblewrap.BubblewrapSandbox(view, limits, gpu) if use_bwrap
+                     else unprivileged.UserSandbox(view, limits, gpu))
     return SandboxSet(kind, view)

@@ -17,12 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.engine.zygote import RANK_LIMITS_VARIABLE
+from grader.engine.processes import RANK_LIMITS_VARIABLE
 from grader.sandbox.limits import Cgroup, Limits, rank_limits
 
 SCRATCH = "/tmp/grader"
 SYSTEM_LINKS_OR_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/hosts",
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
                 "/etc/nsswitch.conf", "/etc/alternatives")
 PASSED_VARIABLES = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LANG", "LC_ALL")
 PASSED_PREFIXES = ("NCCL_",)
@@ -98,7 +98,8 @@ class BubblewrapConfinement:
             args += ["--ro-bind", str(folder), str(folder)]
             if (folder / "grader").is_dir():  # a course installed into site-packages: hide all of it
                 args += ["--tmpfs", str(folder / "grader")]
-        args += ["--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
+        args += ["--ro-bind", str(self.sandbox.view / "hosts"), "/etc/hosts",
+                 "--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
                  "--ro-bind", str(self.workspace), str(self.workspace),
                  "--dev", "/dev", "--proc", "/proc"]
         if self.sandbox.gpu:
@@ -110,7 +111,7 @@ class BubblewrapConfinement:
         python, *rest = argv
         inner = [python, "-s", *rest]
         bwrap = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                 "--cap-drop", "ALL", "--hostname", "sandbox", *self._mounts(), "--chdir", "/tmp", "--", *inner]
+                 "--cap-drop", "ALL", "--hostname", "localhost", *self._mounts(), "--chdir", "/tmp", "--", *inner]
         if self.cgroup is None:
             return bwrap
         joins = "; ".join(f'echo $$ > "${i + 1}" || exit 97' for i in range(len(self.cgroup.procs_files)))

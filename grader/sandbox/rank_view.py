@@ -35,9 +35,16 @@ def rank_side_files(package: Path) -> list[Path]:
     return sorted(files)
 
 
+# The sandbox's /etc/hosts: every form of the loopback address has a name, so that looking one up
+# never asks a DNS server the sandbox cannot reach (c10d warns about it on every connection).
+HOSTS = "127.0.0.1 localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
+
+
 def materialize(package: Path, into: Path) -> Path:
-    """Copy the rank side into `into`/grader, read-only and readable by every user; returns `into`,
-    the folder to put on the sandbox's PYTHONPATH."""
+    """Copy the rank side into `into`/grader, read-only and readable by every user, beside a `hosts`
+    file for the sandbox; returns `into`, the folder to put on the sandbox's PYTHONPATH."""
+    (into / "hosts").write_text(HOSTS)
+    (into / "hosts").chmod(0o444)
     for relative in rank_side_files(package):
         target = into / "grader" / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from grader.engine.zygote import RANK_LIMITS_VARIABLE
+from grader.engine.processes import RANK_LIMITS_VARIABLE
 from grader.sandbox.bubblewrap import PASSED_PREFIXES, PASSED_VARIABLES, python_binds
 from grader.sandbox.limits import Cgroup, Limits, rank_limits
 
