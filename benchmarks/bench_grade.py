@@ -1,21 +1,25 @@
-"""Time `grader grade` on a batch of submissions (target: at most 3 s per submission on 2 cores).
+"""Time `grader grade` on a batch of submissions, with a sandbox per submission and without one,
+side by side (targets: at most 3 s per submission on 2 cores; the sandbox at most 1.5x).
 
 Run from the repository root:  PYTHONPATH=. python benchmarks/bench_grade.py [--count 20] [-j 2] [--exercises N]
 The batch mixes correct submissions, untouched stubs and named mistakes (the kinds the tests
-grade), graded at the catalog's world sizes with the CLI's own code path, warm-up included.
+grade), graded at the catalog's world sizes with the CLI's own code path, warm-up included. The
+two batches alternate (--rounds), so that a change of load on the machine hits both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from grader.catalog import load_catalog
+from grader.catalog import Catalog, load_catalog
 from grader.checks.runner import ALL_CHECKS
 from grader.instructor.batch import BatchOptions, grade_batch
+from grader.sandbox import open_sandbox
 from tests.instructor import support
 
 KINDS = (
@@ -26,23 +30,41 @@ KINDS = (
 )
 
 
+def _batch(catalog: Catalog, paths: list[Path], jobs: int, mode: str, out: Path) -> tuple[float, list[str]]:
+    sandbox = open_sandbox(mode, catalog.root, out)
+    started = time.monotonic()
+    try:
+        grades = grade_batch(catalog, paths, BatchOptions(jobs=jobs, visibilities=ALL_CHECKS), sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    return time.monotonic() - started, [g.name for g in grades if g.problem]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20, help="submissions in the batch")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--exercises", type=int, metavar="N", help="grade exercises 1..N only (default: all)")
+    parser.add_argument("--rounds", type=int, default=1, help="batches of each kind, alternating")
     args = parser.parse_args()
     catalog = load_catalog(support.REPO)
     if args.exercises:
         catalog = dataclasses.replace(catalog, exercises=catalog.exercises[: args.exercises])
     with tempfile.TemporaryDirectory() as tmp:
         paths = [KINDS[i % len(KINDS)](Path(tmp) / f"student{i:02d}") for i in range(args.count)]
-        started = time.monotonic()
-        grades = grade_batch(catalog, paths, BatchOptions(jobs=args.jobs, visibilities=ALL_CHECKS))
-        seconds = time.monotonic() - started
-    problems = [g.name for g in grades if g.problem]
-    print(f"{len(grades)} submissions, {len(catalog.exercises)} exercises, -j {args.jobs}: {seconds:.1f}s in all, "
-          f"{seconds / len(grades):.2f}s per submission" + (f" (problems: {problems})" if problems else ""))
+        seconds: dict[str, list[float]] = {"none": [], "auto": []}
+        for _ in range(args.rounds):
+            for mode in seconds:
+                elapsed, problems = _batch(catalog, paths, args.jobs, mode, Path(tmp))
+                seconds[mode].append(elapsed)
+                if problems:
+                    print(f"  ({mode}: problems with {problems})")
+    plain, boxed = statistics.median(seconds["none"]), statistics.median(seconds["auto"])
+    print(f"{args.count} submissions, {len(catalog.exercises)} exercises, -j {args.jobs}, median of {args.rounds}:")
+    print(f"  without sandbox: {plain:6.1f}s in all, {plain / args.count:.2f}s per submission")
+    print(f"  sandboxed:       {boxed:6.1f}s in all, {boxed / args.count:.2f}s per submission "
+          f"({boxed / plain:.2f}x)")
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from grader.paths import CATALOG
 
 VISIBILITIES = ("public", "hidden")
+STRAY_POLICIES = ("warn", "fail")  # what a process the code left running costs a check
 
 
 class CatalogError(Exception):
@@ -26,6 +27,7 @@ class CheckSpec:
     points: float
     visibility: str
     world_sizes: tuple[int, ...]
+    strays: str = "warn"  # "fail" where the exercise is about leaving no process behind
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def _require(table: dict, key: str, kind: type, where: str):
 
 _EXERCISE_KEYS = {"id", "number", "title", "file", "functions", "checks", "objectives", "hints", "check",
                   "debug_collectives"}
-_CHECK_KEYS = {"name", "description", "points", "visibility", "world_sizes"}
+_CHECK_KEYS = {"name", "description", "points", "visibility", "world_sizes", "strays"}
 
 
 def _no_unknown_keys(table: dict, allowed: set[str], where: str) -> None:
@@ -101,7 +103,10 @@ def _check(table: dict, where: str) -> CheckSpec:
     points = table.get("points", 1)
     if not isinstance(points, (int, float)) or points < 0:
         raise CatalogError(f"{where}: points must be a non-negative number")
-    return CheckSpec(name, _require(table, "description", str, where), float(points), visibility, sizes)
+    strays = table.get("strays", "warn")
+    if strays not in STRAY_POLICIES:
+        raise CatalogError(f"{where}: strays must be one of {STRAY_POLICIES}, not {strays!r}")
+    return CheckSpec(name, _require(table, "description", str, where), float(points), visibility, sizes, strays)
 
 
 def load_catalog(root: Path) -> Catalog:

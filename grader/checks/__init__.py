@@ -1,2 +1,12 @@
-"""Checks: one package per exercise, with `workers.py` (runs on the ranks, touches student code)
-and `checks.py` (runs in the grader, judges the facts the workers report)."""
+"""Checks: one package per exercise, split along the trust boundary.
+
+- `workers.py` (and helpers beside it) runs on the ranks, beside student code: it reports raw facts.
+  It is the only part of an exercise that enters a sandbox (see grader/sandbox/rank_view.py).
+- `checks.py` judges those facts in the grader's own process. Students may read it (a release
+  ships it for the public checks); it never enters a sandbox.
+- `hidden.py` (hidden checks) and `answers.py` (closed forms and reference values) are the
+  secrets: never in a sandbox, never in a release.
+"""
+
+JUDGE_MODULES = ("checks.py",)
+SECRET_MODULES = ("hidden.py", "answers.py")

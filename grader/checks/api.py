@@ -7,7 +7,7 @@ back raw facts, and decides. Ranks never decide anything. Failing is done by rai
 
 from __future__ import annotations
 
-import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,27 @@ def checks_in(module_name: str) -> dict[str, CheckFunction]:
     return dict(_REGISTRY.get(module_name, {}))
 
 
+class References:
+    """Runs trusted references, each once for as long as this object lives.
+
+    A reference depends on its job alone (never on anything a student's rank wrote), so one
+    result serves every grading that asks for it; the lock lets the threads of a batch share it.
+    In a sandboxed batch the engine here is a separate one that never loads student code.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._results: dict[str, RunResult] = {}
+        self._lock = threading.Lock()
+
+    def run(self, job: Job) -> RunResult:
+        key = repr(job)
+        with self._lock:
+            if key not in self._results:
+                self._results[key] = self._engine.run(job)
+            return self._results[key]
+
+
 class RunCache:
     """Runs each identical job once per grading of an exercise.
 
@@ -59,28 +80,33 @@ class RunCache:
     reference, checkpoint written once); running it once keeps `grader check` fast.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, references: References | None = None) -> None:
         self._engine = engine
+        self._references = references or References(engine)
         self._results: dict[str, RunResult] = {}
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._scratch = ""
 
     @property
-    def scratch(self) -> Path:
-        """A private directory that lives as long as this grading (files ranks leave for checks)."""
-        if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="grader-scratch-", dir=self._engine.scratch_root)
-        return Path(self._scratch.name)
+    def scratch(self) -> str:
+        """A folder the ranks of this grading share (files one run leaves for another), as the
+        ranks see it: it may be inside a sandbox, so the grader itself never opens it."""
+        if not self._scratch:
+            self._scratch = self._engine.new_scratch()
+        return self._scratch
 
     def close(self) -> None:
-        if self._scratch is not None:
-            self._scratch.cleanup()
-            self._scratch = None
+        if self._scratch:
+            self._engine.discard_scratch(self._scratch)
+            self._scratch = ""
 
     def run(self, job: Job) -> RunResult:
         key = repr(job)
         if key not in self._results:
             self._results[key] = self._engine.run(job)
         return self._results[key]
+
+    def reference(self, job: Job) -> RunResult:
+        return self._references.run(job)
 
 
 @dataclass
@@ -93,12 +119,15 @@ class CheckContext:
     deadline: float = 30.0
     seed: int = 0  # drawn per grading: inputs derived from it cannot be answered from a table
     notes: list[str] = field(default_factory=list)
+    used: list[RunResult] = field(default_factory=list)  # the runs this check looked at
 
     @property
     def scratch(self) -> Path:
-        return self.runs.scratch
+        """Where ranks may leave files for later runs of this grading (a path as the ranks see it)."""
+        return Path(self.runs.scratch)
 
-    def job(self, worker: str, nprocs: int | None = None, student: bool = True, **kwargs: Any) -> Job:
+    def job(self, worker: str, nprocs: int | None = None, student: bool = True, scratch: bool = True,
+            **kwargs: Any) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
@@ -108,11 +137,14 @@ class CheckContext:
             backend=self.backend,
             deadline=self.deadline,
             debug_collectives=self.exercise.debug_collectives,
+            scratch=self.runs.scratch if scratch else "",
         )
 
     def run(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> RunResult:
         """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
-        return self.runs.run(self.job(worker, nprocs, **kwargs))
+        result = self.runs.run(self.job(worker, nprocs, **kwargs))
+        self.used.append(result)
+        return result
 
     def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         """Each rank's facts; fails the check (naming rank and stage) unless every rank reported."""
@@ -134,15 +166,16 @@ class CheckContext:
 
         A reference depends on its arguments alone (never on files the ranks wrote), so its result
         may be shared by every grading that asks for the same thing."""
-        return self._trusted(worker, kwargs)
+        return self._trusted(worker, self.runs.reference(self.job(worker, 1, student=False, scratch=False, **kwargs)))
 
     def inspect(self, worker: str, **kwargs: Any) -> dict[str, Any]:
-        """Run a trusted worker that reads what the ranks left behind (a checkpoint file, say),
-        on one fresh process that never loads the student's code."""
-        return self._trusted(worker, kwargs)
+        """Run a trusted worker that reads what the ranks left behind (a checkpoint file, say), on
+        one fresh process that never loads the student's code, where the ranks ran (in a sandbox,
+        that is inside it: their files never leave it, and no student process is left by then)."""
+        return self._trusted(worker, self.runs.run(self.job(worker, 1, student=False, **kwargs)))
 
-    def _trusted(self, worker: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        result = self.runs.run(self.job(worker, nprocs=1, student=False, **kwargs))
+    @staticmethod
+    def _trusted(worker: str, result: RunResult) -> dict[str, Any]:
         if not result.ok:
             rank = result.ranks[0]
             raise RuntimeError(

@@ -75,7 +75,11 @@ def _traceback(error: dict[str, Any]) -> str:
     return "\n".join([*lines, error.get("traceback", "").rstrip()])
 
 
-def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float) -> tuple[str, str]:
+MEMORY_LIMIT = "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
+
+
+def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float,
+              memory_exceeded: bool = False) -> tuple[str, str]:
     """(one-line summary, details) for a rank that did not report cleanly."""
     rank = f"rank {outcome.rank}"
     error = outcome.error
@@ -89,6 +93,8 @@ def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float) 
         return f"{rank} did not finish within the {deadline:g} s deadline (a hang?){at}", outcome.stack_dump
     if outcome.stopped == "peer failure":
         return f"{rank} was stopped because another rank had failed{at}", outcome.stack_dump
+    if outcome.status == -signal.SIGKILL and memory_exceeded:
+        return f"{rank} {MEMORY_LIMIT}{at}", outcome.stack_dump
     if outcome.status is not None and outcome.status < 0:
         signum = -outcome.status
         try:
@@ -121,7 +127,7 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
     # The root cause is a rank that failed by itself, not one stopped because of another.
     causes = [r for r in failing if r.stopped != "peer failure"] or failing
     first = causes[0]
-    summary, details = _describe(first, student_file, result.job.deadline)
+    summary, details = _describe(first, student_file, result.job.deadline, result.memory_exceeded)
     sections = []
     for outcome in result.ranks:
         if outcome is not first and not outcome.ok:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
-from grader.checks.api import CheckContext, CheckFailed, RunCache, Status, Verdict, checks_in
+from grader.checks.api import CheckContext, CheckFailed, References, RunCache, Status, Verdict, checks_in
+from grader.checks.leftovers import stray_message
 from grader.engine import Engine, EngineError
 
 
@@ -59,7 +60,7 @@ class GradeOptions:
     seed: int | None = None  # the grading's random inputs; None: drawn anew for each exercise graded
 
 
-def _checks_module(exercise: Exercise) -> dict[str, Callable]:
+def load_checks(exercise: Exercise) -> dict[str, Callable]:
     """The exercise's checks: `checks.py`, plus `hidden.py` where the course has one.
 
     Hidden checks live in their own module so that `grader release` can leave their code out.
@@ -93,12 +94,15 @@ def grade_exercise(
     student_file: Path,
     options: GradeOptions = GradeOptions(),
     on_result: Callable[[CheckResult], None] | None = None,
+    references: References | None = None,
 ) -> list[CheckResult]:
+    """Every selected check at every world size; `references` runs the trusted references
+    (default: on `engine` itself, which is fine where no sandbox separates the two)."""
     problem = student_files.problems(student_file, exercise)
     if options.seed is None:
         options = replace(options, seed=secrets.randbelow(2**31))
-    registry = _checks_module(exercise)
-    runs = RunCache(engine)
+    registry = load_checks(exercise)
+    runs = RunCache(engine, references)
     try:
         return _grade_checks(runs, registry, problem, exercise, student_file, options, on_result)
     finally:
@@ -119,6 +123,7 @@ def _grade_checks(
         sizes = options.world_sizes or spec.world_sizes
         for world_size in sizes:
             started = time.perf_counter()
+            warnings: list[str] = []
             function = registry.get(spec.name)
             if problem is not None:
                 verdict = Verdict("error", problem)
@@ -129,6 +134,11 @@ def _grade_checks(
                 context = CheckContext(runs, exercise, student_file, world_size,
                                        options.backend, options.deadline, options.seed or 0)
                 verdict = _verdict(function, context)
+                left = stray_message(context.used)
+                if left and spec.strays == "fail" and verdict.status == "passed":
+                    verdict = Verdict("failed", f"process left behind: {left}")
+                elif left:
+                    warnings.append(left)
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
             result = CheckResult(
@@ -143,6 +153,7 @@ def _grade_checks(
                 visibility=spec.visibility,
                 details=verdict.details,
                 hint=verdict.hint,
+                notes=warnings,
             )
             results.append(result)
             if on_result:

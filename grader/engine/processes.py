@@ -1,9 +1,47 @@
-"""Signalling processes that may already be gone: the engine's only way to stop anything."""
+"""Finding and stopping processes: the engine's only way to end anything.
+
+A rank may start processes that leave its process group (`start_new_session=True`, `setsid`, a
+double fork). Whoever starts ranks is a child subreaper, so such processes are re-parented to it
+when their parent dies; `sweep` then finds them among its own children, names them, and kills
+them, over and over until none is left (killing a stray re-parents its own children).
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+COMMAND_CHARS = 200
+SWEEP_ROUNDS = 200
+STACK_DUMP_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks (faulthandler) on it
+FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
+RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits the zygote sets on ranks
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A process the code under test left running; it was killed."""
+
+    pid: int
+    command: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "command": self.command}
+
+
+def prctl(option: int, value: int) -> None:
+    """Linux prctl; a no-op where it is unavailable."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def send_signal(pid: int, signum: int) -> None:
@@ -19,3 +57,109 @@ def killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def children(pid: int | None = None) -> list[int]:
+    """The processes whose parent is `pid` (default: this one), zombies included."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []  # gone
+    found: list[int] = []
+    for task in tasks:
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            if task.exists():  # the thread is there but the file is not: no CONFIG_PROC_CHILDREN
+                return _children_by_scan(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    """Fallback where /proc/PID/task/TID/children is missing (a kernel without CONFIG_PROC_CHILDREN)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if len(fields) > 1 and int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def command_line(pid: int) -> str:
+    """What a process is running, as `ps` would show it (empty if it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    if not text:  # a kernel thread or a process between fork and exec: use its name
+        try:
+            text = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+    return text[:COMMAND_CHARS]
+
+
+def reap_all() -> list[tuple[int, int]]:
+    """Collect every child that has exited: [(pid, status as exit code or -signal)]."""
+    reaped = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    found, queue = [], list(roots)
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue += children(pid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+def sweep(grace: float, poll: float = 0.01) -> list[Stray]:
+    """Kill every process this (subreaper) process still has below it; return what was running.
+
+    Processes that end by themselves within `grace` seconds are not strays: multiprocessing's
+    resource tracker, for example, exits as soon as its parent has. Every child that exits is
+    reaped here, so call this only when no child of interest is still expected to report.
+    """
+    give_up = time.monotonic() + grace
+    while any(_alive(pid) for pid in children()) and time.monotonic() < give_up:
+        reap_all()
+        time.sleep(poll)
+    reap_all()
+    strays: dict[int, Stray] = {}
+    for _ in range(SWEEP_ROUNDS):
+        living = [pid for pid in _descendants(children()) if _alive(pid)]
+        if not living:
+            break
+        for pid in living:
+            strays.setdefault(pid, Stray(pid, command_line(pid)))
+            send_signal(pid, signal.SIGKILL)
+        time.sleep(poll)  # their children are re-parented to us: the next round finds them
+        reap_all()
+    reap_all()
+    return list(strays.values())

@@ -13,7 +13,6 @@ import functools
 import importlib
 import importlib.util
 import os
-import signal
 import sys
 import time
 import traceback
@@ -22,9 +21,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from grader.engine import wire
+from grader.engine import spawn_log, wire
+from grader.engine.processes import STACK_DUMP_SIGNAL
 
-STACK_DUMP_SIGNAL = signal.SIGUSR1
+# Bound before any student code is imported: patching `grader.engine.wire.encode` from a student
+# module does not change what this rank sends.
+_encode = wire.encode
 
 
 class StudentCodeError(Exception):
@@ -158,7 +160,8 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
     }
 
 
-def _isolate(spec: dict[str, Any], out_fd: int) -> Any:
+def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
+    """Own output, own folder, the grader's environment; stacks dumped on a crash or on request."""
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
@@ -166,10 +169,8 @@ def _isolate(spec: dict[str, Any], out_fd: int) -> Any:
     sys.stderr.reconfigure(line_buffering=True)
     os.chdir(spec["run_dir"])
     os.environ.update(spec["env"])
-    stack_file = open(Path(spec["run_dir"]) / f"rank{spec['rank']}.stack", "w")
-    faulthandler.enable(file=stack_file, all_threads=True)
-    faulthandler.register(STACK_DUMP_SIGNAL, file=stack_file, all_threads=True)
-    return stack_file
+    faulthandler.enable(file=stack_fd, all_threads=True)
+    faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
 
 
 def _host_rendezvous(spec: dict[str, Any]) -> Any:
@@ -236,10 +237,11 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
         dist.set_debug_level(dist.DebugLevel.DETAIL)
 
 
-def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
+def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int) -> None:
     """Run the spec's worker on this rank and send back its report. Never returns."""
     os.set_inheritable(report_fd, False)
-    _stack_file = _isolate(spec, out_fd)  # kept open: faulthandler writes to it on a signal
+    _isolate(spec, out_fd, stack_fd)  # stack_fd stays open: faulthandler writes to it on a signal
+    spawn_log.install(Path(spec["run_dir"]), spec.get("student_file"))
     import torch
 
     torch.set_num_threads(1)
@@ -263,10 +265,10 @@ def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int) -> None:
             error["message"] = f"the code called sys.exit({exc.code!r})"
     report = {"facts": context.facts, "error": error, "seconds": time.perf_counter() - started}
     try:
-        payload = wire.encode(report)
-    except wire.WireError as exc:
+        payload = _encode(report)
+    except (wire.WireError, RecursionError) as exc:
         report = {"facts": {}, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0}
-        payload = wire.encode(report)
+        payload = _encode(report)
     _write_all(report_fd, payload)
     os.close(report_fd)
     sys.stdout.flush()

@@ -1,10 +1,16 @@
 """The grader's side of the engine: start ranks, collect what they report, enforce the deadline.
 
-One `Engine` owns one zygote. `Engine.run(job)` forks `job.world_size` fresh ranks from it, drains
-their output (capped, so a flood cannot stall anything), reads their reports, and returns a
-`RunResult` of raw outcomes. It fails closed: a deadline, a rank that dies or raises, and its
-peers stuck waiting for it all end in a result that says which rank, at which stage, and where;
-the whole process group of the run is killed before `run` returns.
+One `Engine` owns one zygote. `Engine.run(job)` has the zygote fork `job.world_size` fresh ranks,
+drains their output (capped, so a flood cannot stall anything), reads their reports, and returns a
+`RunResult` of raw outcomes. It fails closed: a deadline, a rank that dies or raises, and its peers
+stuck waiting for it all end in a result that says which rank, at which stage, and where. A run
+ends when the zygote says so: its ranks have exited and every process they left behind has been
+killed and named (`RunResult.strays`). Output a stray still holds open is cut after a short grace,
+never waited on.
+
+The zygote may run inside a sandbox (`Confinement`): then its PIDs and paths are not the grader's,
+so the grader never signals a rank or reads a rank's files itself; it asks the zygote, and reads
+only the pipes it handed over.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import itertools
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,11 +29,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from grader.engine import wire
-from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
-from grader.engine.processes import killpg, send_signal
+from grader.engine.processes import FDS_PER_RANK
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
 BASE_PRELOAD = (
@@ -41,13 +47,31 @@ BASE_PRELOAD = (
 )
 PEER_FAILURE_GRACE_S = 1.0  # how long healthy ranks may go on after a peer failed
 STACK_DUMP_WAIT_S = 0.25
-EXIT_WAIT_S = 3.0
+EXIT_WAIT_S = 5.0  # after the ranks were killed, how long the zygote may take to end the run
+OUTPUT_GRACE_S = 0.5  # after a run ended, how long output still held open by a stray is read
 OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024
-MAX_REPORT_BYTES = 64 * 1024 * 1024
+STACK_DUMP_CHARS = 20000
+MAX_CONTROL_BYTES = 1 << 20
 
 
 class EngineError(RuntimeError):
     """The engine itself failed (not the code under test)."""
+
+
+class Confinement(Protocol):
+    """Where the zygote runs: a sandbox that wraps its command line (see grader/sandbox)."""
+
+    scratch_root: str  # the folder ranks write in, as the ranks see it
+
+    def command(self, argv: list[str]) -> list[str]: ...
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]: ...
+
+    def close(self) -> None: ...
+
+    def oom_kills(self) -> int:
+        """Processes the kernel has killed so far for exceeding the sandbox's memory limit."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -64,16 +88,16 @@ class Job:
     # TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives fail at once instead of hanging.
     # Off for DDP: in torch 2.13 DDP over the DETAIL wrapper process group segfaults.
     debug_collectives: bool = True
+    scratch: str = ""  # a folder shared by the runs of one grading (files checks pass between runs)
 
-    def rank_spec(self, run_dir: Path, env: dict[str, str]) -> dict[str, Any]:
-        """What `rank_runtime.run_rank` needs, less the rank itself (the launcher adds it)."""
+    def rank_spec(self, env: dict[str, str]) -> dict[str, Any]:
+        """What `rank_runtime.run_rank` needs, less the rank and its run folder (the launcher adds them)."""
         return {
             "world_size": self.world_size,
             "backend": self.backend,
             "target": self.target,
             "kwargs": self.kwargs,
             "student_file": str(self.student_file.resolve()) if self.student_file else None,
-            "run_dir": str(run_dir),
             "env": env,
             "collective_timeout": max(2.0, self.deadline - 2.0),
             "debug_collectives": self.debug_collectives,
@@ -111,14 +135,14 @@ class RankOutcome:
     """Everything known about one rank after its run: raw facts, no judgement."""
 
     rank: int
-    pid: int = 0
+    pid: int = 0  # as the zygote sees it (in a sandbox, not a PID of the grader's)
     report: dict[str, Any] | None = None
     report_problem: str = ""
     status: int | None = None  # exit code, or -signal; None if it was never seen to exit
     output: str = ""
     output_dropped: int = 0
     stack_dump: str = ""
-    stopped: str = ""  # "deadline" or "peer failure" when the grader killed it
+    stopped: str = ""  # "deadline" or "peer failure" when the grader had it killed
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -133,43 +157,97 @@ class RankOutcome:
         return self.report is not None and self.error is None
 
 
+@dataclass(frozen=True)
+class StrayProcess:
+    """A process the run's code left running when its ranks had exited; it was killed."""
+
+    pid: int
+    command: str
+    origin: str = ""  # where the student's code started it, when known
+
+
 @dataclass
 class RunResult:
     job: Job
     ranks: list[RankOutcome]
     seconds: float
     timed_out: bool
+    strays: list[StrayProcess] = field(default_factory=list)
+    stray_count: int = 0  # all of them, where `strays` lists at most the first fifty
+    memory_exceeded: bool = False  # the sandbox's memory limit killed a process during the run
 
     @property
     def ok(self) -> bool:
         return all(rank.ok for rank in self.ranks)
 
 
+class _ReportReader:
+    """One rank's report: a length-prefixed frame, complete as soon as its bytes are in (a stray
+    that inherited the pipe cannot hold the run open by keeping it)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.complete = False
+
+    def add(self, data: bytes) -> None:
+        self.data += data[: wire.MAX_FRAME_BYTES + wire.HEADER_BYTES + 1 - len(self.data)]
+        expected = wire.frame_length(self.data)
+        self.complete = expected is not None and len(self.data) >= expected
+
+
 @dataclass
 class _Live:
     outcome: RankOutcome
     output: CappedOutput = field(default_factory=CappedOutput)
-    report: bytearray = field(default_factory=bytearray)
-    open_pipes: int = 2
+    stack: bytearray = field(default_factory=bytearray)
+    report: _ReportReader = field(default_factory=_ReportReader)
 
     @property
-    def finished(self) -> bool:
-        return self.open_pipes == 0 and self.outcome.status is not None
+    def failed(self) -> bool:
+        """Reported a failure, or exited without a complete report."""
+        if self.report.complete:
+            return not self.decode().ok
+        return self.outcome.status is not None
+
+    def decode(self) -> RankOutcome:
+        outcome = self.outcome
+        if outcome.report is None and not outcome.report_problem:
+            if not self.report.data:
+                outcome.report_problem = "no report"
+            else:
+                try:
+                    outcome.report = _checked_report(wire.decode(bytes(self.report.data)))
+                except wire.WireError as exc:
+                    outcome.report_problem = str(exc)
+        return outcome
+
+
+@dataclass
+class _RunState:
+    run_id: str
+    ranks: list[_Live]
+    stop_at: float | None = None  # when the ranks still running are stopped after a peer failed
+    killed_at: float | None = None
+    timed_out: bool = False
+    ended: dict[str, Any] | None = None
+    ended_at: float = 0.0
 
 
 class Engine:
     """Runs jobs on fresh rank processes forked from one warm zygote."""
 
     _ids = itertools.count()
-    scratch_root: Path | None = None  # where checks' scratch folders go (None: the system's temp folder)
 
-    def __init__(self, preload: Iterable[str] = ()) -> None:
+    def __init__(self, preload: Iterable[str] = (), confinement: Confinement | None = None) -> None:
         self._preload = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
+        self._confinement = confinement
         self._process: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._ready = False
-        self._lost = False  # the control socket broke: the zygote is gone or going
+        self._lost = False  # the control channel broke or the zygote stopped answering
         self._log = tempfile.TemporaryFile()
+        self._own_scratch = "" if confinement else tempfile.mkdtemp(prefix="grader-scratch-")
+        self.scratch_root = confinement.scratch_root if confinement else self._own_scratch
         self.preload_errors: dict[str, str] = {}
 
     # --- lifecycle -------------------------------------------------------------------
@@ -182,20 +260,22 @@ class Engine:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", "1")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "grader.engine.zygote", str(theirs.fileno()), json.dumps(self._preload)],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            env=env,
-        )
-        theirs.close()
+        argv = [sys.executable, "-P", "-m", "grader.engine.zygote", str(theirs.fileno()),
+                json.dumps(self._preload), self.scratch_root]
+        if self._confinement is not None:
+            argv, env = self._confinement.command(argv), self._confinement.environment(env)
+        try:
+            self._process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                             stdout=self._log, stderr=self._log, env=env)
+        except OSError as exc:
+            raise EngineError(f"cannot start the rank launcher: {exc}") from exc
+        finally:
+            theirs.close()
         self._sock = ours
 
     def wait_ready(self) -> None:
         if self._lost or (self._process is not None and self._process.poll() is not None):
-            self.close()  # the zygote died (killed by code under test?): the next run gets a new one
+            self.close(keep_scratch=True)  # the zygote died (killed by code under test?): a new one
         self.start()
         if not self._ready:
             message = self._receive(timeout=120.0)
@@ -204,12 +284,12 @@ class Engine:
             self.preload_errors = message.get("preload_errors", {})
             self._ready = True
 
-    def close(self) -> None:
+    def close(self, keep_scratch: bool = False) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         if self._process is not None:
-            if not self._ready:  # still importing torch, nothing started yet: no need to wait
+            if not self._ready or self._lost:  # importing torch, or not answering: no need to wait
                 self._process.kill()
             try:
                 self._process.wait(timeout=5)
@@ -219,6 +299,11 @@ class Engine:
             self._process = None
         self._ready = False
         self._lost = False
+        if not keep_scratch:
+            if self._confinement is not None:
+                self._confinement.close()
+            if self._own_scratch:
+                shutil.rmtree(self._own_scratch, ignore_errors=True)
 
     def __enter__(self) -> Engine:
         self.start()
@@ -227,24 +312,65 @@ class Engine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    # --- scratch folders shared by the runs of one grading -------------------------------
+    def new_scratch(self) -> str:
+        """A folder name, as the ranks see it; the zygote makes it when a run first names it."""
+        return f"{self.scratch_root}/grading-{next(self._ids)}"
+
+    def discard_scratch(self, path: str) -> None:
+        if self._ready and not self._lost and self._sock is not None:
+            self._request({"op": "discard", "path": path})
+
     # --- control channel -------------------------------------------------------------
     def _zygote_log(self) -> str:
         self._log.seek(0)
         return self._log.read()[-4000:].decode(errors="replace")
 
+    def _how_it_ended(self) -> str:
+        try:
+            code = self._process.wait(timeout=1.0) if self._process is not None else None
+        except subprocess.TimeoutExpired:
+            return ""
+        if self._oom_kills():
+            return " (killed: the submission's processes went over the sandbox's memory limit)"
+        if code is not None and code < 0:
+            return f" (killed by {signal.Signals(-code).name}: code under test may kill its parent)"
+        return f" (exit code {code})" if code else ""
+
+    def _request(self, message: dict[str, Any], fds: list[int] = ()) -> None:
+        assert self._sock is not None
+        try:
+            socket.send_fds(self._sock, [json.dumps(message).encode()], list(fds))
+        except OSError as exc:
+            self._lost = True
+            raise EngineError(f"the rank launcher is gone: {exc}\n{self._zygote_log()}") from exc
+
     def _receive(self, timeout: float | None = None) -> dict[str, Any]:
         assert self._sock is not None
         self._sock.settimeout(timeout)
         try:
-            data = self._sock.recv(1 << 16)
+            data = self._sock.recv(MAX_CONTROL_BYTES)
         except TimeoutError as exc:
+            self._lost = True
             raise EngineError("the rank launcher did not answer in time") from exc
+        except OSError as exc:
+            self._lost = True
+            raise EngineError(f"the rank launcher's channel broke: {exc}") from exc
         finally:
-            self._sock.settimeout(None)
+            if self._sock is not None:
+                self._sock.settimeout(None)
         if not data:
             self._lost = True
-            raise EngineError(f"the rank launcher stopped unexpectedly:\n{self._zygote_log()}")
-        return json.loads(data)
+            raise EngineError(f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n{self._zygote_log()}")
+        try:
+            message = json.loads(data)
+        except ValueError as exc:
+            self._lost = True
+            raise EngineError(f"the rank launcher sent a malformed message: {exc}") from exc
+        if not isinstance(message, dict):
+            self._lost = True
+            raise EngineError("the rank launcher sent a malformed message")
+        return message
 
     # --- one run ---------------------------------------------------------------------
     def run(self, job: Job) -> RunResult:
@@ -253,143 +379,187 @@ class Engine:
             result = self._run_once(job)  # a port picked free up front was taken in between: retry once
         return result
 
+    def _oom_kills(self) -> int:
+        return self._confinement.oom_kills() if self._confinement is not None else 0
+
     def _run_once(self, job: Job) -> RunResult:
         self.wait_ready()
-        assert self._sock is not None
         run_id = f"run{next(self._ids)}"
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="grader-run-") as run_dir:
-            ranks, pipes = self._spawn(run_id, job, Path(run_dir))
-            pgid = self._await_start(run_id, ranks)
-            try:
-                timed_out = self._supervise(job, ranks, pipes, started)
-            finally:
-                killpg(pgid)
-                for fd in pipes:
-                    _close_quietly(fd)
-            self._await_exits(ranks)
-            for live in ranks:
-                self._finish(live, Path(run_dir))
-        return RunResult(job, [live.outcome for live in ranks], time.monotonic() - started, timed_out)
+        oom_before = self._oom_kills()
+        state, pipes = self._spawn(run_id, job)
+        try:
+            self._await_start(state)
+            self._supervise(job, state, pipes, started)
+        finally:
+            for fd in pipes:
+                _close_quietly(fd)
+        for live in state.ranks:
+            self._finish(live)
+        strays, count = _strays(state.ended)
+        return RunResult(job, [live.outcome for live in state.ranks], time.monotonic() - started,
+                         state.timed_out, strays, count, self._oom_kills() > oom_before)
 
-    def _spawn(self, run_id: str, job: Job, run_dir: Path) -> tuple[list[_Live], dict[int, tuple[str, int]]]:
+    def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, dict[int, tuple[str, int]]]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}
         host_store = "MASTER_PORT" not in job.env  # rank 0 hosts the env:// store (rank_runtime)
-        specs, send_fds, child_ends = [], [], []
+        specs, child_ends = [], []
         pipes: dict[int, tuple[str, int]] = {}
         for rank in range(job.world_size):
-            out_r, out_w = os.pipe()
-            rep_r, rep_w = os.pipe()
-            pipes[out_r] = ("output", rank)
-            pipes[rep_r] = ("report", rank)
-            send_fds += [out_w, rep_w]
-            child_ends += [out_w, rep_w]
-            specs.append({**job.rank_spec(run_dir, env), "rank": rank, "host_store": host_store})
-        message = json.dumps({"op": "spawn", "run": run_id, "ranks": specs}).encode()
+            for role in ("output", "report", "stack"):
+                read_end, write_end = os.pipe()
+                pipes[read_end] = (role, rank)
+                child_ends.append(write_end)
+            specs.append({**job.rank_spec(env), "rank": rank, "host_store": host_store})
         try:
-            socket.send_fds(self._sock, [message], send_fds)
-        except OSError as exc:
-            self._lost = True
-            raise EngineError(f"the rank launcher is gone: {exc}\n{self._zygote_log()}") from exc
+            self._request({"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch}, child_ends)
+        except EngineError:
+            for fd in pipes:
+                os.close(fd)
+            raise
         finally:
             for fd in child_ends:
                 os.close(fd)
-        return [_Live(RankOutcome(rank)) for rank in range(job.world_size)], pipes
+        assert len(child_ends) == FDS_PER_RANK * job.world_size
+        return _RunState(run_id, [_Live(RankOutcome(rank)) for rank in range(job.world_size)]), pipes
 
-    def _await_start(self, run_id: str, ranks: list[_Live]) -> int:
-        message = self._receive(timeout=30.0)
-        if message.get("event") != "started" or message.get("run") != run_id:
-            raise EngineError(f"unexpected message from the rank launcher: {message}")
-        for live, pid in zip(ranks, message["pids"]):
-            live.outcome.pid = pid
-        return int(message["pgid"])
+    def _await_start(self, state: _RunState) -> None:
+        while True:
+            message = self._receive(timeout=30.0)
+            if message.get("event") == "started" and message.get("run") == state.run_id:
+                pids = message.get("pids")
+                if isinstance(pids, list):
+                    for live, pid in zip(state.ranks, pids):
+                        live.outcome.pid = pid if isinstance(pid, int) else 0
+                return
+            if message.get("run") == state.run_id or message.get("event") not in ("exited", "ended"):
+                raise EngineError(f"unexpected message from the rank launcher: {message}")
+            # else: a late message about an earlier run; nothing waits for it any more
 
-    def _supervise(self, job: Job, ranks: list[_Live], pipes: dict[int, tuple[str, int]], started: float) -> bool:
+    def _supervise(self, job: Job, state: _RunState, pipes: dict[int, tuple[str, int]], started: float) -> None:
         selector = selectors.DefaultSelector()
         for fd, role in pipes.items():
             selector.register(fd, selectors.EVENT_READ, role)
         selector.register(self._sock, selectors.EVENT_READ, ("control", -1))
+        open_streams = sum(role in ("output", "stack") for role, _ in pipes.values())
         deadline = started + job.deadline
-        stop_at: float | None = None
-        timed_out = False
         try:
-            while not all(live.finished for live in ranks):
+            while True:
                 now = time.monotonic()
-                if now >= deadline and not timed_out:
-                    timed_out = True
-                    self._stop_live(ranks, "deadline")
-                    deadline = now + EXIT_WAIT_S  # only waits for the killed ranks to be reaped
-                elif stop_at is not None and now >= stop_at:
-                    stop_at = None
-                    self._stop_live(ranks, "peer failure")
-                elif now >= deadline:
-                    break
-                wake = min(deadline, stop_at) if stop_at is not None else deadline
-                for key, _ in selector.select(max(0.0, wake - time.monotonic())):
+                if state.ended is not None and (open_streams == 0 or now >= state.ended_at + OUTPUT_GRACE_S):
+                    return
+                if state.ended is None:
+                    if state.killed_at is not None and now >= state.killed_at + EXIT_WAIT_S:
+                        self._abandon()
+                        return
+                    if state.killed_at is None and now >= deadline:
+                        state.timed_out = True
+                        self._stop(state, "deadline")
+                    elif state.killed_at is None and state.stop_at is not None and now >= state.stop_at:
+                        self._stop(state, "peer failure")
+                for key, _ in selector.select(max(0.0, self._next_wake(state, deadline) - time.monotonic())):
                     role, rank = key.data
                     if role == "control":
-                        self._on_control(ranks)
+                        self._on_control(state)
                         continue
-                    live = ranks[rank]
                     data = _read(key.fd)
-                    if data:
-                        if role == "output":
-                            live.output.add(data)
-                        elif len(live.report) < MAX_REPORT_BYTES:
-                            live.report += data
+                    if not data:
+                        selector.unregister(key.fd)
+                        open_streams -= role != "report"
                         continue
-                    selector.unregister(key.fd)
-                    live.open_pipes -= 1
-                    if role == "report" and stop_at is None and not timed_out:
-                        if not self._decode_report(live).ok:
-                            stop_at = time.monotonic() + PEER_FAILURE_GRACE_S
+                    live = state.ranks[rank]
+                    if role == "output":
+                        live.output.add(data)
+                    elif role == "stack":
+                        live.stack += data[: STACK_DUMP_CHARS * 2]
+                    else:
+                        live.report.add(data)
+                        self._note_failure(state, live)
         finally:
             selector.close()
-        return timed_out
 
-    def _on_control(self, ranks: list[_Live], timeout: float = 5.0) -> None:
-        message = self._receive(timeout=timeout)
+    @staticmethod
+    def _next_wake(state: _RunState, deadline: float) -> float:
+        if state.ended is not None:
+            return state.ended_at + OUTPUT_GRACE_S
+        if state.killed_at is not None:
+            return state.killed_at + EXIT_WAIT_S
+        return min(deadline, state.stop_at) if state.stop_at is not None else deadline
+
+    @staticmethod
+    def _note_failure(state: _RunState, live: _Live) -> None:
+        if state.stop_at is None and state.killed_at is None and live.failed:
+            state.stop_at = time.monotonic() + PEER_FAILURE_GRACE_S
+
+    def _on_control(self, state: _RunState) -> None:
+        message = self._receive(timeout=5.0)
+        if message.get("run") != state.run_id:
+            return  # a late message about an earlier run
         if message.get("event") == "exited":
-            ranks[message["rank"]].outcome.status = int(message["status"])
+            rank = message.get("rank")
+            if isinstance(rank, int) and 0 <= rank < len(state.ranks):
+                state.ranks[rank].outcome.status = int(message.get("status", -1))
+                self._note_failure(state, state.ranks[rank])
+        elif message.get("event") == "ended":
+            state.ended, state.ended_at = message, time.monotonic()
 
-    def _stop_live(self, ranks: list[_Live], reason: str) -> None:
-        """Ask every rank still running for its Python stack, then kill the run's group."""
-        live = [r for r in ranks if r.outcome.status is None and r.outcome.report is None]
-        for rank in live:
-            rank.outcome.stopped = reason
-            send_signal(rank.outcome.pid, STACK_DUMP_SIGNAL)
+    def _stop(self, state: _RunState, reason: str) -> None:
+        """Have the zygote dump the Python stack of every rank still running, then kill them."""
+        for live in state.ranks:
+            if live.outcome.status is None and not live.report.complete:
+                live.outcome.stopped = reason
+        self._request({"op": "signal", "run": state.run_id, "action": "stack"})
         time.sleep(STACK_DUMP_WAIT_S)
-        for rank in ranks:
-            if rank.outcome.status is None:
-                send_signal(rank.outcome.pid, signal.SIGKILL)
+        self._request({"op": "signal", "run": state.run_id, "action": "kill"})
+        state.killed_at = time.monotonic()
 
-    def _await_exits(self, ranks: list[_Live]) -> None:
-        give_up = time.monotonic() + EXIT_WAIT_S
-        while any(r.outcome.status is None for r in ranks) and time.monotonic() < give_up:
-            try:
-                self._on_control(ranks, timeout=max(0.01, give_up - time.monotonic()))
-            except EngineError:
-                break
+    def _abandon(self) -> None:
+        """The zygote did not end a run it was told to kill: it is stuck or stopped. Kill it
+        (with its sandbox, everything in it); the next run starts a new one."""
+        self._lost = True
+        if self._process is not None:
+            self._process.kill()
 
-    def _decode_report(self, live: _Live) -> RankOutcome:
-        outcome = live.outcome
-        if outcome.report is None and not outcome.report_problem:
-            if not live.report:
-                outcome.report_problem = "no report"
-            else:
-                try:
-                    outcome.report = wire.decode(bytes(live.report))
-                except wire.WireError as exc:
-                    outcome.report_problem = str(exc)
-        return outcome
-
-    def _finish(self, live: _Live, run_dir: Path) -> None:
-        self._decode_report(live)
+    def _finish(self, live: _Live) -> None:
+        live.decode()
         live.outcome.output = live.output.text()
         live.outcome.output_dropped = live.output.dropped
-        stack_file = run_dir / f"rank{live.outcome.rank}.stack"
-        if stack_file.exists():
-            live.outcome.stack_dump = stack_file.read_text(errors="replace")[-20000:]
+        live.outcome.stack_dump = bytes(live.stack).decode(errors="replace")[-STACK_DUMP_CHARS:]
+
+
+def _checked_report(report: Any) -> dict[str, Any]:
+    """A report in the shape judges read (facts a dict, error None or a dict of plain fields),
+    or WireError: a rank runs untrusted code and may send anything that decodes."""
+    if not isinstance(report, dict) or not isinstance(report.get("facts", {}), dict):
+        raise wire.WireError("the report is not a mapping of facts")
+    error = report.get("error")
+    if error is None:
+        return report
+    if not isinstance(error, dict):
+        raise wire.WireError("the report's error is not a mapping")
+    frames = error.get("student_frames") or []
+    if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
+        raise wire.WireError("the report's student frames are malformed")
+    clean = {key: str(error.get(key, ""))[:20000] for key in ("type", "message", "grader_message", "traceback")}
+    clean.update(not_implemented=error.get("not_implemented") is True,
+                 student_load_error=error.get("student_load_error") is True,
+                 student_frames=[{"file": str(f.get("file", "")), "line": f.get("line") if isinstance(f.get("line"), int) else 0,
+                                  "function": str(f.get("function", "")), "code": str(f.get("code", ""))}
+                                 for f in frames[:100]])
+    return {**report, "error": clean}
+
+
+def _strays(ended: dict[str, Any] | None) -> tuple[list[StrayProcess], int]:
+    """The strays the zygote named, read defensively (in a sandbox the zygote is not trusted)."""
+    if not ended or not isinstance(ended.get("strays"), list):
+        return [], 0
+    strays = []
+    for entry in ended["strays"][:50]:
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int):
+            strays.append(StrayProcess(entry["pid"], str(entry.get("command", ""))[:200],
+                                       str(entry.get("origin", ""))[:300]))
+    count = ended.get("stray_count")
+    return strays, max(count, len(strays)) if isinstance(count, int) else len(strays)
 
 
 def _lost_port_race(result: RunResult) -> bool:

@@ -28,20 +28,23 @@ from typing import IO
 
 from grader.engine import wire
 from grader.engine.cluster import Announcer, Cluster, ClusterError
-from grader.engine.processes import killpg, send_signal
-from grader.engine.rank_runtime import STACK_DUMP_SIGNAL
-from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult
+from grader.engine.processes import STACK_DUMP_SIGNAL, killpg, send_signal
+from grader.engine.reaper import read_strays
+from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult, StrayProcess
 
 START_ALLOWANCE_S = 20.0
 STACK_DUMP_WAIT_S = 0.25
 FOLLOWER_STACK_WAIT_S = 1.0  # followers poll for the request to dump their ranks' stacks
+REAPER_WAIT_S = 5.0
 NODE_RANK_VARIABLE = "GRADER_NODE_RANK"  # tags each rank's pid file with its node
 
 
 def start_agent(torchrun_args: list[str], nproc_per_node: int, spec_file: Path, node_rank: int,
                 log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """One torchrun agent running this module on every rank of this node, in its own process group."""
-    command = [sys.executable, "-m", "torch.distributed.run", *torchrun_args,
+    """One torchrun agent running this module on every rank of this node, under a reaper (which
+    ends what the ranks leave behind), in a process group of its own."""
+    command = [sys.executable, "-m", "grader.engine.reaper", str(spec_file.parent), str(node_rank), "--",
+               sys.executable, "-m", "torch.distributed.run", *torchrun_args,
                "--nproc-per-node", str(nproc_per_node), "-m", __name__, str(spec_file)]
     package_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
@@ -73,12 +76,17 @@ def dump_stacks(run_dir: Path, node_rank: int) -> None:
 
 def end_run(agent: subprocess.Popen[bytes], rank_pids: set[int]) -> None:
     """Leave nothing of a node's run: torchrun starts each rank in its own session, and an agent
-    that fails (its rendezvous store gone with node 0's agent) may exit without ending them."""
+    that fails (its rendezvous store gone with node 0's agent) may exit without ending them. The
+    ranks go first; then the reaper stops the agent and kills what is left below it."""
     for pid in rank_pids:
         killpg(pid)
     if agent.poll() is None:
-        killpg(agent.pid)
-        agent.wait()
+        agent.terminate()
+        try:
+            agent.wait(timeout=REAPER_WAIT_S)
+        except subprocess.TimeoutExpired:
+            killpg(agent.pid)
+            agent.wait()
 
 
 class TorchrunEngine:
@@ -103,6 +111,13 @@ class TorchrunEngine:
             self._announcer.open()
             self.scratch_root.mkdir(exist_ok=True)
 
+    def new_scratch(self) -> str:
+        """A folder the runs of one grading share (on the shared folder when there are several nodes)."""
+        return tempfile.mkdtemp(prefix="grader-scratch-", dir=self.scratch_root)
+
+    def discard_scratch(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
     def close(self) -> None:
         """Nothing outlives a run; the followers of a cluster are told to stop."""
         if self._announcer is not None:
@@ -118,7 +133,7 @@ class TorchrunEngine:
         # torchrun's MASTER_ADDR/MASTER_PORT stay as torchrun set them. Several nodes meet there
         # (env://), as any torchrun program does: a file store would need file locks that work
         # across nodes on the shared filesystem.
-        return {**job.rank_spec(run_dir, job.env), "init_method": "env://" if multinode else None}
+        return {**job.rank_spec(job.env), "run_dir": str(run_dir), "init_method": "env://" if multinode else None}
 
     def run(self, job: Job) -> RunResult:
         if self._announcer is None or self.cluster is None or job.world_size == 1:
@@ -151,7 +166,9 @@ class TorchrunEngine:
         never = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.pid").exists()]
         if name is not None and timed_out and never:
             raise EngineError(self._not_started(name, never, log_text))
-        return RunResult(job, ranks, time.monotonic() - started, timed_out)
+        strays = [StrayProcess(int(s.get("pid", 0)), str(s.get("command", "")), str(s.get("origin", "")))
+                  for s in read_strays(run_dir, 0)]
+        return RunResult(job, ranks, time.monotonic() - started, timed_out, strays, len(strays))
 
     def _not_started(self, name: str, never: list[int], log_text: str) -> str:
         assert self._announcer is not None and self.cluster is not None
@@ -214,7 +231,8 @@ def main(spec_file: str) -> None:
     (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
     out_fd = os.open(run_dir / f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     report_fd = os.open(run_dir / f"rank{rank}.report", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    run_rank({**spec, "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}, out_fd, report_fd)
+    stack_fd = os.open(run_dir / f"rank{rank}.stack", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    run_rank({**spec, "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}, out_fd, report_fd, stack_fd)
 
 
 if __name__ == "__main__":

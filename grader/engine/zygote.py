@@ -4,49 +4,55 @@ Importing torch and torch._dynamo costs seconds per process (ENGINE_NOTES.md); f
 that already holds them costs milliseconds, and every rank still starts from a pristine state.
 The zygote itself never runs student code and never computes with torch, so forking it is safe.
 
+It is the only process that touches the ranks: it may live in a sandbox (its own PID and mount
+namespaces) where the grader's PIDs and paths mean nothing, so the grader asks it to signal ranks,
+and each run's folder is made and removed here. It is a child subreaper: whatever a rank starts,
+however detached, ends up below it, and when the last rank of a run has exited it kills what is
+left (`processes.sweep`) and names those processes in the run's `ended` event.
+
 Protocol over a SOCK_SEQPACKET socket shared with the grader (one JSON message per packet):
-  -> {"op": "spawn", "run": ID, "ranks": [SPEC, ...]}  with two fds per rank (output, report)
+  -> {"op": "spawn", "run": ID, "ranks": [SPEC, ...], "scratch": DIR}  three fds per rank
+     (output, report, stack dump); DIR (or "") is a folder the run's checks share, made here
+  -> {"op": "signal", "run": ID, "action": "stack" | "kill"}
+  -> {"op": "discard", "path": DIR}  a grading's scratch folder is no longer needed
   <- {"event": "ready", "preload_errors": {...}}
-  <- {"event": "started", "run": ID, "pids": [...], "pgid": PGID}
+  <- {"event": "started", "run": ID, "pids": [...]}
   <- {"event": "exited", "run": ID, "rank": R, "status": S}  (S: exit code, or -signal number)
-Ranks of one run share a process group, which is killed once they have all exited so that
-nothing a student started outlives its run. When the grader goes away the zygote kills every
-group it started and exits.
+  <- {"event": "ended", "run": ID, "strays": [{"pid", "command", "origin"}, ...]}
+The next run may start once the previous one has ended. When the grader goes away the zygote
+kills every process below it and exits.
 """
 
 from __future__ import annotations
 
 import array
-import ctypes
 import importlib
 import json
 import os
+import resource
 import selectors
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NoReturn
 
-from grader.engine.processes import killpg
+from grader.engine import processes, spawn_log
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-_MAX_FDS = 512
-
-
-def prctl(option: int, value: int) -> None:
-    """Linux prctl; a no-op where it is unavailable."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+_MAX_FDS = 3 * 256
+STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
+MAX_STRAYS_REPORTED = 50
 
 
 @dataclass
 class _Run:
-    pgid: int
-    ranks: dict[int, int] = field(default_factory=dict)  # pid -> rank
+    run_id: str
+    run_dir: Path
+    pgid: int = 0
+    ranks: dict[int, int] = field(default_factory=dict)  # pid -> rank, while running
 
 
 def _send(sock: socket.socket, message: dict) -> None:
@@ -63,7 +69,7 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return errors
 
 
-def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, close_in_child: list[int]) -> int:
+def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
@@ -73,10 +79,12 @@ def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, close_in_chil
                 signal.signal(signum, signal.SIG_DFL)
             for fd in close_in_child:
                 os.close(fd)
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
+            processes.prctl(processes.PR_SET_DUMPABLE, 1)  # only the zygote hides its memory
+            _limit(os.environ.get(processes.RANK_LIMITS_VARIABLE, ""))
             from grader.engine import rank_runtime
 
-            rank_runtime.run_rank(spec, out_fd, report_fd)
+            rank_runtime.run_rank(spec, *fds)
         finally:
             os._exit(70)
     try:
@@ -86,17 +94,98 @@ def _fork_rank(spec: dict, out_fd: int, report_fd: int, pgid: int, close_in_chil
     return pid
 
 
-def serve(sock: socket.socket, modules: list[str]) -> NoReturn:
+FDS_PER_RANK = processes.FDS_PER_RANK
+
+
+def _limit(spec: str) -> None:
+    """Set a rank's rlimits, as the sandbox asked (grader/sandbox/limits.py)."""
+    names = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        resource.setrlimit(names[key], (int(value), int(value)))
+
+
+class Zygote:
+    """The ranks of at most one run at a time, and what happens to them."""
+
+    def __init__(self, sock: socket.socket, scratch_root: Path, wakeup: tuple[int, int]) -> None:
+        self.sock = sock
+        self.scratch_root = scratch_root
+        self.wakeup = wakeup  # the SIGCHLD wake-up pipe: no rank may keep it
+        self.run: _Run | None = None
+
+    def spawn(self, request: dict, fds: array.array) -> None:
+        run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch_root))
+        if request.get("scratch"):
+            os.makedirs(request["scratch"], exist_ok=True)
+        run = _Run(request["run"], run_dir)
+        pids = []
+        for rank, spec in enumerate(request["ranks"]):
+            own = list(fds[FDS_PER_RANK * rank : FDS_PER_RANK * (rank + 1)])
+            # A rank holding a peer's pipe would hide that peer's death (no EOF): close them all.
+            others = [fd for fd in fds if fd not in own]
+            pid = _fork_rank({**spec, "run_dir": str(run_dir)}, own, run.pgid,
+                             [self.sock.fileno(), *self.wakeup, *others])
+            run.pgid = run.pgid or pid
+            run.ranks[pid] = rank
+            pids.append(pid)
+        for fd in fds:
+            os.close(fd)
+        self.run = run
+        _send(self.sock, {"event": "started", "run": run.run_id, "pids": pids})
+
+    def signal(self, request: dict) -> None:
+        run = self.run
+        if run is None or run.run_id != request.get("run"):
+            return  # a late request for a run that has already ended
+        if request.get("action") == "stack":
+            for pid in run.ranks:
+                processes.send_signal(pid, processes.STACK_DUMP_SIGNAL)
+        elif request.get("action") == "kill":
+            for pid in run.ranks:
+                processes.send_signal(pid, signal.SIGKILL)
+            processes.killpg(run.pgid)
+
+    def reap(self) -> None:
+        for pid, status in processes.reap_all():
+            run = self.run
+            if run is not None and pid in run.ranks:
+                _send(self.sock, {"event": "exited", "run": run.run_id, "rank": run.ranks.pop(pid), "status": status})
+        if self.run is not None and not self.run.ranks:
+            self._end(self.run)
+
+    def _end(self, run: _Run) -> None:
+        """Every rank has exited: stop what they left behind, say what it was, clean up."""
+        self.run = None
+        strays = processes.sweep(STRAY_GRACE_S)
+        origins = spawn_log.read(run.run_dir)
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+        reported = [{**stray.to_json(), "origin": origins.get(stray.pid, "")} for stray in strays]
+        _send(self.sock, {"event": "ended", "run": run.run_id, "strays": reported[:MAX_STRAYS_REPORTED],
+                          "stray_count": len(reported)})
+
+    def discard(self, path: str) -> None:
+        """Remove a grading's scratch folder (only ever one below the scratch root)."""
+        folder = Path(path).resolve()
+        if folder.is_relative_to(self.scratch_root.resolve()) and folder != self.scratch_root.resolve():
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def kill_everything(self) -> None:
+        processes.sweep(0.0)
+
+
+def serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
+    processes.prctl(processes.PR_SET_CHILD_SUBREAPER, 1)
+    processes.prctl(processes.PR_SET_DUMPABLE, 0)  # code under test (same user) cannot read or poke its memory
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     _send(sock, {"event": "ready", "preload_errors": _preload(modules)})
 
-    runs: dict[str, _Run] = {}
+    zygote = Zygote(sock, scratch_root, (wake_r, wake_w))
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "control")
     selector.register(wake_r, selectors.EVENT_READ, "child")
@@ -104,7 +193,7 @@ def serve(sock: socket.socket, modules: list[str]) -> NoReturn:
         for key, _ in selector.select():
             if key.data == "child":
                 os.read(wake_r, 4096)
-                _reap(sock, runs)
+                zygote.reap()
                 continue
             fds = array.array("i")
             message, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(_MAX_FDS * fds.itemsize))
@@ -112,54 +201,24 @@ def serve(sock: socket.socket, modules: list[str]) -> NoReturn:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
             if not message:
-                _kill_all(runs)
+                zygote.kill_everything()
                 os._exit(0)  # nothing to flush; a normal shutdown with torch loaded takes a second
             request = json.loads(message)
-            run_id = request["run"]
-            pids: list[int] = []
-            run = _Run(pgid=0)
-            for rank, spec in enumerate(request["ranks"]):
-                out_fd, report_fd = fds[2 * rank], fds[2 * rank + 1]
-                # A rank holding a peer's pipe would hide that peer's death (no EOF): close them all.
-                others = [fd for fd in fds if fd not in (out_fd, report_fd)]
-                pid = _fork_rank(spec, out_fd, report_fd, run.pgid, [sock.fileno(), wake_r, wake_w, *others])
-                run.pgid = run.pgid or pid
-                run.ranks[pid] = rank
-                pids.append(pid)
-            for fd in fds:
-                os.close(fd)
-            runs[run_id] = run
-            _send(sock, {"event": "started", "run": run_id, "pids": pids, "pgid": run.pgid})
-            _reap(sock, runs)
-
-
-def _reap(sock: socket.socket, runs: dict[str, _Run]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        for run_id, run in list(runs.items()):
-            if pid in run.ranks:
-                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                _send(sock, {"event": "exited", "run": run_id, "rank": run.ranks.pop(pid), "status": code})
-                if not run.ranks:
-                    killpg(run.pgid)
-                    del runs[run_id]
-                break
-
-
-def _kill_all(runs: dict[str, _Run]) -> None:
-    for run in runs.values():
-        killpg(run.pgid)
+            if request.get("op") == "spawn":
+                zygote.spawn(request, fds)
+                zygote.reap()
+            elif request.get("op") == "signal":
+                zygote.signal(request)
+            elif request.get("op") == "discard":
+                zygote.discard(request.get("path", ""))
 
 
 def main() -> None:
     fd = int(sys.argv[1])
     modules = json.loads(sys.argv[2])
-    serve(socket.socket(fileno=fd), modules)
+    scratch_root = Path(sys.argv[3])
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    serve(socket.socket(fileno=fd), modules, scratch_root)
 
 
 if __name__ == "__main__":

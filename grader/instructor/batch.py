@@ -1,17 +1,26 @@
-"""Grade many submissions at once, in parallel, each within its own time limit.
+"""Grade many submissions at once, in parallel, each within its own time limit, each in a sandbox.
 
-Parallelism is the engine's own: `jobs` worker threads, each borrowing one warm Engine (zygote) from
-a pool for a whole submission and giving it back for the next. Ranks are processes forked by the
-zygotes, so the threads only wait on pipes; warm engines are reused across submissions, which is
-what makes a batch cheap (pytest-xdist would start a fresh interpreter and torch per worker and
-report through pytest, not into results.json). A submission that hangs, crashes or cannot be read
-ends with zero points for what could not run and a message; the batch always goes on.
+Each submission's ranks run in a sandbox of their own (grader/sandbox; docs/SECURITY.md): a fresh
+one per submission, whose zygote warms up while earlier submissions grade, and which is gone before
+that submission's results are written. The judge runs here, in the grader's process; the trusted
+references run on a separate engine that never loads student code, once per batch for all
+submissions (the batch draws one seed, so they all ask for the same references). Without a sandbox
+(`--no-sandbox`), warm engines are reused from one submission to the next instead.
+
+Parallelism is the engine's own: `jobs` worker threads, each with one engine for a whole
+submission. Ranks are processes forked by the zygotes, so the threads only wait on pipes
+(pytest-xdist would start a fresh interpreter and torch per worker and report through pytest, not
+into results.json). A submission that hangs, crashes or cannot be read ends with zero points for
+what could not run and a message; the batch always goes on.
 """
 
 from __future__ import annotations
 
 import queue
+import secrets
+import shutil
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,10 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.catalog import Catalog
-from grader.checks.api import CheckFailed, Verdict
-from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, not_run
+from grader.checks.api import CheckFailed, References, Verdict
+from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, load_checks, not_run
 from grader.engine import Engine, Job, RunResult
 from grader.instructor import submissions
+from grader.sandbox import SandboxSet
 from grader.session import BackendProbe
 
 ENGINE_FAILURE = "the grader could not run the ranks"
@@ -56,6 +66,7 @@ class BatchOptions:
     world_sizes: tuple[int, ...] | None = None  # None: the catalog's
     backend: str = "gloo"
     visibilities: frozenset[str] = field(default=ALL_CHECKS)
+    seed: int | None = None  # the batch's random inputs; None: drawn once for the batch
 
 
 class _Budget:
@@ -66,9 +77,11 @@ class _Budget:
         self._seconds = seconds
         self._ends = time.monotonic() + seconds
 
-    @property
-    def scratch_root(self) -> Path | None:
-        return self._engine.scratch_root
+    def new_scratch(self) -> str:
+        return self._engine.new_scratch()
+
+    def discard_scratch(self, path: str) -> None:
+        self._engine.discard_scratch(path)
 
     @property
     def left(self) -> float:
@@ -84,8 +97,26 @@ class _Budget:
         return self._engine.run(replace(job, deadline=min(job.deadline, self.left)))
 
 
+@dataclass
+class _Lease:
+    """An engine lent to one submission, and where that submission's files must go for it."""
+
+    engine: Engine
+    workspace: Path | None = None  # in a sandbox: the only folder of the grader's it can see
+
+    def place(self, files: Path) -> Path:
+        if self.workspace is None:
+            return files
+        return Path(shutil.copytree(files, self.workspace / "files", symlinks=True))
+
+
+def _engine_failed(results: Sequence[CheckResult]) -> bool:
+    return any(r.status == "error" and r.message.startswith(ENGINE_FAILURE) for r in results)
+
+
 class _EnginePool:
-    """Warm engines lent to one submission at a time; one that broke is replaced, never lent again."""
+    """Without a sandbox: warm engines lent to one submission at a time; one that broke is
+    replaced, never lent again."""
 
     def __init__(self, size: int, preload: list[str]) -> None:
         self._preload = preload
@@ -100,12 +131,13 @@ class _EnginePool:
         self._all.append(engine)
         return engine
 
-    def borrow(self) -> Engine:
-        return self._idle.get()
+    def borrow(self) -> _Lease:
+        return _Lease(self._idle.get())
 
-    def give_back(self, engine: Engine, results: Sequence[CheckResult]) -> None:
+    def give_back(self, lease: _Lease, results: Sequence[CheckResult]) -> None:
         """A zygote that died (a student may kill its parent) fails every later run: replace it."""
-        if any(r.status == "error" and r.message.startswith(ENGINE_FAILURE) for r in results):
+        engine = lease.engine
+        if _engine_failed(results):
             engine.close()
             engine = self._new()
         self._idle.put(engine)
@@ -115,27 +147,74 @@ class _EnginePool:
             engine.close()
 
 
-def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission,
-                 options: BatchOptions, probe: BackendProbe) -> tuple[list[CheckResult], str]:
+class _SandboxPool:
+    """A fresh sandbox per submission, `size` of them warming ahead. One long-lived thread starts
+    them: a sandbox dies with the thread that started it (bubblewrap's --die-with-parent)."""
+
+    def __init__(self, size: int, sandbox: SandboxSet, preload: list[str]) -> None:
+        self._sandbox = sandbox
+        self._preload = preload
+        self._ready: queue.Queue[_Lease | BaseException] = queue.Queue()
+        self._wanted: queue.Queue[bool] = queue.Queue()
+        for _ in range(size):
+            self._wanted.put(True)
+        self._starter = threading.Thread(target=self._start_loop, name="sandbox-starter", daemon=True)
+        self._starter.start()
+
+    def _start_loop(self) -> None:
+        while self._wanted.get():
+            try:
+                workspace = Path(tempfile.mkdtemp(prefix="grader-workspace-"))
+                engine = Engine(preload=self._preload, confinement=self._sandbox.confine(workspace))
+                engine.start()
+                self._ready.put(_Lease(engine, workspace))
+            except Exception as exc:  # reported by the submission that needed this sandbox
+                self._ready.put(exc)
+
+    def borrow(self) -> _Lease:
+        self._wanted.put(True)
+        lease = self._ready.get()
+        if isinstance(lease, BaseException):
+            raise RuntimeError(f"{ENGINE_FAILURE}: could not start a sandbox: {lease}") from lease
+        return lease
+
+    def give_back(self, lease: _Lease, results: Sequence[CheckResult]) -> None:
+        """Used once: the sandbox is torn down, with everything the submission left in it."""
+        lease.engine.close()
+        if lease.workspace is not None:
+            shutil.rmtree(lease.workspace, ignore_errors=True)
+
+    def close(self) -> None:
+        self._wanted.put(False)
+        self._starter.join()
+        while not self._ready.empty():
+            lease = self._ready.get()
+            if isinstance(lease, _Lease):
+                self.give_back(lease, [])
+
+
+def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission, folder: Path,
+                 options: BatchOptions, seed: int, probe: BackendProbe, references: References,
+                 trusted: Engine) -> tuple[list[CheckResult], str]:
     grading = GradeOptions(world_sizes=options.world_sizes, backend=options.backend, deadline=options.deadline,
-                           visibilities=options.visibilities)
+                           visibilities=options.visibilities, seed=seed)
     engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
     results: list[CheckResult] = []
     for exercise in catalog.exercises:
-        path = submission.folder / exercise.file
+        path = folder / exercise.file
         sizes = options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
         if exercise.id in submission.problems:
             results += not_run(exercise, grading, "error", submission.problems[exercise.id])
         elif not path.is_file():
             results += not_run(exercise, grading, "error", f"file missing: {exercise.file} is not in the submission")
-        elif (backend_problem := probe.problem(engine, sizes)) is not None:
+        elif (backend_problem := probe.problem(trusted, sizes)) is not None:
             # Gradescope has no "skipped": these become failed tests with 0 points and the reason
             results += not_run(exercise, grading, "skipped", backend_problem)
         elif budget.left <= 0:
             results += not_run(exercise, grading, "failed", budget.used_up)
         else:
-            results += grade_exercise(budget, exercise, path, grading)  # type: ignore[arg-type]
+            results += grade_exercise(budget, exercise, path, grading, references=references)  # type: ignore[arg-type]
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
 
 
@@ -144,9 +223,10 @@ def _not_graded(catalog: Catalog, options: BatchOptions, message: str) -> list[C
     return [r for exercise in catalog.exercises for r in not_run(exercise, grading, "error", message)]
 
 
-def grade_one(pool: _EnginePool, catalog: Catalog, path: Path, options: BatchOptions,
-              probe: BackendProbe) -> SubmissionGrade:
-    """Grade one submission; whatever goes wrong becomes its grade's message, never an exception."""
+def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, options: BatchOptions, seed: int,
+              probe: BackendProbe, references: References, trusted: Engine) -> SubmissionGrade:
+    """Grade one submission; whatever goes wrong becomes its grade's message, never an exception.
+    Returns only once the submission's sandbox is gone."""
     started = time.monotonic()
     name = submissions.name_of(path)
     with tempfile.TemporaryDirectory(prefix="grader-submission-") as workdir:
@@ -154,15 +234,18 @@ def grade_one(pool: _EnginePool, catalog: Catalog, path: Path, options: BatchOpt
             submission = submissions.prepare(path, catalog, Path(workdir))
         except submissions.SubmissionError as exc:
             return SubmissionGrade(name, _not_graded(catalog, options, str(exc)), 0.0, str(exc))
-        engine = pool.borrow()
         results: list[CheckResult] = []
+        lease = None
         try:
-            results, problem = _grade_files(engine, catalog, submission, options, probe)
+            lease = pool.borrow()
+            results, problem = _grade_files(lease.engine, catalog, submission, lease.place(submission.folder),
+                                            options, seed, probe, references, trusted)
         except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
             problem = f"internal grader error: {type(exc).__name__}: {exc}"
             results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc())
         finally:
-            pool.give_back(engine, results)
+            if lease is not None:
+                pool.give_back(lease, results)
     return SubmissionGrade(name, results, time.monotonic() - started, problem)
 
 
@@ -170,19 +253,27 @@ def grade_batch(
     catalog: Catalog,
     paths: Sequence[Path],
     options: BatchOptions,
+    sandbox: SandboxSet | None = None,
     on_start: Callable[[str], None] | None = None,
     on_done: Callable[[SubmissionGrade], None] | None = None,
 ) -> list[SubmissionGrade]:
-    """Grade every path with `options.jobs` warm engines; grades come back in the order of `paths`."""
+    """Grade every path with `options.jobs` engines; grades come back in the order of `paths`.
+    `sandbox` None grades without one (trusted code only)."""
+    for exercise in catalog.exercises:
+        load_checks(exercise)  # the judge is loaded before any submission's code runs anywhere
     preload = [e.workers_module for e in catalog.exercises]
-    workers = max(1, min(options.jobs, len(paths)))
-    pool = _EnginePool(workers, preload)
+    workers = max(1, min(options.jobs if sandbox is None or sandbox.concurrent else 1, len(paths)))
+    seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
+    trusted = Engine(preload=preload)
+    trusted.start()
+    pool = _SandboxPool(workers, sandbox, preload) if sandbox is not None else _EnginePool(workers, preload)
+    references = References(trusted)
     probe = BackendProbe(options.backend)
 
     def task(path: Path) -> SubmissionGrade:
         if on_start:
             on_start(submissions.name_of(path))
-        return grade_one(pool, catalog, path, options, probe)
+        return grade_one(pool, catalog, path, options, seed, probe, references, trusted)
 
     grades: dict[Path, SubmissionGrade] = {}
     try:
@@ -195,4 +286,5 @@ def grade_batch(
                     on_done(grade)
     finally:
         pool.close()
+        trusted.close()
     return [grades[path] for path in paths]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from grader.catalog import load_catalog
+from grader.catalog import Catalog, load_catalog
 from grader.checks.runner import ALL_CHECKS
 from grader.instructor import gradescope, notebooks
 from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
@@ -15,6 +16,7 @@ from grader.instructor.gradebook import Gradebook
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.paths import course_root
+from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
 
 class InstructorError(Exception):
@@ -46,6 +48,12 @@ def register(commands: argparse._SubParsersAction) -> None:
                             "where there are too few GPUs)")
     grade.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
                        help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
+    confine = grade.add_mutually_exclusive_group()
+    confine.add_argument("--sandbox", choices=MODES, default="auto",
+                         help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
+                              "user when run as root, else refuse); see docs/SECURITY.md")
+    confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
+                         help="grade without a sandbox: only for submissions you trust")
     grade.set_defaults(func=cmd_grade)
 
     rel = commands.add_parser("release", help="write the student copy of the course (no solutions, no hidden checks)")
@@ -72,6 +80,21 @@ def cmd_grade(args: argparse.Namespace) -> int:
     options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
                            world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
                            visibilities=ALL_CHECKS)
+    args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
+    try:
+        sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
+    except SandboxError as exc:
+        raise InstructorError(str(exc)) from exc
+    if sandbox is None:
+        print(NO_SANDBOX_WARNING, file=sys.stderr)
+    try:
+        return _grade(args, catalog, options, sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
+
+def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sandbox: SandboxSet | None) -> int:
     started = time.monotonic()
     progress = BatchProgress(len(args.submissions))
     with Gradebook(args.out / "gradebook.csv", catalog) as gradebook:
@@ -80,7 +103,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             gradebook.add(grade)
             progress.finished(grade)
 
-        grades = grade_batch(catalog, args.submissions, options, on_start=progress.started, on_done=done)
+        grades = grade_batch(catalog, args.submissions, options, sandbox, on_start=progress.started, on_done=done)
     seconds = time.monotonic() - started
     print(f"graded {len(grades)} submission(s) in {seconds:.1f}s ({seconds / len(grades):.2f}s each): "
           f"{args.out / 'gradebook.csv'}")

@@ -1,20 +1,25 @@
 """`grader release`: the student copy of the course.
 
-Shipped: the exercise stubs, the catalog without hidden checks, the grader package without any
-`hidden.py` (hidden checks' code lives there, beside `checks.py`, precisely so it can stay behind),
-the README, pyproject and docs meant for students, and the quizzes as rendered practice sheets.
-Not shipped: solutions/, tests/, hidden checks, and the question banks themselves: a bank holds the
+Shipped: the exercise stubs, the catalog without hidden checks, the grader package without its
+secrets (`hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values: see
+grader/checks/__init__.py), the README, pyproject and docs meant for students, and the quizzes as
+rendered practice sheets. Where an exercise's public checks need the answers, the release writes
+their values on the public checks' own inputs (`expected.json`), never the formulas.
+Not shipped: solutions/, tests/, the secrets, and the question banks themselves: a bank holds the
 correct answers and their explanations, so students get the sheet and never the key.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 import shutil
 import tomllib
 from pathlib import Path
 
 from grader.catalog import Catalog
+from grader.checks import SECRET_MODULES
 from grader.checks.api import checks_in
 from grader.paths import CATALOG
 from grader.quiz.bank import BankNotFound, load_banks
@@ -64,7 +69,18 @@ def _refuse_leaks(catalog: Catalog) -> None:
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in ("__pycache__", "hidden.py") or n.endswith(".pyc")}
+    return {n for n in names if n in ("__pycache__", *SECRET_MODULES) or n.endswith(".pyc")}
+
+
+def _public_tables(catalog: Catalog, package_out: Path) -> None:
+    """For each exercise whose answers are a secret, their values on the public inputs only."""
+    for exercise in catalog.exercises:
+        answers = f"{exercise.checks_package}.answers"
+        if importlib.util.find_spec(answers) is None:
+            continue
+        table = importlib.import_module(answers).public_table()
+        folder = package_out.joinpath(*exercise.checks_package.split(".")[1:])
+        (folder / "expected.json").write_text(json.dumps(table))
 
 
 def _quiz_sheets(root: Path, out: Path) -> list[Path]:
@@ -99,6 +115,7 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         shutil.copyfile(root / "exercises" / exercise.file, out / "exercises" / exercise.file)
     (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
     shutil.copytree(grader_package, out / "grader", ignore=_ignore)
+    _public_tables(catalog, out / "grader")
     for name in TOP_LEVEL_FILES:
         if (root / name).is_file():
             shutil.copyfile(root / name, out / name)

@@ -38,6 +38,8 @@ class Terminal:
         self.line(f"  {mark}  {result.check} [W={result.world_size}] {timing}")
         if result.status == "passed" and result.message:
             self.line(self.paint(f"         {result.message}", "dim"))
+        for note in result.notes:
+            self.line(self.paint(f"         warning: {note}", "skipped"))
         if result.status != "passed" and result.message:
             for text in result.message.splitlines():
                 self.line(f"         {text}")

@@ -67,3 +67,11 @@ def floods_output(ctx: RankContext) -> dict[str, Any]:
 def kills_the_launcher(ctx: RankContext) -> None:
     os.kill(os.getppid(), 9)
     time.sleep(60)
+
+
+def leaves_strays(ctx: RankContext, kind: str, pid_dir: str) -> dict[str, Any]:
+    """Start a process that escapes the rank's process group, and return without waiting for it."""
+    from tests_strays_support import start_stray  # noqa: PLC0415 (the test folder is on the path)
+
+    start_stray(kind, pid_dir)
+    return {"done": True}

@@ -87,8 +87,9 @@ def course_copy(root: Path) -> Path:
     return root
 
 
-def run_grader(course: Path, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m grader ARGS` on `course` with that course's own grader package."""
-    env = {**os.environ, "GRADER_COURSE": str(course), "PYTHONPATH": str(course), "NO_COLOR": "1"}
+def run_grader(course: Path, *args: str, cwd: Path | None = None, timeout: float = 300,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m grader ARGS` on `course` with that course's own grader package (and `env` added)."""
+    env = {**os.environ, **(env or {}), "GRADER_COURSE": str(course), "PYTHONPATH": str(course), "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd or course, env=env,
                           capture_output=True, text=True, timeout=timeout)

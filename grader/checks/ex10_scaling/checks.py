@@ -3,19 +3,40 @@ the limits (one worker, serial or fully parallel work, one rank, a huge W) and p
 (the ZeRO paper's 7.5B parameters on 64 GPUs).
 
 Each check evaluates only its own functions (one small job each), and names the usual wrong
-formula from the numbers it gave.
+formula from the numbers it gave. The right values come from `expected`: the closed forms
+(answers.py, a secret) in the course, the table of the public probes in a student copy; the check
+at random inputs, which only the closed forms can judge, is hidden (hidden.py).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import math
-import secrets
+from pathlib import Path
 from typing import Any
 
 from grader.checks.api import CheckContext, check
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
 
 REL = 1e-6
+TABLE = Path(__file__).with_name("expected.json")  # written by `grader release` into a student copy
+
+
+@functools.cache
+def _public_table() -> dict[tuple, float]:
+    entries = json.loads(TABLE.read_text())
+    return {(name, *map(float, row[:-1])): row[-1] for name, rows in entries.items() for row in rows}
+
+
+def expected(name: str, *args: float) -> float:
+    """The right value of `name` at `args`: closed forms where the course has them, else the table."""
+    if importlib.util.find_spec("grader.checks.ex10_scaling.answers") is not None:
+        from grader.checks.ex10_scaling.answers import CLOSED_FORMS
+
+        return CLOSED_FORMS[name](*args)
+    return _public_table()[(name, *map(float, args))]
 
 
 def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str, dict[tuple, Any]]:
@@ -54,9 +75,9 @@ def lr_schedule(ctx: CheckContext) -> None:
     if _close(start, 0.0):
         raise ctx.fail("warmup from zero: the rate is 0 at step 0; the warmup starts at base_lr (0.1)", hint=2)
     for batch in (256, 512, 1024, 8192):
-        target = 0.1 * batch / 256
+        target = expected("scaled_lr", 0.1, 256, batch, 5, 5)
         for step in range(8):
-            want = 0.1 + (target - 0.1) * min(step, 5) / 5
+            want = expected("scaled_lr", 0.1, 256, batch, step, 5)
             got = lr[(0.1, 256, batch, step, 5)]
             if not _close(got, want):
                 raise ctx.fail(f"scaled_lr(0.1, 256, {batch}, step={step}, warmup_steps=5) = {got:.6g}, expected "
@@ -72,7 +93,7 @@ def lr_schedule(ctx: CheckContext) -> None:
 def effective_batch(ctx: CheckContext) -> None:
     table = _values(ctx, "effective_batch")["effective_batch"]
     for (batch, world, accumulation), got in table.items():
-        if _close(got, batch * world * accumulation):
+        if _close(got, expected("effective_batch", batch, world, accumulation)):
             continue
         if _close(got, batch * world):
             raise ctx.fail(f"gradient accumulation ignored: effective_batch({batch}, {world}, {accumulation}) = "
@@ -81,7 +102,7 @@ def effective_batch(ctx: CheckContext) -> None:
             raise ctx.fail(f"world size ignored: effective_batch({batch}, {world}, {accumulation}) = {got:g}; "
                            f"every one of the {world} GPUs contributes its batch to the step", hint=3)
         raise ctx.fail(f"effective_batch({batch}, {world}, {accumulation}) = {got:g}, expected "
-                       f"{batch * world * accumulation}", hint=3)
+                       f"{expected('effective_batch', batch, world, accumulation):g}", hint=3)
 
 
 @check("amdahl")
@@ -93,11 +114,11 @@ def amdahl(ctx: CheckContext) -> None:
                        f"{speedup[(0.9, 8)]:.4g}; with 90% parallel work 8 workers give 1/(0.1 + 0.9/8) = 4.706",
                        hint=4)
     for (p, n), got in speedup.items():
-        want = 1 / ((1 - p) + p / n)
+        want = expected("amdahl_speedup", p, n)
         if not _close(got, want):
             raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g}, expected 1/((1-p) + p/n) = {want:.6g}", hint=4)
     for (p, n), got in efficiency.items():
-        want = 1 / ((1 - p) + p / n) / n
+        want = expected("parallel_efficiency", p, n)
         if not _close(got, want):
             why = " (speedup x n instead of / n?)" if _close(got, want * n * n) else ""
             raise ctx.fail(f"parallel_efficiency({p}, {n}) = {got:.6g}, expected speedup / n = {want:.6g}{why}", hint=4)
@@ -108,7 +129,7 @@ def allreduce_cost(ctx: CheckContext) -> None:
     values = _values(ctx, "ring_allreduce_bytes", "allreduce_seconds")
     volume, seconds = values["ring_allreduce_bytes"], values["allreduce_seconds"]
     for (message, world), got in volume.items():
-        want = 2 * (world - 1) / world * message
+        want = expected("ring_allreduce_bytes", message, world)
         if _close(got, want):
             continue
         if world > 2 and _close(got, (world - 1) * message):
@@ -120,7 +141,7 @@ def allreduce_cost(ctx: CheckContext) -> None:
         raise ctx.fail(f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g}, expected 2(W-1)/W x M = {want:.6g}",
                        hint=5)
     for (message, world, bandwidth), got in seconds.items():
-        want = 2 * (world - 1) / world * message / bandwidth
+        want = expected("allreduce_seconds", message, world, bandwidth)
         if _close(got, want * 8):
             raise ctx.fail(f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}: 8 times too slow; "
                            "the bandwidth is in bytes per second, not bits", hint=5)
@@ -129,25 +150,19 @@ def allreduce_cost(ctx: CheckContext) -> None:
                            f"over the bandwidth, {want:.6g} s", hint=5)
 
 
-def _zero_expected(params: float, world: int, stage: int, optimizer_bytes: int) -> float:
-    shards = [2.0, 2.0, float(optimizer_bytes)]  # weights, gradients, optimizer state
-    divided = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}[stage]
-    return params * sum(b / world if i in divided else b for i, b in enumerate(shards))
-
-
 @check("zero_memory")
 def zero_memory(ctx: CheckContext) -> None:
     values = _values(ctx, "zero_memory_per_gpu")
     table, bad = values["zero_memory_per_gpu"], values["bad_stage"]
     for (params, world, stage, k), got in table.items():
-        want = _zero_expected(params, world, stage, k)
+        want = expected("zero_memory_per_gpu", params, world, stage, k)
         if _close(got, want):
             continue
         call = f"zero_memory_per_gpu({params:g}, {world}, stage={stage}, optimizer_bytes={k})"
-        if k != 12 and _close(got, _zero_expected(params, world, stage, 12)):
+        if k != 12 and _close(got, expected("zero_memory_per_gpu", params, world, stage, 12)):
             raise ctx.fail(f"{call} = {got / 1e9:.4g} GB: optimizer_bytes is ignored (K = 12 hard-coded)", hint=6)
         for other in (0, 1, 2, 3):
-            if other != stage and _close(got, _zero_expected(params, world, other, k)):
+            if other != stage and _close(got, expected("zero_memory_per_gpu", params, world, other, k)):
                 raise ctx.fail(f"{call} = {got / 1e9:.4g} GB, which is stage {other}'s memory; stage {stage} should "
                                f"give {want / 1e9:.4g} GB (stage 1 shards the optimizer state, 2 also the "
                                "gradients, 3 also the weights)", hint=6)
@@ -157,44 +172,3 @@ def zero_memory(ctx: CheckContext) -> None:
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
             raise ctx.fail(f"zero_memory_per_gpu(1e9, 8, stage={stage}): {shown}; an unknown stage should raise "
                            "ValueError", hint=6)
-
-
-def _warmup_lr(base_lr: float, base_batch: int, batch: int, step: int, warmup: int) -> float:
-    target = base_lr * batch / base_batch
-    return target if step >= warmup else base_lr + (target - base_lr) * step / warmup
-
-
-CLOSED_FORMS = {
-    "scaled_lr": _warmup_lr,
-    "effective_batch": lambda b, w, a: b * w * a,
-    "amdahl_speedup": lambda p, n: 1 / ((1 - p) + p / n),
-    "parallel_efficiency": lambda p, n: 1 / ((1 - p) + p / n) / n,
-    "ring_allreduce_bytes": lambda m, w: 2 * (w - 1) / w * m,
-    "allreduce_seconds": lambda m, w, bandwidth: 2 * (w - 1) / w * m / bandwidth,
-    "zero_memory_per_gpu": _zero_expected,
-}
-
-
-def _non_decreasing(values: list[float]) -> bool:
-    return all(b >= a * (1 - REL) for a, b in zip(values, values[1:]))
-
-
-@check("holds_off_grid")
-def holds_off_grid(ctx: CheckContext) -> None:
-    seed = secrets.randbelow(2**31)
-    values = _values(ctx, *CLOSED_FORMS, seed=seed)
-    again = f" (random inputs, seed {seed})"
-    speedup = values["amdahl_speedup"]
-    if not _non_decreasing(list(speedup.values())):
-        raise ctx.fail(f"amdahl_speedup is not monotone in n: {list(speedup.items())[:4]}{again}", hint=4)
-    for (p, n), got in speedup.items():
-        if got > min(n, 1 / (1 - p)) * (1 + REL):
-            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}", hint=4)
-    if not _non_decreasing(list(values["ring_allreduce_bytes"].values())):
-        raise ctx.fail(f"ring_allreduce_bytes does not grow with W{again}", hint=5)
-    for name, form in CLOSED_FORMS.items():
-        for args, got in values[name].items():
-            want = form(*args)
-            if not _close(got, want):
-                raise ctx.fail(f"{name}{args} = {got:.6g}, expected {want:.6g}{again}: the formula holds on the grid "
-                               "of the other checks but not here")

@@ -1,0 +1,36 @@
+"""Exercise 10's closed forms: the answers themselves. A secret (grader/checks/__init__.py): never
+in a sandbox, never in a student copy. A release ships only their values on the public probes
+(`public_table`), which the public checks read instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from grader.checks.ex10_scaling.probes import PROBES
+
+
+def warmup_lr(base_lr: float, base_batch: int, batch: int, step: int, warmup: int) -> float:
+    target = base_lr * batch / base_batch
+    return target if step >= warmup else base_lr + (target - base_lr) * step / warmup
+
+
+def zero_memory(params: float, world: int, stage: int, optimizer_bytes: int) -> float:
+    shards = [2.0, 2.0, float(optimizer_bytes)]  # weights, gradients, optimizer state
+    divided = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}[stage]
+    return params * sum(b / world if i in divided else b for i, b in enumerate(shards))
+
+
+CLOSED_FORMS: dict[str, Callable[..., float]] = {
+    "scaled_lr": warmup_lr,
+    "effective_batch": lambda b, w, a: b * w * a,
+    "amdahl_speedup": lambda p, n: 1 / ((1 - p) + p / n),
+    "parallel_efficiency": lambda p, n: 1 / ((1 - p) + p / n) / n,
+    "ring_allreduce_bytes": lambda m, w: 2 * (w - 1) / w * m,
+    "allreduce_seconds": lambda m, w, bandwidth: 2 * (w - 1) / w * m / bandwidth,
+    "zero_memory_per_gpu": zero_memory,
+}
+
+
+def public_table() -> dict[str, list[list[float]]]:
+    """Per function, [*arguments, value] on the public probes: what a student copy may know."""
+    return {name: [[*args, float(CLOSED_FORMS[name](*args))] for args in PROBES[name]] for name in PROBES}

@@ -1,0 +1,87 @@
+"""Sandboxes for untrusted submissions in `grader grade` (the threat model: docs/SECURITY.md).
+
+A sandbox wraps one submission's zygote, so that everything a submission runs, every rank and
+every process a rank starts, is confined: it sees only the rank side of the grader
+(rank_view.py) and its own files, it cannot reach the grader, the judge, the references, another
+submission or the results, and nothing of it outlives its grading.
+
+Modes (`grader grade --sandbox MODE`):
+- bubblewrap: namespaces (bubblewrap.py). The first choice.
+- user: an unprivileged user per submission (unprivileged.py), for root without user namespaces.
+- auto (default): bubblewrap where it works, else user where the grader is root, else refuse.
+- none: no sandbox (`--no-sandbox`), for trusted code only; the grader says loudly what it gives up.
+`grader check` never sandboxes: a student on their own machine needs no protection from themselves.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from grader.engine.supervisor import Confinement
+from grader.sandbox import bubblewrap, rank_view, unprivileged
+from grader.sandbox.limits import Limits
+
+MODES = ("auto", "bubblewrap", "user", "none")
+NO_SANDBOX_WARNING = (
+    "WARNING: grading without a sandbox. Submissions run as the grader, with its files: any of them can read "
+    "the solutions, the hidden checks and the other submissions, rewrite results.json and the gradebook, "
+    "signal the grader, and leave processes running after the batch. Use --no-sandbox for trusted code only."
+)
+
+
+class SandboxError(Exception):
+    """No sandbox of the requested kind can run here; the message says why and what to do."""
+
+
+class Sandbox(Protocol):
+    name: str
+    concurrent: bool  # whether several submissions may be graded at once in it
+
+    def confine(self, workspace: Path) -> Confinement: ...
+
+
+class SandboxSet:
+    """A sandbox kind and the rank view its confinements share; remove the view with `close`."""
+
+    def __init__(self, kind: Sandbox, view: Path) -> None:
+        self.kind = kind
+        self.view = view
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def concurrent(self) -> bool:
+        return self.kind.concurrent
+
+    def confine(self, workspace: Path) -> Confinement:
+        return self.kind.confine(workspace)
+
+    def close(self) -> None:
+        rank_view.remove(self.view)
+
+
+def open_sandbox(mode: str, course_root: Path, out: Path, limits: Limits = Limits(), gpu: bool = False) -> SandboxSet | None:
+    """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none."""
+    if mode not in MODES:
+        raise SandboxError(f"unknown sandbox {mode!r} (one of {', '.join(MODES)})")
+    if mode == "none":
+        return None
+    bwrap_problem = bubblewrap.unavailable() if mode in ("auto", "bubblewrap") else None
+    user_problem = unprivileged.unavailable(course_root, out) if mode == "user" or (mode == "auto" and bwrap_problem) else None
+    if mode == "bubblewrap" and bwrap_problem:
+        raise SandboxError(f"cannot sandbox with bubblewrap: {bwrap_problem}")
+    if mode == "user" and user_problem:
+        raise SandboxError(f"cannot sandbox as an unprivileged user: {user_problem}")
+    if mode == "auto" and bwrap_problem and user_problem:
+        raise SandboxError(f"cannot sandbox the submissions here: {bwrap_problem}; and {user_problem}. "
+                           "Fix one of these, or grade with --no-sandbox if you trust every submission")
+    package = Path(__file__).resolve().parents[1]
+    view = rank_view.materialize(package, Path(tempfile.mkdtemp(prefix="grader-view-")))
+    use_bwrap = mode == "bubblewrap" or (mode == "auto" and bwrap_problem is None)
+    kind: Sandbox = (bubblewrap.BubblewrapSandbox(view, limits, gpu) if use_bwrap
+                     else unprivileged.UserSandbox(view, limits, gpu))
+    return SandboxSet(kind, view)

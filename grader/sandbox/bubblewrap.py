@@ -1,0 +1,135 @@
+"""The bubblewrap sandbox (`bwrap`, the sandbox Flatpak uses; unprivileged through user namespaces).
+
+One per submission, around its zygote. Inside: new PID, IPC, UTS, cgroup and network namespaces
+(loopback only, enough for gloo), no capabilities, a fresh /dev, /proc and a size-limited /tmp for
+scratch, and a read-only view of exactly three things: the system and the Python environment, the
+rank side of the grader (rank_view.py), and the submission's own files. Nothing else of the course,
+no other submission, no results folder, no environment variable of the grader's. When the grader
+goes away, or the zygote (PID 1's only child) ends, every process in it is killed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from grader.engine.processes import RANK_LIMITS_VARIABLE
+from grader.sandbox.limits import Cgroup, Limits, rank_limits
+
+SCRATCH = "/tmp/grader"
+SYSTEM_LINKS_OR_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+                "/etc/nsswitch.conf", "/etc/alternatives")
+PASSED_VARIABLES = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LANG", "LC_ALL")
+PASSED_PREFIXES = ("NCCL_",)
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why bubblewrap cannot sandbox here (None: it can), found by trying once."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        probe = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+                                "--dev", "/dev", "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}"
+    if probe.returncode != 0:
+        said = probe.stderr.decode(errors="replace").strip().splitlines()
+        return f"bubblewrap cannot create namespaces here ({said[-1] if said else f'exit {probe.returncode}'})"
+    return None
+
+
+def python_binds() -> list[Path]:
+    """The folders the Python environment lives in: its prefixes and site-packages, never a folder
+    merely on PYTHONPATH (which may be the course itself)."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    prefixes.add(Path(sys.executable).resolve().parent)
+    folders = set(prefixes)
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.is_dir() and (any(path.is_relative_to(p) for p in prefixes) or path.name in ("site-packages", "dist-packages")):
+            folders.add(path)
+    outermost = [f for f in folders if not any(f != g and f.is_relative_to(g) for g in folders)]
+    return sorted(p for p in outermost if not p.is_relative_to("/usr"))
+
+
+class BubblewrapSandbox:
+    """Makes one confinement per submission; holds what they share (the rank view, the limits)."""
+
+    name = "bubblewrap"
+    concurrent = True
+
+    def __init__(self, view: Path, limits: Limits, gpu: bool = False) -> None:
+        self.view = view
+        self.limits = limits
+        self.gpu = gpu
+
+    def confine(self, workspace: Path) -> BubblewrapConfinement:
+        return BubblewrapConfinement(self, workspace)
+
+
+class BubblewrapConfinement:
+    """One submission's sandbox: see the module docstring. Implements the engine's `Confinement`."""
+
+    scratch_root = SCRATCH
+
+    def __init__(self, sandbox: BubblewrapSandbox, workspace: Path) -> None:
+        self.sandbox = sandbox
+        self.workspace = workspace
+        self.cgroup = Cgroup.create(sandbox.limits)
+
+    def _mounts(self) -> list[str]:
+        # /tmp first: the view and the workspace may live below the host's /tmp, and are bound on top
+        args = ["--size", str(self.sandbox.limits.scratch_bytes), "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
+        for path in SYSTEM_LINKS_OR_DIRS:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for path in SYSTEM_FILES:
+            args += ["--ro-bind-try", path, path]
+        for folder in python_binds():
+            args += ["--ro-bind", str(folder), str(folder)]
+            if (folder / "grader").is_dir():  # a course installed into site-packages: hide all of it
+                args += ["--tmpfs", str(folder / "grader")]
+        args += ["--ro-bind", str(self.sandbox.view / "hosts"), "/etc/hosts",
+                 "--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
+                 "--ro-bind", str(self.workspace), str(self.workspace),
+                 "--dev", "/dev", "--proc", "/proc"]
+        if self.sandbox.gpu:
+            args += [arg for device in sorted(Path("/dev").glob("nvidia*")) for arg in ("--dev-bind", str(device), str(device))]
+            args += ["--ro-bind-try", "/sys", "/sys", "--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
+        return args
+
+    def command(self, argv: list[str]) -> list[str]:
+        python, *rest = argv
+        inner = [python, "-s", *rest]
+        bwrap = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                 "--cap-drop", "ALL", "--hostname", "localhost", *self._mounts(), "--chdir", "/tmp", "--", *inner]
+        if self.cgroup is None:
+            return bwrap
+        joins = "; ".join(f'echo $$ > "${i + 1}" || exit 97' for i in range(len(self.cgroup.procs_files)))
+        return ["/bin/sh", "-c", f'{joins}; shift {len(self.cgroup.procs_files)}; exec "$@"', "sh",
+                *map(str, self.cgroup.procs_files), *bwrap]
+
+    def environment(self, base: dict[str, str]) -> dict[str, str]:
+        """The sandbox's whole environment: nothing of the grader's but what torch needs."""
+        env = {key: value for key, value in base.items()
+               if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)}
+        env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME="/tmp", TMPDIR="/tmp", USER="student", LOGNAME="student",
+                   PYTHONPATH=str(self.sandbox.view), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+                   **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu)})
+        return env
+
+    def oom_kills(self) -> int:
+        return self.cgroup.oom_kills() if self.cgroup else 0
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()

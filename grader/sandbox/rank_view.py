@@ -1,0 +1,65 @@
+"""The rank side of the grader: the only part of the course a sandbox ever holds.
+
+What runs beside student code on the ranks enters the sandbox: the engine's rank runtime and
+zygote, each exercise's workers and their helpers. The judge (`checks.py`, the check API, the
+diagnoses), the secrets (`hidden.py`, `answers.py`), the solutions, the question banks, the tests
+and every other part of the course stay outside. This is an allow-list: a new module is outside
+until it matches a pattern here, and a worker that imports judge code fails to load in a sandbox
+(tests/security checks every exercise's workers load in the view).
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+
+from grader.checks import JUDGE_MODULES, SECRET_MODULES
+
+RANK_SIDE = (
+    "__init__.py",
+    "engine/*.py",
+    "checks/__init__.py",
+    "checks/training.py",
+    "checks/*/*.py",  # an exercise's workers and their helpers, less the judge modules below
+)
+NEVER = frozenset((*JUDGE_MODULES, *SECRET_MODULES))
+
+
+def rank_side_files(package: Path) -> list[Path]:
+    """The files of the grader package (`package` is its folder) that enter a sandbox, relative."""
+    files = set()
+    for pattern in RANK_SIDE:
+        files |= {path.relative_to(package) for path in package.glob(pattern)
+                  if path.is_file() and path.name not in NEVER}
+    return sorted(files)
+
+
+# The sandbox's /etc/hosts: every form of the loopback address has a name, so that looking one up
+# never asks a DNS server the sandbox cannot reach (c10d warns about it on every connection).
+HOSTS = "127.0.0.1 localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
+
+
+def materialize(package: Path, into: Path) -> Path:
+    """Copy the rank side into `into`/grader, read-only and readable by every user, beside a `hosts`
+    file for the sandbox; returns `into`, the folder to put on the sandbox's PYTHONPATH."""
+    (into / "hosts").write_text(HOSTS)
+    (into / "hosts").chmod(0o444)
+    for relative in rank_side_files(package):
+        target = into / "grader" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(package / relative, target)
+        target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    for folder in [into, *sorted((into / "grader").rglob("*"), reverse=True)]:
+        if folder.is_dir():
+            folder.chmod(0o555)
+    (into / "grader").chmod(0o555)
+    return into
+
+
+def remove(view: Path) -> None:
+    """Remove a materialized view (its folders are read-only)."""
+    for folder in [view, *view.rglob("*")]:
+        if folder.is_dir():
+            folder.chmod(0o755)
+    shutil.rmtree(view, ignore_errors=True)

