@@ -1,8 +1,9 @@
 """Time rendering 100 versions of a 40-question quiz in every format (target: under 5 s).
 
 Run from the repository root:  PYTHONPATH=. python benchmarks/bench_quiz.py [--versions N] [--count K]
-It draws the quiz from the course banks with the CLI's own code path and writes to a temporary
-directory, so the figure includes drawing, templating, notebook building and file writes.
+It draws the quiz from the course banks' exam pool with the CLI's own code path and writes to a
+temporary directory, so the figure includes drawing, templating, notebook building, the QTI zips,
+the Moodle variant pools and file writes.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
     args = parser.parse_args()
     bank = load_banks(BANK)
-    questions = select(bank.questions, args.seed, count=args.count)
+    questions = select(bank.questions, args.seed, count=args.count, pool="exam")
     timings = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            versions = draw_all(questions, args.seed, args.versions)
+            versions = draw_all(questions, args.seed, args.versions, pool="exam")
             files = write_versions(versions, list(FORMATS), Path(tmp))
             timings.append(time.perf_counter() - start)
     print(f"{args.versions} versions x {len(questions)} questions, formats {', '.join(FORMATS)} + keys: "

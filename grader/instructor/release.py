@@ -23,7 +23,7 @@ from grader.checks import SECRET_MODULES
 from grader.checks.api import checks_in
 from grader.paths import CATALOG
 from grader.quiz.bank import BankNotFound, load_banks
-from grader.quiz.render import FORMATS
+from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
 TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
@@ -84,20 +84,23 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
 
 
 def _quiz_sheets(root: Path, out: Path) -> list[Path]:
+    """The practice pool as one rendered sheet per format; exam questions never leave the course."""
     try:
         bank = load_banks(root / "quizzes")
     except BankNotFound:
         return []
-    questions = select(bank.questions, seed=0)
+    questions = select(bank.questions, seed=0, pool="practice")
     if not questions:
         return []
-    version = draw_all(questions, seed=0, versions=1, title="Practice quiz")[0]
+    version = draw_all(questions, seed=0, versions=1, title="Practice quiz", pool="practice")[0]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name in SHEET_FORMATS:
-        extension, render = FORMATS[name]
-        path = out / f"practice-quiz.{extension}"
-        path.write_text(render(version), encoding="utf-8")
+        filename, render = VERSION_FORMATS[name]
+        path = out / f"practice-quiz.{filename.split('{stem}.', 1)[1]}"
+        text = render(version)
+        assert isinstance(text, str), f"{name} is not a text sheet"
+        path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
 

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from grader.quiz import formula
+from grader.quiz.precision import Precision, PrecisionError, parse_precision
 
 TYPES = ("single", "multiple", "numeric", "truefalse")
 DIFFICULTIES = ("easy", "medium", "hard")
+POOLS = ("practice", "exam")
 EXERCISES = (
     "ex01_process_group",
     "ex02_data_sharding",
@@ -37,7 +39,7 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)(?::([^{}]+))?\}")
 LETTERS = "ABCDEFGHIJ"
 QUESTION_FIELDS = {
     "id", "type", "text", "options", "answer", "tolerance", "tags", "difficulty", "points",
-    "explanation", "parameters", "derived", "unit",
+    "explanation", "parameters", "derived", "unit", "pool", "precision",
 }
 
 
@@ -64,6 +66,7 @@ class Question:
     source: Path
     objective: str
     exercise: str
+    pool: str
     topics: tuple[str, ...] = ()
     difficulty: str = "medium"
     points: float = 1.0
@@ -74,6 +77,7 @@ class Question:
     tolerance_abs: float = 0.0
     tolerance_rel: float = 0.0
     unit: str = ""
+    precision: Precision | None = None
     parameters: tuple[Parameter, ...] = ()
     derived: tuple[tuple[str, formula.Formula], ...] = ()
 
@@ -209,8 +213,12 @@ class _Checker:
         if not isinstance(explanation, str):
             self.problem("explanation", "is not a string", 'use explanation = """why the answer is right"""')
             explanation = ""
+        pool = entry.get("pool")
+        if pool not in POOLS:
+            self.problem("pool", "missing" if pool is None else f"unknown pool {pool!r}",
+                         'add pool = "practice" (students may see it) or pool = "exam" (kept for graded quizzes)')
         common = dict(source=self.path, objective=objective or "", exercise=exercise or "", topics=topics,
-                      difficulty=str(difficulty), points=float(points), explanation=explanation)
+                      difficulty=str(difficulty), points=float(points), explanation=explanation, pool=str(pool))
         body: dict[str, Any] | None = None
         if kind in ("single", "multiple"):
             body = self.choices(kind)
@@ -307,14 +315,26 @@ class _Checker:
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = repr(answer)
         parsed_answer = self.formula("answer", answer, names)
+        precision = self.precision()
         tolerance = self.tolerance()
         for name in sorted({p.name for p in parameters} - set(placeholder_names(text))):
             self.problem("text", f"parameter {name!r} never appears in the text", f"write {{{name}}} where its value belongs")
-        if parsed_answer is None or tolerance is None:
-            return None
         unit = self.entry.get("unit", "")
+        if not isinstance(unit, str):
+            self.problem("unit", "is not a string", 'use unit = "MB"')
+            unit = ""
+        if parsed_answer is None or tolerance is None or precision is None:
+            return None
         return {"answer_formula": parsed_answer, "tolerance_abs": tolerance[0], "tolerance_rel": tolerance[1],
-                "unit": str(unit), "parameters": tuple(parameters), "derived": tuple(derived)}
+                "precision": precision, "unit": unit, "parameters": tuple(parameters), "derived": tuple(derived)}
+
+    def precision(self) -> Precision | None:
+        try:
+            return parse_precision(self.entry.get("precision"))
+        except PrecisionError as exc:
+            self.problem("precision", str(exc),
+                         'state what is asked: precision = "exact", { sig = 3 } or { decimals = 1 }')
+            return None
 
     def formula(self, field_name: str, source: Any, names: set[str]) -> formula.Formula | None:
         if not isinstance(source, str):
@@ -371,10 +391,13 @@ class _Checker:
         return tuple(round(low + i * step, 9) for i in range(count))
 
     def tolerance(self) -> tuple[float, float] | None:
+        """Extra room beyond the stated precision; optional, so (0, 0) when absent."""
         raw = self.entry.get("tolerance")
-        fix = "use tolerance = { rel = 0.01 } or { abs = 0.5 } (both allowed, non-negative)"
-        if not isinstance(raw, dict) or not ({"abs", "rel"} & set(raw)):
-            self.problem("tolerance", "missing", fix)
+        fix = "use tolerance = { rel = 0.01 } or { abs = 0.5 } (both allowed, non-negative), or leave it out"
+        if raw is None:
+            return 0.0, 0.0
+        if not isinstance(raw, dict) or not ({"abs", "rel"} & set(raw)) or set(raw) - {"abs", "rel"}:
+            self.problem("tolerance", f"is not a table of abs and rel: {raw!r}", fix)
             return None
         values = (raw.get("abs", 0.0), raw.get("rel", 0.0))
         if not all(_is_number(v) for v in values):

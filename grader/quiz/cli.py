@@ -13,11 +13,12 @@ from pathlib import Path
 
 from grader.paths import CourseNotFound, course_root
 from grader.quiz import grade as grading
-from grader.quiz.bank import Bank, BankNotFound, load_banks
+from grader.quiz.bank import POOLS, Bank, BankNotFound, load_banks
 from grader.quiz.formula import FormulaError
 from grader.quiz.key import KeyFileError, load_keys
-from grader.quiz.render import FORMATS, write_versions
-from grader.quiz.versions import draw_all, probe, select
+from grader.quiz.lint import lint
+from grader.quiz.render import FORMATS, OutputFolderError, write_versions
+from grader.quiz.versions import draw_all, select
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -25,26 +26,30 @@ def register(commands: argparse._SubParsersAction) -> None:
                                description="Question banks: list, lint, render versions, grade responses.")
     sub = quiz.add_subparsers(dest="quiz_command", metavar="QUIZ_COMMAND", required=True)
 
-    listing = sub.add_parser("list", help="list the questions with their id, type and tags")
+    listing = sub.add_parser("list", help="list the questions with their id, type, pool and tags")
     _bank_option(listing)
     _tags_option(listing)
+    _pool_option(listing, default="all")
     listing.add_argument("--json", action="store_true", help="print JSON for tools")
     listing.set_defaults(func=cmd_list)
 
-    lint = sub.add_parser("lint", help="validate every bank; exit 1 on errors")
-    _bank_option(lint)
-    lint.set_defaults(func=cmd_lint)
+    lint_parser = sub.add_parser("lint", help="validate every bank, measure option-length tells; exit 1 on errors")
+    _bank_option(lint_parser)
+    lint_parser.set_defaults(func=cmd_lint)
 
     render = sub.add_parser("render", help="render seeded versions of a quiz and their answer keys")
     _bank_option(render)
     _tags_option(render)
+    _pool_option(render, default="exam")
     render.add_argument("--format", action="append", choices=[*FORMATS, "all"], default=None,
                         help="output format; repeat it for several, or `all` (default: md)")
     render.add_argument("--versions", type=_positive, default=1, help="how many versions (default 1)")
     render.add_argument("--seed", type=int, default=0, help="seed that makes the versions reproducible")
     render.add_argument("--count", type=_positive, default=None, help="questions per quiz (default: all selected)")
     render.add_argument("--title", default="Distributed training quiz", help="title printed on the sheets")
-    render.add_argument("--out", type=Path, required=True, help="directory for the sheets and keys")
+    render.add_argument("--out", type=Path, required=True, help="directory for the sheets and keys (new or empty)")
+    render.add_argument("--force", action="store_true",
+                        help="render into a folder that is not empty, removing the files of an earlier render")
     render.set_defaults(func=cmd_render)
 
     grade = sub.add_parser("grade", help="score a responses CSV against the answer keys",
@@ -52,7 +57,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     grade.add_argument("--key", type=Path, required=True,
                        help="a vNN.key.json file, or the render --out directory holding them")
     grade.add_argument("--responses", type=Path, required=True, help="CSV: student,version,<question id>...")
-    grade.add_argument("--out", type=Path, required=True, help="directory for scores.csv, questions.csv, feedback.csv")
+    grade.add_argument("--out", type=Path, required=True,
+                       help="directory for scores.csv, questions.csv, options.csv, feedback.csv, problems.csv")
     grade.set_defaults(func=cmd_grade)
 
 
@@ -63,6 +69,15 @@ def _bank_option(parser: argparse.ArgumentParser) -> None:
 
 def _tags_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tags", default="", help="comma-separated exercise ids or topics; keep questions with any")
+
+
+def _pool_option(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--pool", choices=[*POOLS, "all"], default=default,
+                        help=f"questions of this pool only (default: {default})")
+
+
+def _pool(args: argparse.Namespace) -> str | None:
+    return None if args.pool == "all" else args.pool
 
 
 def _positive(text: str) -> int:
@@ -77,10 +92,13 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _directory(args: argparse.Namespace) -> Path:
+    """The bank directory: --bank, or the course's quizzes/."""
+    return args.bank if args.bank is not None else course_root() / "quizzes"
+
+
 def _load(args: argparse.Namespace) -> Bank:
-    """The bank from --bank, or from the course's quizzes/ directory."""
-    directory = args.bank if args.bank is not None else course_root() / "quizzes"
-    return load_banks(directory)
+    return load_banks(_directory(args))
 
 
 def _tags(args: argparse.Namespace) -> list[str]:
@@ -100,16 +118,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         bank = _load(args)
     except (BankNotFound, CourseNotFound) as exc:
         return _fail(str(exc))
-    questions = select(bank.questions, seed=0, tags=_tags(args))
+    questions = select(bank.questions, seed=0, tags=_tags(args), pool=_pool(args))
     if args.json:
-        rows = [{"id": q.id, "type": q.type, "exercise": q.exercise, "topics": list(q.topics),
+        rows = [{"id": q.id, "type": q.type, "pool": q.pool, "exercise": q.exercise, "topics": list(q.topics),
                  "objective": q.objective, "difficulty": q.difficulty, "points": q.points,
                  "parametric": q.parametric, "file": q.source.name} for q in questions]
         print(json.dumps(rows, indent=2))
     else:
         width = max((len(q.id) for q in questions), default=2)
         for q in questions:
-            print(f"{q.id:<{width}}  {q.type:<9}  {', '.join(q.tags)}")
+            print(f"{q.id:<{width}}  {q.type:<9}  {q.pool:<8}  {', '.join(q.tags)}")
         print(f"{len(questions)} question(s)")
     return 1 if _report_problems(bank) else 0
 
@@ -119,10 +137,14 @@ def cmd_lint(args: argparse.Namespace) -> int:
         bank = _load(args)
     except (BankNotFound, CourseNotFound) as exc:
         return _fail(str(exc))
-    bank.problems.extend(problem for q in bank.questions if (problem := probe(q)) is not None)
+    problems, measures = lint(bank, _directory(args))
+    for measure in measures:
+        print(measure.summary())
+    bank.problems.extend(problems)
     if _report_problems(bank):
         return 1
-    print(f"{len(bank.files)} bank(s), {len(bank.questions)} question(s): no problems")
+    pools = ", ".join(f"{sum(q.pool == pool for q in bank.questions)} {pool}" for pool in POOLS)
+    print(f"{len(bank.files)} bank(s), {len(bank.questions)} question(s) ({pools}): no problems")
     return 0
 
 
@@ -135,17 +157,21 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 1
     requested = args.format or ["md"]
     formats = list(FORMATS) if "all" in requested else list(dict.fromkeys(requested))
-    questions = select(bank.questions, args.seed, _tags(args), args.count)
+    questions = select(bank.questions, args.seed, _tags(args), args.count, _pool(args))
     if not questions:
-        return _fail(f"no question matches --tags {args.tags}")
+        where = "in the bank" if args.pool == "all" else f"in the {args.pool} pool"
+        return _fail(f"no question {where} matches --tags {args.tags}" if args.tags else f"no question {where}")
     try:
-        versions = draw_all(questions, args.seed, args.versions, args.title)
-        written = write_versions(versions, formats, args.out)
+        versions = draw_all(questions, args.seed, args.versions, args.title, args.pool)
+        written = write_versions(versions, formats, args.out, force=args.force)
     except FormulaError as exc:
         return _fail(f"{exc}; run `grader quiz lint`")
+    except OutputFolderError as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot write to {args.out}: {exc}")
-    print(f"{len(versions)} version(s) of {len(questions)} question(s), formats {', '.join(formats)}: "
+    source = "every pool" if args.pool == "all" else f"the {args.pool} pool"
+    print(f"{len(versions)} version(s) of {len(questions)} question(s) from {source}, formats {', '.join(formats)}: "
           f"{len(written)} file(s) in {args.out}")
     return 0
 
@@ -153,12 +179,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     try:
         keys = load_keys(args.key)
-        marks = grading.grade(keys, args.responses)
-        written = grading.write_reports(marks, args.out)
+        result = grading.grade(keys, args.responses)
+        written = grading.write_reports(result, args.out)
     except (KeyFileError, grading.ResponsesError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot write to {args.out}: {exc}")
-    students = len({(m.student, m.version) for m in marks})
-    print(f"graded {students} student(s): {', '.join(str(p) for p in written)}")
+    print(f"graded {result.students} student(s): {', '.join(str(p) for p in written)}")
+    skipped = sum(p.action == "row not graded" for p in result.problems)
+    unreadable = sum(p.action == "answer scored 0" for p in result.problems)
+    if skipped or unreadable:
+        print(f"warning: {skipped} row(s) not graded, {unreadable} answer(s) unreadable (scored 0): "
+              f"see {args.out / 'problems.csv'}", file=sys.stderr)
     return 0

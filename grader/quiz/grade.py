@@ -1,28 +1,52 @@
-"""Grade a responses CSV against the answer keys written by `render`.
+"""Grade a responses file against the answer keys written by `render`.
 
-Responses: a header `student,version,<question id>,...` and one row per student. Choice answers
-are the letters of that student's version ("B", "A;C"; case, spaces and "," or ";" between letters
-do not matter), true/false answers a letter or true/false, numeric answers a number. An empty cell
-is no answer. Scoring, the same rule the Moodle exports encode: single choice and true/false are
-all or nothing; multiple choice earns 1/k of the points per right letter (k right letters) and
-loses as much per wrong letter, never below 0; a number within the key's tolerance earns all.
+Responses: a header with `student` and `version` columns (any case, any order, `,` or `;` between
+cells) and one column per question id; other columns (a timestamp, an e-mail address) are ignored
+and noted. Choice answers are the letters of that student's version ("B", "A;C", "(b)"), true/false
+answers a letter or true/false, numeric answers a number (a decimal comma and the question's unit
+are fine). An empty cell is no answer.
+
+Scoring, the same rule the Moodle exports encode: single choice and true/false are all or nothing;
+multiple choice earns 1/k of the points per right letter (k right letters) and loses as much per
+wrong letter, never below 0; a number within the key's tolerance earns all.
+
+Nothing is dropped silently: a row that cannot be graded (no student, an unknown version, a student
+on two rows) is left out and reported with its line in problems.csv, the other rows are graded, and
+an answer that cannot be read scores 0 with the reason in the feedback and in problems.csv.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import re
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.quiz.analysis import item_statistics, option_counts
+from grader.quiz.responses import (
+    TRUE_WORDS,
+    ResponsesError,
+    Row,
+    parse_letters,
+    parse_number,
+    parse_version,
+    read_table,
+)
+
+__all__ = ["ResponsesError", "Mark", "Grading", "grade", "mark_question", "write_reports"]
 FIXED_COLUMNS = ("student", "version")
-TRUE_WORDS = {"true": "A", "t": "A", "false": "B", "f": "B"}
 
 
-class ResponsesError(Exception):
-    """The responses file cannot be graded as a whole (missing file, columns or versions)."""
+@dataclass(frozen=True)
+class Outcome:
+    """What one answer earned: a fraction of the question's points, feedback, and what was picked."""
+
+    fraction: float
+    feedback: str
+    picked: tuple[str, ...] = ()  # option texts chosen (choice questions)
+    unreadable: str = ""  # why the answer could not be read, when it could not
 
 
 @dataclass(frozen=True)
@@ -35,50 +59,82 @@ class Mark:
     earned: float
     possible: float
     feedback: str
+    picked: tuple[str, ...] = ()
 
 
-def letters(response: str) -> list[str]:
-    """'a; c' -> ['A', 'C']; 'AC' -> ['A', 'C']."""
-    return sorted(set(re.sub(r"[\s,;]", "", response.upper())))
+@dataclass(frozen=True)
+class Problem:
+    """Something in the responses that a person should look at: where, for whom, what was done, why."""
+
+    file: Path
+    line: int | None
+    student: str
+    action: str  # "row not graded", "answer scored 0", "column ignored", "note"
+    reason: str
 
 
-def mark_question(entry: dict[str, Any], response: str) -> tuple[float, str]:
-    """Points earned (fraction of the question's points) and the feedback to show the student."""
+@dataclass
+class Grading:
+    marks: list[Mark] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    questions: list[dict[str, Any]] = field(default_factory=list)  # one key entry per question id, for the analysis
+
+    @property
+    def students(self) -> int:
+        return len({(m.student, m.version) for m in self.marks})
+
+
+def mark_question(entry: dict[str, Any], response: str) -> Outcome:
+    """Score one answer; the feedback says why, and what was expected when it was not right."""
     response = response.strip()
     general = entry.get("explanation", "")
     if not response:
-        return 0.0, _join("No answer.", _right_answer(entry), general)
+        return Outcome(0.0, _join("No answer.", _right_answer(entry), general))
     if entry["type"] == "numeric":
-        try:
-            given = float(response.replace("_", ""))
-        except ValueError:
-            return 0.0, _join(f"{response!r} is not a number.", _right_answer(entry), general)
-        ok = math.isfinite(given) and abs(given - entry["value"]) <= entry["tolerance"] * (1 + 1e-12) + 1e-12
-        verdict = "Right." if ok else f"Wrong: {given:g} is outside the tolerance."
-        return (1.0 if ok else 0.0), _join(verdict, "" if ok else _right_answer(entry), general)
+        return _mark_number(entry, response, general)
     if entry["type"] == "truefalse":
         response = TRUE_WORDS.get(response.lower(), response)
-    picked = letters(response)
     options = {option["letter"]: option for option in entry["options"]}
+    picked, problem = parse_letters(response, "".join(options))
+    if picked is None:
+        return Outcome(0.0, _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
+                       unreadable=problem)
     unknown = [letter for letter in picked if letter not in options]
     if unknown:
-        return 0.0, _join(f"{', '.join(unknown)} is not an option.", _right_answer(entry), general)
+        problem = f"{', '.join(unknown)} is not an option (options {min(options)}..{max(options)})"
+        return Outcome(0.0, _join(f"{problem}; scored 0.", _right_answer(entry), general), unreadable=problem)
     right = set(entry["answer"])
     if entry["type"] == "multiple":
         share = (len(right & set(picked)) - len(set(picked) - right)) / len(right)
         fraction = max(0.0, share)
     else:
         fraction = 1.0 if set(picked) == right and len(picked) == 1 else 0.0
-    explanations = [f"{letter}: {options[letter]['explanation']}" for letter in picked]
+    explanations = [f"{letter}: {options[letter]['explanation']}" for letter in picked
+                    if options[letter].get("explanation")]
     verdict = "Right." if fraction == 1 else "Partly right." if fraction > 0 else "Wrong."
-    return fraction, _join(verdict, *explanations, "" if fraction == 1 else _right_answer(entry),
-                           general if entry["type"] == "truefalse" else "")
+    return Outcome(fraction, _join(verdict, *explanations, "" if fraction == 1 else _right_answer(entry),
+                                   general if entry["type"] == "truefalse" else ""),
+                   picked=tuple(options[letter].get("text", letter) for letter in picked))
+
+
+def _mark_number(entry: dict[str, Any], response: str, general: str) -> Outcome:
+    given, problem = parse_number(response, entry.get("unit", ""))
+    if given is None:
+        return Outcome(0.0, _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
+                       unreadable=problem)
+    value, tolerance = entry["value"], entry["tolerance"]
+    ok = math.isfinite(given) and abs(given - value) <= tolerance + 1e-9 * max(abs(value), tolerance, 1e-300)
+    verdict = "Right." if ok else f"Wrong: {given:g} is outside the accepted range."
+    return Outcome(1.0 if ok else 0.0, _join(verdict, "" if ok else _right_answer(entry), general))
 
 
 def _right_answer(entry: dict[str, Any]) -> str:
     if entry["type"] == "numeric":
         unit = f" {entry['unit']}" if entry.get("unit") else ""
-        return f"Expected {entry['value']:.6g}{unit} (within {entry['tolerance']:.3g})."
+        written = entry.get("written") or f"{entry['value']:.6g}"
+        precision = f", {entry['precision']}" if entry.get("precision") and entry["precision"] != "exact" else ""
+        margin = f", within {entry['tolerance']:.3g}" if entry["tolerance"] else ""
+        return f"Expected {written}{unit}{precision}{margin}."
     return f"Expected {';'.join(entry['answer'])}."
 
 
@@ -86,80 +142,130 @@ def _join(*parts: str) -> str:
     return " ".join(part.strip() for part in parts if part and part.strip())
 
 
-def read_responses(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-            header = list(reader.fieldnames or [])
-    except FileNotFoundError:
-        raise ResponsesError(f"responses file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ResponsesError(f"{path}: cannot read the responses CSV ({exc})") from None
-    missing = [column for column in FIXED_COLUMNS if column not in header]
+def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
+    """Mark every (student, question) of the rows that can be graded; report everything else."""
+    table = read_table(path)
+    missing = [column for column in FIXED_COLUMNS if column not in table.columns]
     if missing:
-        raise ResponsesError(f"{path}: missing column(s) {', '.join(missing)}; the header must start "
-                             "with student,version followed by one column per question id")
-    return header, rows
-
-
-def grade(keys: dict[int, dict[str, Any]], path: Path) -> list[Mark]:
-    """Mark every (student, question) pair; problems with the file as a whole raise ResponsesError."""
-    header, rows = read_responses(path)
-    known = {q["id"] for key in keys.values() for q in key["questions"]}
-    unknown = [column for column in header if column not in FIXED_COLUMNS and column not in known]
-    if unknown:
-        raise ResponsesError(f"{path}: column(s) {', '.join(unknown)} are not question ids of the key")
-    marks: list[Mark] = []
-    for line, row in enumerate(rows, start=2):
-        student = (row.get("student") or "").strip()
-        raw_version = (row.get("version") or "").strip().lstrip("vV")
-        if not raw_version.isdigit() or int(raw_version) not in keys:
-            raise ResponsesError(f"{path}, line {line} ({student or 'no student'}): version {row.get('version')!r} "
-                                 f"is not in the key (versions {min(keys)}..{max(keys)})")
-        version = int(raw_version)
+        raise ResponsesError(f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
+                             f"columns and one column per question id (found: {', '.join(table.columns) or 'nothing'})")
+    result = Grading(questions=_questions(keys))
+    known = {q["id"].lower(): q["id"] for q in result.questions}
+    columns = {known[name]: name for name in table.columns if name in known}
+    result.problems += [Problem(path, None, "", "note", note) for note in table.notes]
+    ignored = [name for name in table.columns if name not in FIXED_COLUMNS and name not in known]
+    if ignored:
+        result.problems.append(Problem(path, 1, "", "column ignored",
+                                       f"not a question of the key: {', '.join(ignored)}"))
+    absent = [qid for qid in known.values() if qid not in columns]
+    if absent:
+        result.problems.append(Problem(path, 1, "", "note", f"no column for question(s) {', '.join(absent)}: "
+                                                            "every answer to them counts as empty"))
+    result.problems += [Problem(path, line, "", "row not graded", reason) for line, reason in table.misaligned]
+    for row, version in _gradable(table.rows, keys, path, result.problems):
+        student = row.cells["student"].strip()
         for entry in keys[version]["questions"]:
-            response = row.get(entry["id"]) or ""
-            fraction, feedback = mark_question(entry, response)
-            marks.append(Mark(student, version, entry["id"], entry["number"], response.strip(),
-                              round(fraction * entry["points"], 4), entry["points"], feedback))
-    return marks
+            response = row.cells.get(columns.get(entry["id"], ""), "").strip()
+            outcome = mark_question(entry, response)
+            if outcome.unreadable:
+                result.problems.append(Problem(path, row.line, student, "answer scored 0",
+                                               f"question {entry['id']}: {outcome.unreadable}"))
+            result.marks.append(Mark(student, version, entry["id"], entry["number"], response,
+                                     round(outcome.fraction * entry["points"], 4), entry["points"], outcome.feedback,
+                                     outcome.picked))
+    result.problems.sort(key=lambda p: (p.line or 0, p.student))
+    return result
 
 
-def write_reports(marks: list[Mark], out: Path) -> list[Path]:
-    """scores.csv (a row per student), questions.csv (a row per question), feedback.csv (a row per answer)."""
+def _questions(keys: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per question id (from the lowest version holding it), in id order."""
+    found: dict[str, dict[str, Any]] = {}
+    for version in sorted(keys):
+        for entry in keys[version]["questions"]:
+            found.setdefault(entry["id"], entry)
+    return [found[qid] for qid in sorted(found)]
+
+
+def _gradable(rows: list[Row], keys: dict[int, dict[str, Any]], path: Path,
+              problems: list[Problem]) -> list[tuple[Row, int]]:
+    """The rows to grade with their version; the others become problems. A student on several rows
+    is never merged or picked from: all those rows wait for a person to say which one counts."""
+    by_student: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_student[row.cells.get("student", "").strip().casefold()].append(row)
+    gradable = []
+    for row in rows:
+        student = row.cells.get("student", "").strip()
+        raw_version = row.cells.get("version", "").strip()
+        version = parse_version(raw_version)
+        twins = by_student[student.casefold()]
+        if not student:
+            reason = "no student name or id"
+        elif len(twins) > 1:
+            lines = ", ".join(str(other.line) for other in twins)
+            reason = (f"student {student!r} is on {len(twins)} rows (lines {lines}); none of them is graded: "
+                      "keep the row that counts and grade again")
+        elif version is None:
+            reason = f"version {raw_version!r} is not a version number" if raw_version else "no version"
+        elif version not in keys:
+            reason = f"version {version} is not in the key (versions {', '.join(map(str, sorted(keys)))})"
+        else:
+            gradable.append((row, version))
+            continue
+        problems.append(Problem(path, row.line, student, "row not graded", reason))
+    return gradable
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_reports(result: Grading, out: Path) -> list[Path]:
+    """scores.csv (a row per student), questions.csv (a row per question, with item analysis),
+    options.csv (how often each option was chosen), feedback.csv (a row per answer) and
+    problems.csv (what was not graded, and why)."""
     out.mkdir(parents=True, exist_ok=True)
-    questions = sorted({m.question for m in marks})
+    marks = result.marks
+    questions = [q["id"] for q in result.questions]
     students: dict[tuple[str, int], dict[str, Mark]] = {}
     for mark in marks:
         students.setdefault((mark.student, mark.version), {})[mark.question] = mark
-    scores = out / "scores.csv"
-    with scores.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["student", "version", "score", "max", "percent", *questions])
-        for (student, version), by_question in students.items():
-            earned = sum(m.earned for m in by_question.values())
-            possible = sum(m.possible for m in by_question.values())
-            cells = [_number(by_question[q].earned) if q in by_question else "" for q in questions]
-            writer.writerow([student, version, _number(earned), _number(possible),
-                             f"{100 * earned / possible:.1f}" if possible else "0.0", *cells])
-    summary = out / "questions.csv"
-    with summary.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["question", "answered", "full_marks", "mean_points", "max_points", "mean_percent"])
-        for question in questions:
-            rows = [m for m in marks if m.question == question]
-            mean = sum(m.earned for m in rows) / len(rows)
-            writer.writerow([question, sum(1 for m in rows if m.response), sum(1 for m in rows if m.earned == m.possible),
-                             _number(round(mean, 4)), _number(rows[0].possible), f"{100 * mean / rows[0].possible:.1f}"])
-    feedback = out / "feedback.csv"
-    with feedback.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["student", "version", "number", "question", "response", "points", "max", "feedback"])
-        for mark in sorted(marks, key=lambda m: (m.student, m.number)):
-            writer.writerow([mark.student, mark.version, mark.number, mark.question, mark.response,
-                             _number(mark.earned), _number(mark.possible), mark.feedback])
-    return [scores, summary, feedback]
+    score_rows = []
+    for (student, version), by_question in students.items():
+        earned = sum(m.earned for m in by_question.values())
+        possible = sum(m.possible for m in by_question.values())
+        score_rows.append([student, version, _number(earned), _number(possible),
+                           f"{100 * earned / possible:.1f}" if possible else "0.0",
+                           *(_number(by_question[q].earned) if q in by_question else "" for q in questions)])
+    statistics = item_statistics(marks)
+    question_rows = []
+    for entry in result.questions:
+        rows = [m for m in marks if m.question == entry["id"]]
+        stats = statistics.get(entry["id"])
+        mean = sum(m.earned for m in rows) / len(rows) if rows else 0.0
+        question_rows.append([entry["id"], entry["type"], len(rows), sum(1 for m in rows if m.response),
+                              sum(1 for m in rows if m.earned == m.possible), _number(round(mean, 4)),
+                              _number(entry["points"]), f"{100 * mean / entry['points']:.1f}" if rows else "",
+                              f"{stats.difficulty:.2f}" if stats else "",
+                              f"{stats.discrimination:.2f}" if stats and stats.discrimination is not None else ""])
+    feedback_rows = [[m.student, m.version, m.number, m.question, m.response, _number(m.earned), _number(m.possible),
+                      m.feedback] for m in sorted(marks, key=lambda m: (m.student, m.number))]
+    problem_rows = [[p.file.name, p.line or "", p.student, p.action, p.reason] for p in result.problems]
+    return [
+        _write_csv(out / "scores.csv", ["student", "version", "score", "max", "percent", *questions], score_rows),
+        _write_csv(out / "questions.csv", ["question", "type", "students", "answered", "full_marks", "mean_points",
+                                           "max_points", "mean_percent", "difficulty", "discrimination"],
+                   question_rows),
+        _write_csv(out / "options.csv", ["question", "option", "text", "correct", "chosen", "share"],
+                   option_counts(result.questions, marks)),
+        _write_csv(out / "feedback.csv", ["student", "version", "number", "question", "response", "points", "max",
+                                          "feedback"], feedback_rows),
+        _write_csv(out / "problems.csv", ["file", "line", "student", "action", "reason"], problem_rows),
+    ]
 
 
 def _number(value: float) -> str:

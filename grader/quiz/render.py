@@ -1,12 +1,16 @@
 """Render drawn versions to sheets (Markdown, HTML, notebook) and LMS files, plus their keys.
 
-Every format is a function Version -> text, registered in FORMATS; `write_versions` writes each
-version's files and its two keys (JSON for `grade`, Markdown for people) side by side.
+A per-version format is a function Version -> text or bytes, registered in VERSION_FORMATS with its
+file name; a whole-render format (the Moodle variant pools) is a function of all the versions,
+registered in RENDER_FORMATS. `write_versions` writes every version's files and its two keys (JSON
+for `grade`, Markdown for people), into a folder that is empty, or, with `force`, whose earlier
+render outputs it removes first, so stale keys of another seed never sit beside new ones.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +19,7 @@ import jinja2
 import nbformat
 from nbformat import v4
 
-from grader.quiz import export_gift, export_moodle
+from grader.quiz import export_gift, export_moodle, export_qti
 from grader.quiz.key import answer_text, key_data
 from grader.quiz.markdown import to_html
 from grader.quiz.versions import Item, Version, format_number
@@ -100,30 +104,74 @@ def render_key_json(version: Version) -> str:
     return json.dumps(key_data(version), indent=2, ensure_ascii=False) + "\n"
 
 
-FORMATS: dict[str, tuple[str, Callable[[Version], str]]] = {
-    "md": ("md", render_markdown),
-    "html": ("html", render_html),
-    "ipynb": ("ipynb", render_notebook),
-    "gift": ("gift.txt", export_gift.render),
-    "moodle-xml": ("moodle.xml", export_moodle.render),
+# name -> (file name, with {stem} for vNN, and the renderer of one version)
+VERSION_FORMATS: dict[str, tuple[str, Callable[[Version], str | bytes]]] = {
+    "md": ("quiz-{stem}.md", render_markdown),
+    "html": ("quiz-{stem}.html", render_html),
+    "ipynb": ("quiz-{stem}.ipynb", render_notebook),
+    "gift": ("quiz-{stem}.gift.txt", export_gift.render),
+    "moodle-xml": ("quiz-{stem}.moodle.xml", export_moodle.render),
+    "qti": ("{stem}.qti.zip", export_qti.render),
 }
-KEYS: tuple[tuple[str, Callable[[Version], str]], ...] = (("key.json", render_key_json), ("key.md", render_key_markdown))
+# name -> (file name, renderer of all the versions together)
+RENDER_FORMATS: dict[str, tuple[str, Callable[[Sequence[Version]], str]]] = {
+    "moodle-pools": ("quiz-pools.moodle.xml", export_moodle.render_pools),
+}
+FORMATS = (*VERSION_FORMATS, *RENDER_FORMATS)
+KEYS: dict[str, tuple[str, Callable[[Version], str]]] = {
+    "key.json": ("{stem}.key.json", render_key_json),
+    "key.md": ("{stem}.key.md", render_key_markdown),
+}
+# Every file a render writes, whatever its formats: what `force` clears before writing anew.
+OUTPUT_NAME = re.compile("^(?:" + "|".join(
+    re.escape(name).replace(re.escape("{stem}"), r"v\d+")
+    for name, _ in (*VERSION_FORMATS.values(), *RENDER_FORMATS.values(), *KEYS.values())) + ")$")
+
+
+class OutputFolderError(Exception):
+    """The output folder holds files already, and the render was not told to replace them."""
 
 
 def version_stem(number: int, total: int) -> str:
     return f"v{number:0{max(2, len(str(total)))}d}"
 
 
-def write_versions(versions: Sequence[Version], formats: Sequence[str], out: Path) -> list[Path]:
-    """Write `quiz-vNN.<ext>` for each format and `vNN.key.json` / `vNN.key.md` for each version."""
+def prepare_folder(out: Path, force: bool) -> None:
+    """Refuse a folder with anything in it, unless `force`: then remove the outputs of earlier renders
+    (other files stay, and are named in the error when they are all that is left)."""
+    if out.exists() and not out.is_dir():
+        raise OutputFolderError(f"{out} is a file, not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise OutputFolderError(f"{out} is not empty: its keys would mix with this render's; use a new folder, "
+                                "or --force to replace the earlier render")
+    for path in out.iterdir():
+        if path.is_file() and OUTPUT_NAME.match(path.name):
+            path.unlink()
+
+
+def write_versions(versions: Sequence[Version], formats: Sequence[str], out: Path, force: bool = False) -> list[Path]:
+    """Write each format's files and `vNN.key.json` / `vNN.key.md` for each version."""
+    prepare_folder(out, force)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+
+    def write(filename: str, data: str | bytes) -> None:
+        path = out / filename
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data, encoding="utf-8", newline="\n")
+        written.append(path)
+
+    renderers = [VERSION_FORMATS[name] for name in formats if name in VERSION_FORMATS] + list(KEYS.values())
     for version in versions:
         stem = version_stem(version.number, len(versions))
-        outputs = [(f"quiz-{stem}.{FORMATS[name][0]}", FORMATS[name][1]) for name in formats]
-        outputs += [(f"{stem}.{suffix}", renderer) for suffix, renderer in KEYS]
-        for filename, renderer in outputs:
-            path = out / filename
-            path.write_text(renderer(version), encoding="utf-8", newline="\n")
-            written.append(path)
+        for filename, render in renderers:
+            write(filename.format(stem=stem), render(version))
+    for name in formats:
+        if name in RENDER_FORMATS:
+            filename, render_all = RENDER_FORMATS[name]
+            write(filename, render_all(versions))
     return written

@@ -2,9 +2,11 @@
 
 Everything random comes from `random.Random` seeded with strings built from the quiz seed, so a
 version is a pure function of (bank, seed, version number) and re-rendering gives the same bytes.
-For single-choice questions the correct option's position is rotated through the positions from
-one version to the next (from a per-question random start) instead of being left to chance, so
-over many versions every letter is the right answer equally often and position carries no hint.
+Each (version, question) pair has its own generator, seeded with the version number and the
+question id: a question's options are shuffled, and its parameters drawn, independently of every
+other version and every other question. One leaked key therefore says nothing about another
+version's letters, and a question's variant in version n does not depend on which other questions
+were selected (the Moodle variant pools rely on that).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from grader.quiz.bank import LETTERS, PLACEHOLDER, Problem, Question
+from grader.quiz.bank import LETTERS, PLACEHOLDER, Question
 from grader.quiz.formula import FormulaError
+from grader.quiz.precision import instruction
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Choice:
     text: str
     explanation: str
     correct: bool
+    source: str = ""  # the option's letter in the bank file, the same in every version
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Version:
     seed: int
     title: str
     items: tuple[Item, ...]
+    pool: str = "all"
 
 
 def format_number(value: float, spec: str | None = None) -> str:
@@ -60,6 +65,14 @@ def format_number(value: float, spec: str | None = None) -> str:
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.6g}"
+
+
+def exact_number(value: float) -> str:
+    """A value with every digit that means something (12 significant figures, float noise gone):
+    17155072, not 1.71551e+07; 2.4, not 2.4000000000000004."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.12g}"
 
 
 def fill(text: str, env: Mapping[str, float]) -> str:
@@ -72,47 +85,45 @@ def fill(text: str, env: Mapping[str, float]) -> str:
     return PLACEHOLDER.sub(replace, text) if env else text
 
 
-def select(questions: Sequence[Question], seed: int, tags: Sequence[str] = (), count: int | None = None) -> list[Question]:
-    """The questions of the quiz: those matching any tag, then `count` of them drawn by the seed."""
+def select(questions: Sequence[Question], seed: int, tags: Sequence[str] = (), count: int | None = None,
+           pool: str | None = None) -> list[Question]:
+    """The questions of the quiz: those of `pool` (None: every pool) matching any tag, then `count`
+    of them drawn by the seed."""
     wanted = set(tags)
-    chosen = [q for q in questions if not wanted or wanted & set(q.tags)]
+    chosen = [q for q in questions if (pool is None or q.pool == pool) and (not wanted or wanted & set(q.tags))]
     if count is not None and count < len(chosen):
         picked = set(random.Random(f"select:{seed}").sample(range(len(chosen)), count))
         chosen = [q for i, q in enumerate(chosen) if i in picked]
     return chosen
 
 
-def draw(questions: Sequence[Question], seed: int, number: int, title: str = "Quiz") -> Version:
+def draw(questions: Sequence[Question], seed: int, number: int, title: str = "Quiz", pool: str = "all") -> Version:
     """Version `number` (1-based) of a quiz made of `questions`."""
-    rng = random.Random(f"version:{seed}:{number}")
     order = list(questions)
-    rng.shuffle(order)
-    items = tuple(_item(position, question, seed, number, rng) for position, question in enumerate(order, start=1))
-    return Version(number, seed, title, items)
+    random.Random(f"order:{seed}:{number}").shuffle(order)
+    items = tuple(draw_item(position, question, seed, number) for position, question in enumerate(order, start=1))
+    return Version(number, seed, title, items, pool)
 
 
-def draw_all(questions: Sequence[Question], seed: int, versions: int, title: str = "Quiz") -> list[Version]:
-    return [draw(questions, seed, number, title) for number in range(1, versions + 1)]
+def draw_all(questions: Sequence[Question], seed: int, versions: int, title: str = "Quiz",
+             pool: str = "all") -> list[Version]:
+    return [draw(questions, seed, number, title, pool) for number in range(1, versions + 1)]
 
 
-def _item(position: int, question: Question, seed: int, number: int, rng: random.Random) -> Item:
+def draw_item(position: int, question: Question, seed: int, number: int) -> Item:
+    """`question` as it appears at `position` in version `number`, from its own generator."""
+    rng = random.Random(f"item:{seed}:{number}:{question.id}")
     if question.type == "numeric":
         return _numeric_item(position, question, rng)
     if question.type == "truefalse":
+        # The statement's explanation is the general feedback; repeating it per choice would show it twice.
         answer = bool(question.answer_bool)
-        choices = (Choice("A", "True", question.explanation, answer), Choice("B", "False", question.explanation, not answer))
+        choices = (Choice("A", "True", "", answer, "A"), Choice("B", "False", "", not answer, "B"))
         return Item(position, question, question.text, question.explanation, choices)
-    options = list(question.options)
-    if question.type == "single":
-        right = next(o for o in options if o.correct)
-        others = [o for o in options if not o.correct]
-        rng.shuffle(others)
-        start = random.Random(f"rotate:{seed}:{question.id}").randrange(len(options))
-        others.insert((start + number) % len(options), right)
-        options = others
-    else:
-        rng.shuffle(options)
-    choices = tuple(Choice(letter, o.text, o.explanation, o.correct) for letter, o in zip(LETTERS, options))
+    options = list(zip(LETTERS, question.options))
+    rng.shuffle(options)
+    choices = tuple(Choice(letter, o.text, o.explanation, o.correct, source)
+                    for letter, (source, o) in zip(LETTERS, options))
     return Item(position, question, question.text, question.explanation, choices)
 
 
@@ -128,28 +139,19 @@ def evaluate(question: Question, params: Mapping[str, float]) -> dict[str, float
     return env
 
 
+def tolerance(question: Question, value: float) -> float:
+    """How far from `value` an answer may be: one unit of the last digit asked for, or the bank's
+    own tolerance where that is wider."""
+    assert question.precision is not None
+    return max(question.precision.unit(value), question.tolerance_abs, question.tolerance_rel * abs(value))
+
+
 def _numeric_item(position: int, question: Question, rng: random.Random) -> Item:
     params = {p.name: rng.choice(p.values) for p in question.parameters}
     env = evaluate(question, params)
     value = env["answer"]
-    tolerance = max(question.tolerance_abs, question.tolerance_rel * abs(value))
     shown = {name: value for name, value in env.items() if name != "answer"}
-    return Item(position, question, fill(question.text, shown), fill(question.explanation, env),
-                value=value, tolerance=tolerance, params=tuple(params.items()))
-
-
-def probe(question: Question, tries: int = 40) -> Problem | None:
-    """Evaluate a numeric question at its extreme and at random parameter values, so that a
-    division by zero or a log of a negative shows up in `lint`, not in front of a class."""
-    if question.type != "numeric":
-        return None
-    rng = random.Random(f"probe:{question.id}")
-    draws = [{p.name: min(p.values) for p in question.parameters}, {p.name: max(p.values) for p in question.parameters}]
-    draws += [{p.name: rng.choice(p.values) for p in question.parameters} for _ in range(tries)]
-    for params in draws:
-        try:
-            evaluate(question, params)
-        except FormulaError as exc:
-            return Problem(question.source, question.id, "answer", str(exc),
-                           "narrow the parameter ranges or change the formula so it is defined for every draw")
-    return None
+    assert question.precision is not None
+    text = f"{fill(question.text, shown).rstrip()}\n\n*{instruction(question.precision, question.unit)}*\n"
+    return Item(position, question, text, fill(question.explanation, env),
+                value=value, tolerance=tolerance(question, value), params=tuple(params.items()))

@@ -97,3 +97,23 @@ def test_release_refuses_a_non_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "out" / "keep.txt").write_text("mine")
     with pytest.raises(ReleaseError, match="not empty"):
         release(load_catalog(support.REPO), tmp_path / "out", GRADER_PACKAGE)
+
+
+def test_release_ships_only_the_practice_pool(released: Path) -> None:
+    """Exam questions stay with the instructor: the practice sheet holds the practice pool, whole."""
+    from grader.quiz.bank import load_banks
+
+    bank = load_banks(support.REPO / "quizzes")
+    practice = [q for q in bank.questions if q.pool == "practice"]
+    exam = [q for q in bank.questions if q.pool == "exam"]
+    assert practice and exam
+    sheet = (released / "quizzes" / "practice-quiz.md").read_text()
+    assert sheet.count("\n### ") == len(practice)
+    for question in practice:
+        if not question.parametric:
+            assert question.text.strip() in sheet, question.id
+    for question in exam:
+        longest_line = max(question.text.strip().splitlines(), key=len)
+        assert longest_line not in sheet, f"exam question {question.id} shipped"
+        for option in question.options:
+            assert option.text not in sheet, f"an option of exam question {question.id} shipped"

@@ -1,7 +1,9 @@
-"""Shared helpers for the quiz tests: the course's banks, and tiny banks written to tmp_path."""
+"""Shared helpers for the quiz tests: the course's banks, tiny banks written to tmp_path, and the
+bank and answer helpers of the grading tests."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +34,7 @@ SINGLE = '''
 [[questions]]
 id = "q-single"
 type = "single"
+pool = "practice"
 text = "Which one?"
 answer = "B"
 tags = { objective = "pick one", exercise = "general" }
@@ -50,11 +53,81 @@ NUMERIC = '''
 [[questions]]
 id = "q-numeric"
 type = "numeric"
+pool = "exam"
 text = "Ring over {W} ranks, {M} MB?"
 answer = "2 * (W - 1) / W * M"
+precision = { sig = 3 }
 tolerance = { rel = 0.01 }
 tags = { objective = "ring volume", exercise = "ex08_ring_allreduce" }
 [questions.parameters]
 W = { values = [2, 4, 8] }
 M = { min = 100, max = 300, step = 100 }
 '''
+
+# A bank with one question of each type, for the grading tests.
+GRADING_BANK = '''
+[[questions]]
+id = "volume"
+type = "numeric"
+pool = "exam"
+unit = "MB"
+precision = { sig = 3 }
+text = "Ring over {W} ranks, {M} MB: how many MB does each rank send?"
+answer = "2 * (W - 1) / W * M"
+tags = { objective = "ring volume", exercise = "ex08_ring_allreduce" }
+[questions.parameters]
+W = { values = [4, 8] }
+M = { values = [100, 112] }
+
+[[questions]]
+id = "pick"
+type = "single"
+pool = "exam"
+text = "Which backend runs on CPU?"
+answer = "B"
+tags = { objective = "backend", exercise = "general" }
+options = [
+  { text = "nccl", explanation = "GPU only" },
+  { text = "gloo", explanation = "CPU and GPU" },
+  { text = "none", explanation = "a backend is needed" },
+]
+
+[[questions]]
+id = "both"
+type = "multiple"
+pool = "exam"
+text = "Which are set by torchrun?"
+answer = ["A", "C"]
+tags = { objective = "env", exercise = "ex07_torchrun" }
+options = [
+  { text = "RANK", explanation = "set" },
+  { text = "CUDA_VISIBLE_DEVICES", explanation = "not set" },
+  { text = "LOCAL_RANK", explanation = "set" },
+  { text = "NCCL_DEBUG", explanation = "not set" },
+]
+
+[[questions]]
+id = "fact"
+type = "truefalse"
+pool = "practice"
+text = "Ranks start at 0."
+answer = true
+explanation = "They do."
+tags = { objective = "ranks", exercise = "ex01_process_group" }
+'''
+IDS = ("volume", "pick", "both", "fact")
+
+
+def key(rendered: Path, version: int) -> dict[str, dict]:
+    data = json.loads((rendered / f"v{version:02d}.key.json").read_text())
+    return {q["id"]: q for q in data["questions"]}
+
+
+def right_answers(rendered: Path, version: int) -> dict[str, str]:
+    entries = key(rendered, version)
+    return {qid: entry["written"] if entry["type"] == "numeric" else ";".join(entry["answer"])
+            for qid, entry in entries.items()}
+
+
+def row(*cells: str, delimiter: str = ",") -> str:
+    return delimiter.join(cells) + "\n"

@@ -37,8 +37,17 @@ def test_valid_banks_have_no_problems(tmp_path: Path) -> None:
          "formula uses 'N', which is not a parameter", "use a parameter (M, W) or define it"),
         (NUMERIC.replace("{ rel = 0.01 }", "{ rel = -0.01 }"), "q-numeric", "tolerance", "negative tolerance",
          "non-negative"),
-        (NUMERIC.replace('tolerance = { rel = 0.01 }\n', ""), "q-numeric", "tolerance", "missing",
-         "use tolerance = { rel = 0.01 }"),
+        (NUMERIC.replace('precision = { sig = 3 }\n', ""), "q-numeric", "precision", "missing",
+         'precision = "exact", { sig = 3 } or { decimals = 1 }'),
+        (NUMERIC.replace('precision = { sig = 3 }', 'precision = { sig = 0 }'), "q-numeric", "precision",
+         "sig = 0 is outside 1..12", "state what is asked"),
+        (NUMERIC.replace('precision = { sig = 3 }', 'precision = "3 digits"'), "q-numeric", "precision",
+         "'3 digits' is not a precision", "state what is asked"),
+        (NUMERIC.replace("{ rel = 0.01 }", "0.01"), "q-numeric", "tolerance", "is not a table of abs and rel",
+         "or leave it out"),
+        (SINGLE.replace('pool = "practice"\n', ""), "q-single", "pool", "missing", 'add pool = "practice"'),
+        (SINGLE.replace('pool = "practice"', 'pool = "quiz"'), "q-single", "pool", "unknown pool 'quiz'",
+         'or pool = "exam"'),
         (NUMERIC.replace('"2 * (W - 1) / W * M"', '"__import__(W)"'), "q-numeric", "answer",
          "call of '__import__' is not allowed", "use numbers, parameter names"),
         (SINGLE.replace('exercise = "general"', 'exercise = "ex99"'), "q-single", "tags.exercise",
@@ -75,7 +84,7 @@ def test_missing_id_is_reported_by_position(tmp_path: Path) -> None:
 def test_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
     problems = problems_for(tmp_path, SINGLE.replace('text = "Which one?"', 'text = "Which one?'))
     assert len(problems) == 1
-    assert "bank.toml: TOML syntax error" in problems[0] and "line 5" in problems[0]
+    assert "bank.toml: TOML syntax error" in problems[0] and "line 6" in problems[0]
     assert "fix: correct the TOML" in problems[0]
 
 
@@ -101,6 +110,12 @@ def test_missing_or_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(BankNotFound, match="no \\*.toml question bank"):
         load_banks(tmp_path / "empty")
+
+
+def test_tolerance_is_optional_when_the_precision_is_stated(tmp_path: Path) -> None:
+    write_bank(tmp_path / "bank", NUMERIC.replace("tolerance = { rel = 0.01 }\n", ""))
+    bank = load_banks(tmp_path / "bank")
+    assert bank.problems == [] and bank.questions[0].tolerance_rel == 0
 
 
 def test_float_ranges_are_tidy(tmp_path: Path) -> None:

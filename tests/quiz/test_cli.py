@@ -53,9 +53,10 @@ def test_lint_catches_formula_undefined_for_some_draws(tmp_path: Path, capsys: p
     [[questions]]
     id = "div"
     type = "numeric"
+    pool = "exam"
     text = "{W}"
     answer = "1 / (W - 2)"
-    tolerance = { abs = 0 }
+    precision = { sig = 3 }
     tags = { objective = "x", exercise = "general" }
     parameters = { W = { values = [2, 4] } }
     '''
@@ -104,7 +105,7 @@ def test_render_formats_and_keys(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_render_by_tag_with_no_match(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "render", "--bank", str(COURSE_BANK), "--tags", "no-such-tag", "--out", str(tmp_path))
-    assert code == 1 and "no question matches --tags no-such-tag" in err
+    assert code == 1 and "no question in the exam pool matches --tags no-such-tag" in err
 
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,5 @@
-"""GIFT and Moodle XML exports parse, keep the key, and survive special characters."""
+"""GIFT and Moodle XML exports parse, keep the key, survive special characters, say what they cannot
+carry, and never show a feedback twice; the variant pools hold every variant of each question."""
 
 from __future__ import annotations
 
@@ -44,10 +45,42 @@ def split_unescaped(text: str, separators: str) -> list[str]:
 class GiftQuestion:
     title: str
     text: str
-    answers: list[tuple[str, str, str]] = field(default_factory=list)  # (mark, text, feedback)
+    answers: list[tuple[float, str, str]] = field(default_factory=list)  # (weight in %, text, feedback)
     numeric: tuple[float, float] | None = None
     truth: bool | None = None
     feedback: str = ""
+    note: str = ""  # the // comment lines before the question
+
+
+# What Moodle's GIFT reader (question/format/gift/format.php) does with an answer: a leading `=` is
+# full marks, a leading `%n%` is a weight, and a leading `[format]` that names a known format is taken
+# off the text. Neither `%` nor `[` can be escaped, so the exporter must keep them from being read.
+MOODLE_WEIGHT = re.compile(r"^%-*([0-9]{1,2})\.?([0-9]*)%")
+FORMATS = ("moodle", "html", "plain", "markdown")
+
+
+def moodle_text(raw: str) -> str:
+    """parse_text_with_format: a known [format] prefix is removed, then escapes are undone."""
+    raw = raw.strip()
+    if raw.startswith("[") and "]" in raw and raw[1:raw.index("]")] in FORMATS:
+        raw = raw[raw.index("]") + 1:]
+    return unescape(raw).strip()
+
+
+def moodle_answer(piece: str) -> tuple[float, str, str]:
+    """One `=...` or `~...` piece as Moodle reads it: weight, text, feedback."""
+    if piece.startswith("="):
+        weight, rest = 100.0, piece[1:]
+    else:
+        rest = piece[1:]
+        match = MOODLE_WEIGHT.match(rest)
+        if match:
+            end = rest.index("%", 1)
+            weight, rest = float(rest[1:end]), rest[end + 1:]
+        else:
+            weight = 0.0
+    text_part, *feedback_part = split_unescaped(rest, "#")
+    return weight, moodle_text(text_part), moodle_text("".join(feedback_part)[1:])
 
 
 def parse_gift(source: str) -> tuple[list[str], list[GiftQuestion]]:
@@ -56,6 +89,7 @@ def parse_gift(source: str) -> tuple[list[str], list[GiftQuestion]]:
     categories: list[str] = []
     questions: list[GiftQuestion] = []
     for block in source.strip().split("\n\n"):
+        note = "\n".join(line for line in block.splitlines() if line.startswith("//"))
         lines = [line for line in block.splitlines() if not line.startswith("//")]
         if not lines:
             continue
@@ -69,9 +103,9 @@ def parse_gift(source: str) -> tuple[list[str], list[GiftQuestion]]:
         assert match, f"not a GIFT question: {body!r}"
         title, text, answer_part = match.groups()
         assert "\n" not in text, "raw newline in question text"
-        question = GiftQuestion(unescape(title), unescape(text))
+        question = GiftQuestion(unescape(title), unescape(text), note=note)
         answer_part, _, feedback = answer_part.partition("####")
-        question.feedback = unescape(feedback)
+        question.feedback = moodle_text(feedback)
         answer_part = answer_part.strip()
         if answer_part in ("TRUE", "FALSE"):
             question.truth = answer_part == "TRUE"
@@ -79,14 +113,7 @@ def parse_gift(source: str) -> tuple[list[str], list[GiftQuestion]]:
             value, tolerance = answer_part[1:].split(":")
             question.numeric = (float(value), float(tolerance))
         else:
-            for piece in split_unescaped(answer_part, "=~"):
-                piece = piece.strip()
-                mark, rest = piece[0], piece[1:]
-                weight = re.match(r"%(-?[\d.]+)%", rest)
-                if weight:
-                    mark, rest = f"{mark}{weight.group(1)}", rest[weight.end():]
-                text_part, *feedback_part = split_unescaped(rest, "#")
-                question.answers.append((mark, unescape(text_part), unescape("".join(feedback_part)[1:])))
+            question.answers = [moodle_answer(piece.strip()) for piece in split_unescaped(answer_part, "=~")]
         questions.append(question)
     return categories, questions
 
@@ -108,13 +135,14 @@ def test_gift_parses_and_matches_the_key(version: Version) -> None:
         elif item.question.type == "truefalse":
             assert parsed.truth == item.choices[0].correct
         elif item.question.type == "single":
-            assert [m for m, _, _ in parsed.answers] == ["=" if c.correct else "~" for c in item.choices]
+            assert [w for w, _, _ in parsed.answers] == [100 if c.correct else 0 for c in item.choices]
             assert [t for _, t, _ in parsed.answers] == [c.text for c in item.choices]
             assert [f for _, _, f in parsed.answers] == [c.explanation.strip() for c in item.choices]
         else:
-            weights = [float(m[1:]) for m, _, _ in parsed.answers]
+            weights = [w for w, _, _ in parsed.answers]
             assert sum(w for w in weights if w > 0) == pytest.approx(100, abs=0.001)
             assert [w > 0 for w in weights] == [c.correct for c in item.choices]
+            assert [t for _, t, _ in parsed.answers] == [c.text for c in item.choices]
 
 
 NASTY_TOML = NASTY.replace("\\", "\\\\")  # a TOML basic string needs doubled backslashes
@@ -122,6 +150,7 @@ SPECIAL_BANK = f'''
 [[questions]]
 id = "special"
 type = "single"
+pool = "exam"
 text = """
 {NASTY_TOML}
 
@@ -169,7 +198,6 @@ def test_moodle_xml_is_well_formed_and_matches_the_key(version: Version) -> None
         answers = element.findall("answer")
         fractions = [a.get("fraction") for a in answers]
         assert all(f.lstrip("-") in export_moodle.FRACTIONS for f in fractions)
-        assert all(a.findtext("feedback/text") for a in answers)
         if item.question.type == "numeric":
             assert element.get("type") == "numerical"
             assert float(answers[0].findtext("text")) == item.value
@@ -189,6 +217,118 @@ def test_moodle_xml_special_characters_round_trip(tmp_path: Path) -> None:
     (question,) = root.findall("question[@type='multichoice']")
     assert NASTY in question.findtext("questiontext/text")
     assert NASTY in [a.findtext("text") for a in question.findall("answer")]
+
+
+def test_moodle_xml_shows_each_explanation_once(version: Version) -> None:
+    """Moodle prints an answer's own feedback and then the general feedback: the explanation must be
+    in one of them only (true/false and numeric answers used to repeat it)."""
+    root = ET.fromstring(export_moodle.render(version))
+    questions = [q for q in root.findall("question") if q.get("type") != "category"]
+    for item, element in zip(version.items, questions):
+        general = element.findtext("generalfeedback/text") or ""
+        feedbacks = [a.findtext("feedback/text") or "" for a in element.findall("answer")]
+        assert general == item.explanation.strip()
+        for feedback in feedbacks:
+            assert not (general and feedback and (general in feedback or feedback in general)), (item.question.id,
+                                                                                                  feedback)
+        if item.question.type in ("single", "multiple"):
+            assert feedbacks == [c.explanation.strip() for c in item.choices]
+
+
+CHOICE_TRAPS_BANK = '''
+[[questions]]
+id = "traps"
+type = "single"
+pool = "exam"
+text = "Which text does Moodle show unchanged?"
+answer = "A"
+tags = { objective = "escaping", exercise = "general" }
+[[questions.options]]
+text = "%50% of the gradients"
+explanation = "[html] is not a format here"
+[[questions.options]]
+text = "[html] <b>bold</b> tag"
+explanation = "%25% is not a weight here"
+[[questions.options]]
+text = "[markdown] and [plain] as words"
+explanation = "plain"
+
+[[questions]]
+id = "traps-multi"
+type = "multiple"
+pool = "exam"
+text = "Pick both."
+answer = ["A", "B"]
+tags = { objective = "escaping", exercise = "general" }
+[[questions.options]]
+text = "%100% sure"
+explanation = "weights only where the exporter writes them"
+[[questions.options]]
+text = "[moodle] format word"
+explanation = "kept"
+[[questions.options]]
+text = "%-50% penalty"
+explanation = "not a weight"
+'''
+
+
+def test_gift_choices_starting_with_a_weight_or_a_format_are_read_literally(tmp_path: Path) -> None:
+    write_bank(tmp_path / "bank", CHOICE_TRAPS_BANK)
+    bank = load_banks(tmp_path / "bank")
+    assert not bank.problems, bank.problems
+    version = draw(bank.questions, seed=2, number=1)
+    _, parsed = parse_gift(export_gift.render(version))
+    for item, question in zip(version.items, parsed):
+        assert [t for _, t, _ in question.answers] == [c.text for c in item.choices]
+        assert [f for _, _, f in question.answers] == [c.explanation for c in item.choices]
+        if item.question.type == "single":
+            assert [w for w, _, _ in question.answers] == [100 if c.correct else 0 for c in item.choices]
+        else:
+            assert [w > 0 for w, _, _ in question.answers] == [c.correct for c in item.choices]
+
+
+def test_gift_says_which_questions_it_imports_at_the_wrong_mark(version: Version) -> None:
+    """GIFT has no field for marks: every 2-point question is named in the header and in a comment
+    right before it, with the mark to set; 1-point questions get no comment."""
+    source = export_gift.render(version)
+    header = source.split("\n\n", 1)[0]
+    assert "GIFT has no field for marks" in header
+    _, parsed = parse_gift(source)
+    for item, question in zip(version.items, parsed):
+        if item.question.points != 1:
+            assert f"q{item.number:02d} {item.question.id}" in header
+            assert f"worth {item.question.points:g} points" in question.note
+            assert f"set its default mark to {item.question.points:g}" in question.note
+        else:
+            assert not question.note
+
+
+def test_moodle_variant_pools_hold_every_variant_of_each_question(tmp_path: Path) -> None:
+    questions = [q for q in course_questions() if q.id in ("ring-volume", "pg-backend", "pg-cleanup", "ring-time")]
+    versions = draw_all(questions, seed=6, versions=12)
+    root = ET.fromstring(export_moodle.render_pools(versions))
+    pools: dict[str, list[ET.Element]] = {}
+    current = None
+    for element in root.findall("question"):
+        if element.get("type") == "category":
+            current = element.findtext("category/text")
+            assert current not in pools
+            pools[current] = []
+        else:
+            assert current is not None
+            pools[current].append(element)
+    assert sorted(path.rsplit("/", 1)[1] for path in pools) == sorted(q.id for q in questions)
+    for path, elements in pools.items():
+        qid = path.rsplit("/", 1)[1]
+        ids = [e.findtext("idnumber") for e in elements]
+        assert len(ids) == len(set(ids)), "Moodle needs idnumbers unique within a category"
+        items = [item for v in versions for item in v.items if item.question.id == qid]
+        distinct = {(i.text, tuple((c.text, c.correct) for c in i.choices), i.value) for i in items}
+        assert len(elements) == len(distinct)
+        texts = {e.findtext("questiontext/text") for e in elements}
+        assert texts == {i.text.strip() for i in items}
+        if qid in ("ring-volume", "ring-time"):
+            assert len({e.findtext("answer/text") for e in elements}) > 1, "parametric variants differ"
 
 
 @pytest.mark.parametrize(("parts", "expected"), [(1, "100"), (2, "50"), (3, "33.33333"), (4, "25"), (6, "16.66667"),

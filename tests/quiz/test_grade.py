@@ -17,6 +17,7 @@ MULTIPLE = '''
 [[questions]]
 id = "q-multi"
 type = "multiple"
+pool = "exam"
 text = "Which are even?"
 answer = ["A", "C"]
 points = 2
@@ -31,6 +32,7 @@ options = [
 [[questions]]
 id = "q-tf"
 type = "truefalse"
+pool = "exam"
 text = "Ranks start at 0."
 answer = true
 explanation = "They do."
@@ -45,40 +47,41 @@ def single(right: str = "B") -> dict:
 
 
 def test_single_choice_all_or_nothing() -> None:
-    assert mark_question(single(), "b")[0] == 1
-    fraction, feedback = mark_question(single(), "A")
+    assert mark_question(single(), "b").fraction == 1
+    outcome = mark_question(single(), "A")
+    fraction, feedback = outcome.fraction, outcome.feedback
     assert fraction == 0 and "why A" in feedback and "Expected B" in feedback
-    assert mark_question(single(), "A;B")[0] == 0
-    assert mark_question(single(), "")[1].startswith("No answer.")
-    assert "Z is not an option" in mark_question(single(), "Z")[1]
+    assert mark_question(single(), "A;B").fraction == 0
+    assert mark_question(single(), "").feedback.startswith("No answer.")
+    assert "Z is not an option" in mark_question(single(), "Z").feedback
 
 
 def test_multiple_choice_partial_credit_and_penalty() -> None:
     entry = {"type": "multiple", "answer": ["A", "C"], "explanation": "",
              "options": [{"letter": l, "correct": l in "AC", "explanation": l} for l in "ABCD"]}
-    assert mark_question(entry, "A;C")[0] == 1
-    assert mark_question(entry, "c, a")[0] == 1
-    assert mark_question(entry, "A")[0] == 0.5
-    assert mark_question(entry, "A;B")[0] == 0
-    assert mark_question(entry, "B;D")[0] == 0  # never below zero
-    assert mark_question(entry, "ABC")[0] == 0.5
+    assert mark_question(entry, "A;C").fraction == 1
+    assert mark_question(entry, "c, a").fraction == 1
+    assert mark_question(entry, "A").fraction == 0.5
+    assert mark_question(entry, "A;B").fraction == 0
+    assert mark_question(entry, "B;D").fraction == 0  # never below zero
+    assert mark_question(entry, "ABC").fraction == 0.5
 
 
 def test_numeric_within_tolerance() -> None:
     entry = {"type": "numeric", "value": 175.0, "tolerance": 1.75, "unit": "MB", "explanation": "2(W-1)/W M"}
-    assert mark_question(entry, "175")[0] == 1
-    assert mark_question(entry, "176.75")[0] == 1
-    assert mark_question(entry, "173.2")[0] == 0
-    fraction, feedback = mark_question(entry, "twelve")
-    assert fraction == 0 and "not a number" in feedback and "Expected 175 MB" in feedback
-    assert mark_question(entry, "nan")[0] == 0
+    assert mark_question(entry, "175").fraction == 1
+    assert mark_question(entry, "176.75").fraction == 1
+    assert mark_question(entry, "173.2").fraction == 0
+    outcome = mark_question(entry, "twelve")
+    assert outcome.fraction == 0 and "not a number" in outcome.feedback and "Expected 175 MB" in outcome.feedback
+    assert mark_question(entry, "nan").fraction == 0
 
 
 @pytest.fixture()
 def rendered(tmp_path: Path) -> Path:
     write_bank(tmp_path / "bank", SINGLE + NUMERIC + MULTIPLE)
     out = tmp_path / "out"
-    assert main(["quiz", "render", "--bank", str(tmp_path / "bank"), "--versions", "2", "--seed", "3",
+    assert main(["quiz", "render", "--bank", str(tmp_path / "bank"), "--pool", "all", "--versions", "2", "--seed", "3",
                  "--out", str(out)]) == 0
     return out
 
@@ -125,8 +128,8 @@ def test_grade_command_writes_scores_questions_and_feedback(rendered: Path, tmp_
     ("content", "message"),
     [
         ("name,version\nada,1\n", "missing column(s) student"),
-        ("student,version,nope\nada,1,A\n", "column(s) nope are not question ids"),
-        ("student,version\nada,7\n", "line 2 (ada): version '7' is not in the key (versions 1..2)"),
+        ("", "is empty"),
+        ("student,version,student\nada,1,ada\n", "column(s) student appear more than once"),
     ],
 )
 def test_bad_responses_get_a_clear_message(rendered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

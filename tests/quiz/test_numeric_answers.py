@@ -42,6 +42,23 @@ def fsdp_padded_shard(rows: int, cols: int, world: int) -> int:
     return max(sizes) * cols
 
 
+def zero_sent_gb(params_billion: float, stage: float, world: float) -> float:
+    """The ZeRO paper's per-step traffic: every stage reduce-scatters the gradients and all-gathers
+    the updated parameters; stage 3 gathers the parameters once more, for backward."""
+    collectives = ["reduce-scatter gradients", "all-gather parameters"]
+    if stage == 3:
+        collectives.append("all-gather parameters for backward")
+    buffer_gb = params_billion * GB * 2 / GB
+    return sum((world - 1) / world * buffer_gb for _ in collectives)
+
+
+def ring_alpha_beta_us(megabytes: float, world: int, alpha_us: float, gb_per_s: float) -> float:
+    """Walk the ring's steps one by one: each costs the latency plus one chunk's transfer time."""
+    chunk_bytes = megabytes * 1e6 / world
+    steps = [("reduce-scatter", i) for i in range(world - 1)] + [("all-gather", i) for i in range(world - 1)]
+    return sum(alpha_us + chunk_bytes / (gb_per_s * 1e9) * 1e6 for _ in steps)
+
+
 GB = 1e9
 REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
@@ -65,6 +82,8 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "ring-volume-params": lambda v: ring_bytes(v["W"], v["P"] * GB * 2) / GB,
     "ring-time": lambda v: ring_bytes(v["W"], v["P"] * 1e6 * 4) / (v["B"] * GB) * 1e3,
     "ring-naive-ratio": lambda v: (2 * (v["W"] - 1) * 1.0) / (2 * ring_bytes(v["W"], 1.0)),
+    "zero-comm-volume": lambda v: zero_sent_gb(v["P"], v["s"], v["N"]),
+    "ring-alpha-beta": lambda v: ring_alpha_beta_us(v["M"], int(v["W"]), v["alpha"], v["B"]),
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
