@@ -29,7 +29,8 @@ def render_report(summary: ClassSummary, title: str, plots: bool | None = None) 
     figures = {}
     if plots is not False and report_plots.available():
         figures = {"histogram": report_plots.histogram(summary), "pass_rates": report_plots.pass_rates(summary)}
-    return render("report.html.j2", s=summary, title=title, figures=figures, colors={"histogram": report_plots.HISTOGRAM_COLOR, "rate": report_plots.RATE_COLOR},
+    colors = {"histogram": report_plots.HISTOGRAM_COLOR, "rate": report_plots.RATE_COLOR}
+    return render("report.html.j2", s=summary, title=title, figures=figures, colors=colors,
                   diagnoses=summary.diagnoses[:DIAGNOSES_SHOWN], names_shown=NAMES_SHOWN, clock=clock,
                   written=time.strftime("%Y-%m-%d %H:%M"))
 

@@ -221,7 +221,7 @@ def summarize(catalog: Catalog, grades: Sequence[SubmissionGrade], wall_seconds:
     scores = tuple(sorted((g.name, g.score) for g in grades))
     exercises, checks = _rates(catalog, grades)
     exercise_seconds = tuple(
-        (e.id, statistics.fmean(sum(r.seconds for r in g.results if r.exercise == e.id) for g in grades) if grades else 0.0)
+        (e.id, statistics.fmean([sum(r.seconds for r in g.results if r.exercise == e.id) for g in grades] or [0.0]))
         for e in catalog.exercises)
     return ClassSummary(
         submissions=len(grades),

@@ -72,7 +72,7 @@ def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    grade = commands.add_parser("grade", help="grade many submissions: results.json each, a gradebook.csv, a report.html",
+    grade = commands.add_parser("grade", help="grade many submissions: results.json each, gradebook.csv, report.html",
                                 description="Grade submissions (folders, zips or notebooks) with every check, "
                                             "hidden ones included.")
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
@@ -227,7 +227,8 @@ def cmd_gradebook_merge(args: argparse.Namespace) -> int:
     else:
         print("no class report: a source has no grades.jsonl beside its gradebook")
     for source in result.unaccounted:
-        print(f"note: {source} has no {manifest.FILENAME}: which submissions it should hold is unknown", file=sys.stderr)
+        print(f"note: {source} has no {manifest.FILENAME}: which submissions it should hold is unknown",
+              file=sys.stderr)
     if result.missing_shards:
         print(f"missing shard(s): {', '.join(result.missing_shards)} (no output of theirs was given)", file=sys.stderr)
     if result.missing:
@@ -289,7 +290,8 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if args.gpus_per_task < 0 or args.cpus_per_task < 1:
         raise InstructorError("--gpus-per-task must be 0 or more and --cpus-per-task at least 1")
     if any(c.isspace() for c in str(args.results.resolve())):
-        raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces; choose another")
+        raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
+                              "choose another")
     job = _slurm_job(args, _catalog(args.exercises), count)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(slurm.render_job(job, args.out))

@@ -37,7 +37,8 @@ RESULTS = {
         "leaderboard": {"type": "array", "items": {"type": "object", "required": ["name", "value"]}},
     },
     # "score: optional, but required if not on each test case"
-    "anyOf": [{"required": ["score"]}, {"required": ["tests"], "properties": {"tests": {"items": {"required": ["score"]}}}}],
+    "anyOf": [{"required": ["score"]},
+              {"required": ["tests"], "properties": {"tests": {"items": {"required": ["score"]}}}}],
 }
 
 

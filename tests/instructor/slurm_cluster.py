@@ -27,7 +27,8 @@ def unavailable() -> str | None:
         return "a one-node Slurm cluster needs root (slurmd, munged)"
     missing = [p for p in PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
     if missing:
-        return f"Slurm is not installed ({', '.join(missing)} missing: apt-get install slurmctld slurmd slurm-client munge)"
+        return (f"Slurm is not installed ({', '.join(missing)} missing: "
+                "apt-get install slurmctld slurmd slurm-client munge)")
     if not Path("/etc/munge/munge.key").is_file():
         return "munge has no key (/etc/munge/munge.key)"
     return None
@@ -48,7 +49,8 @@ def _config(root: Path, host: str) -> str:
     return "\n".join([
         "ClusterName=graderci", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={_free_port()}",
         f"SlurmdPort={_free_port()}", "SlurmUser=root", "AuthType=auth/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}", "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
         "MpiDefault=none", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "ReturnToService=2", "GresTypes=gpu", f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
@@ -85,10 +87,11 @@ def one_node_cluster() -> Iterator[dict[str, str]]:
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     daemons: list[subprocess.Popen[bytes]] = []
     try:
+        munge = root / "munge"
         daemons.append(subprocess.Popen(
-            ["runuser", "-u", "munge", "--", _program("munged"), "--foreground", f"--socket={root / 'munge' / 'munge.socket'}",
-             f"--pid-file={root / 'munge' / 'munged.pid'}", f"--log-file={root / 'munge' / 'munged.log'}",
-             f"--seed-file={root / 'munge' / 'seed'}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            ["runuser", "-u", "munge", "--", _program("munged"), "--foreground", f"--socket={munge / 'munge.socket'}",
+             f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}", f"--seed-file={munge / 'seed'}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(0.5)
         for daemon in ("slurmctld", "slurmd"):
             daemons.append(subprocess.Popen([_program(daemon), "-D", "-f", env["SLURM_CONF"]], env=env,

@@ -24,7 +24,8 @@ from .png import count_colour, read_png
 
 CATALOG = load_catalog(support.REPO)
 CHEAP = dataclasses.replace(CATALOG, exercises=CATALOG.exercises[:2])
-BROWSER = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None)
+BROWSER = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
+               None)
 SUMMED = "loss summed, not averaged: the first gradient is {} times the reference, the batch size {}"
 HANG = "rank 1 did not finish within the 10 s deadline (a hang?) at {}/ex02_data_sharding.py:{}"
 
@@ -37,31 +38,39 @@ def _results(exercise_id: str, verdicts: dict[str, tuple[str, str]] | None = Non
         for w in (2, 4):
             status, message = (verdicts or {}).get(spec.name, ("passed", ""))
             share = spec.points / 2
-            results.append(CheckResult(exercise.id, spec.name, w, status, message.format(w, 4 * w, f"/tmp/s{w}", w),
-                                       0.25, share if status == "passed" else 0.0, share, spec.visibility, hint=3))
+            text = message.format(w, 4 * w, f"/tmp/s{w}", w)
+            points = share if status == "passed" else 0.0
+            results.append(CheckResult(exercise.id, spec.name, w, status, text, 0.25, points, share, spec.visibility,
+                                       hint=3))
     return results
 
 
 def _class() -> list[SubmissionGrade]:
-    stub = ("failed", "not implemented yet: make_loader() still raises NotImplementedError")
+    """Three correct, two with a summed loss, the stub of exercise 2, a hang in it, an unreadable zip."""
+    stub = {s.name: ("failed", "not implemented yet: make_loader() still raises NotImplementedError")
+            for s in CATALOG.get("ex02").checks}
+    summed = {"joins_group": ("failed", SUMMED)}
+    unreadable = "broken.zip is not a readable zip archive"
     grades = [SubmissionGrade(f"good{i}", _results("ex01") + _results("ex02"), 3.0 + i) for i in range(3)]
-    grades += [SubmissionGrade(f"summed{i}", _results("ex01", {"joins_group": ("failed", SUMMED)}) + _results("ex02"), 2.0)
-               for i in range(2)]
-    grades.append(SubmissionGrade("stub", _results("ex01") + _results("ex02", {s.name: stub for s in CATALOG.get("ex02").checks}), 1.0))
-    grades.append(SubmissionGrade("hangs", _results("ex01") + _results("ex02", {"shards_are_disjoint": ("failed", HANG)}), 30.0))
-    grades.append(SubmissionGrade("broken", [dataclasses.replace(r, status="error", message="broken.zip is not a readable zip archive",
-                                                                 points=0.0) for r in _results("ex01") + _results("ex02")],
-                                  0.0, "broken.zip is not a readable zip archive"))
+    grades += [SubmissionGrade(f"summed{i}", _results("ex01", summed) + _results("ex02"), 2.0) for i in range(2)]
+    grades.append(SubmissionGrade("stub", _results("ex01") + _results("ex02", stub), 1.0))
+    hang = {"shards_are_disjoint": ("failed", HANG)}
+    grades.append(SubmissionGrade("hangs", _results("ex01") + _results("ex02", hang), 30.0))
+    broken = [dataclasses.replace(r, status="error", message=unreadable, points=0.0)
+              for r in _results("ex01") + _results("ex02")]
+    grades.append(SubmissionGrade("broken", broken, 0.0, unreadable))
     return grades
 
 
 def test_outcomes_and_blurred_diagnoses() -> None:
     result = _results("ex01", {"joins_group": ("failed", SUMMED)})[0]
     assert outcome(result) == "failed"
-    assert pattern(result.message) == "loss summed, not averaged: the first gradient is # times the reference, the batch size #"
+    assert pattern(result.message) == ("loss summed, not averaged: the first gradient is # times the reference, "
+                                       "the batch size #")
     assert pattern(HANG.format("/tmp/x/y", 12)) == pattern(HANG.format("/home/z", 40))
     for message, expected in (("not implemented yet: f()", "not attempted"), ("file missing: ex01.py", "not attempted"),
-                              (HANG, "timed out"), ("not run: the submission used up its time limit of 5s", "timed out")):
+                              (HANG, "timed out"), ("not run: the submission used up its time limit of 5s",
+                                                    "timed out")):
         assert outcome(dataclasses.replace(result, message=message)) == expected
     assert outcome(dataclasses.replace(result, status="error", message="boom")) == "error"
 
@@ -109,8 +118,8 @@ def headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert BROWSER is not None
     command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
                f"--user-data-dir={tmp_path / 'profile'}", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)},
-                          check=False)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no chromium or chrome on PATH (apt-get install chromium)")

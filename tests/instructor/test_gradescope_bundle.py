@@ -88,7 +88,8 @@ def test_setup_fails_loudly_on_a_python_too_old(bundle: Path, tmp_path: Path) ->
     minimum = ".".join(map(str, PYTHON_MIN))
     assert done.returncode == 1
     assert f"FAILED: the grader needs Python >= {minimum}" in done.stderr and "Python 3.10.12" in done.stderr
-    assert f"install -y -q --no-install-recommends python{minimum} python{minimum}-venv" in (tmp_path / "apt.log").read_text()
+    apt = (tmp_path / "apt.log").read_text()
+    assert f"install -y -q --no-install-recommends python{minimum} python{minimum}-venv" in apt
     assert not (tmp_path / "venv").exists()
 
 
@@ -181,8 +182,8 @@ def test_a_grader_crash_never_shows_its_traceback_to_the_student(bundle: Path, t
     root = fake_root(bundle, tmp_path / "autograder")
     python = root / "venv" / "bin" / "python"
     works = python.read_text().split("\n", 1)[1]
-    _script(python, '#!/bin/sh\nif [ "$3" = grade ]; then echo "Traceback (most recent call last): secret" >&2; exit 1; fi\n'
-            + works)
+    crash = 'if [ "$3" = grade ]; then echo "Traceback (most recent call last): secret" >&2; exit 1; fi\n'
+    _script(python, "#!/bin/sh\n" + crash + works)
     _loose(root / "submission")
     data, done = run_autograder(root)
     assert data["score"] == 0 and "the grader stopped with status 1" in data["output"]

@@ -30,8 +30,8 @@ def test_the_job_array_and_its_merge_run_on_slurm(cluster: dict[str, str], tmp_p
     (subs / "di.zip").write_text("not a zip")
     results = tmp_path / "graded"
     done = support.run_grader(support.REPO, "slurm", str(subs), "--out", str(tmp_path / "grade.sbatch"),
-                              "--results", str(results), "--shards", "2", "--gpus-per-task", str(slurm_cluster.FAKE_GPUS),
-                              "--cpus-per-task", "1", "--backend", "gloo", "--exercises", support.CHEAP_EXERCISES,
+                              "--results", str(results), "--shards", "2",
+                              "--gpus-per-task", str(slurm_cluster.FAKE_GPUS), "--cpus-per-task", "1", "--backend", "gloo", "--exercises", support.CHEAP_EXERCISES,
                               "--world-size", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     env = {**cluster, "PYTHONPATH": str(support.REPO), "NO_COLOR": "1"}
