@@ -1,5 +1,5 @@
-"""The instructor's commands: `grader grade`, `gradebook merge`, `gradescope`, `slurm`, `release`,
-`notebook build`."""
+"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `gradescope`, `slurm`,
+`release`, `notebook build`."""
 
 from __future__ import annotations
 
@@ -101,6 +101,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--report", type=Path, metavar="FILE",
                        help="the class report of the merged runs (default: report.html beside FILE)")
     merge.set_defaults(func=cmd_gradebook_merge)
+
+    report = commands.add_parser("report", help="the class report of `grader grade` runs (report.html)",
+                                 description="Write the class report of one or more `grader grade --out` folders "
+                                             "(their grades.jsonl), e.g. again after installing the plots extra.")
+    report.add_argument("sources", nargs="+", type=Path, metavar="OUT", help="a `grader grade --out` folder")
+    report.add_argument("--out", type=Path, required=True, metavar="FILE", help="the page to write, e.g. report.html")
+    report.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib installed")
+    report.set_defaults(func=cmd_report)
 
     scope = commands.add_parser("gradescope", help="build the Gradescope autograder: DIR/autograder.zip",
                                 description="Write DIR/autograder.zip (setup.sh, run_autograder, the course with its "
@@ -210,6 +218,28 @@ def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
     return grades
 
 
+def _write_class_report(path: Path, grades: list[SubmissionGrade], plots: bool | None = None) -> None:
+    """The report of grades from any runs, over the exercises they were graded on."""
+    graded = {r.exercise for g in grades for r in g.results}
+    catalog = load_catalog(course_root())
+    catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
+    class_report.write_report(path, catalog, grades, "Class report", plots=plots)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    missing = [str(s) for s in args.sources if not (s / grade_log.FILENAME).is_file()]
+    if missing:
+        raise InstructorError(f"no {grade_log.FILENAME} in {', '.join(missing)}: give `grader grade --out` folders")
+    grades = _grades_of(args.sources) or []
+    names = [g.name for g in grades]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InstructorError(f"submission {twice[0]!r} is in more than one of the runs: report them apart")
+    _write_class_report(args.out, grades, plots=False if args.no_plots else None)
+    print(f"class report of {len(grades)} submission(s): {args.out}")
+    return 0
+
+
 def cmd_gradebook_merge(args: argparse.Namespace) -> int:
     try:
         result = gradebook.merge(args.sources, args.out)
@@ -217,12 +247,9 @@ def cmd_gradebook_merge(args: argparse.Namespace) -> int:
         raise InstructorError(str(exc)) from exc
     print(f"merged {result.rows} submission(s) from {len(args.sources)} gradebook(s) into {result.path}")
     grades = _grades_of(args.sources)
-    graded_ids = {r.exercise for g in grades or [] for r in g.results}
     if grades is not None:
-        catalog = load_catalog(course_root())
-        catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded_ids))
         report = args.report or args.out.with_name(class_report.FILENAME)
-        class_report.write_report(report, catalog, grades, "Class report")
+        _write_class_report(report, grades)
         print(f"class report: {report}")
     else:
         print("no class report: a source has no grades.jsonl beside its gradebook")
