@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -79,4 +78,4 @@ def test_two_shards_and_their_merge_give_the_gradebook_of_one_run(submissions: P
     assert len(totals) == 20 and totals["student00"] == 10 and totals["student01"] == 0
     assert 0 < totals["student02"] < 10 and 0 < totals["student04"] < 10  # a named mistake; the hidden check
     report = (graded / "report.html").read_text()
-    assert "20 submissions" in report and shlex.quote("set_epoch") in report
+    assert "20 submissions" in report and "set_epoch" in report
