@@ -1,18 +1,29 @@
-"""The instructor's commands: `grader grade`, `grader release`, `grader notebook build`."""
+"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `gradescope`, `slurm`,
+`release`, `notebook build`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from grader.catalog import Catalog, load_catalog
 from grader.checks.runner import ALL_CHECKS
-from grader.instructor import gradescope, notebooks
+from grader.instructor import (
+    class_report,
+    grade_log,
+    gradebook,
+    gradescope,
+    gradescope_bundle,
+    manifest,
+    notebooks,
+    shard,
+    slurm,
+)
 from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.display import BatchProgress
-from grader.instructor.gradebook import Gradebook
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.paths import course_root
@@ -30,24 +41,53 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _shard(text: str) -> shard.Shard:
+    try:
+        return shard.parse_shard(text)
+    except shard.ShardError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _exercise_list(text: str) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not keys:
+        raise argparse.ArgumentTypeError("name at least one exercise, e.g. ex01,ex02 or 1,2")
+    return keys
+
+
+def _add_exercises(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--exercises", type=_exercise_list, metavar="EX,EX",
+                        help=f"{what} these exercises only (ids or numbers, comma-separated; default: all)")
+
+
+def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
+    """The options of a batch grade, shared by `grade` and `slurm` (which passes them on)."""
+    parser.add_argument("-j", "--jobs", type=int, default=jobs, metavar="N",
+                        help=f"submissions graded at once (default {jobs})")
+    parser.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+                        help="seconds one submission may take in all (default 120)")
+    parser.add_argument("--deadline", type=_positive_float, default=10.0, metavar="S",
+                        help="seconds one run of the ranks may take (default 10)")
+    parser.add_argument("--world-size", type=int, metavar="N", help="grade at N ranks only (default: the catalog's)")
+    _add_exercises(parser, "grade")
+
+
 def register(commands: argparse._SubParsersAction) -> None:
-    grade = commands.add_parser("grade", help="grade many submissions: results.json each, and a gradebook.csv",
+    grade = commands.add_parser("grade", help="grade many submissions: results.json each, gradebook.csv, report.html",
                                 description="Grade submissions (folders, zips or notebooks) with every check, "
                                             "hidden ones included.")
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
     grade.add_argument("--out", type=Path, required=True, metavar="DIR",
-                       help="writes DIR/<submission>/results.json and DIR/gradebook.csv")
-    grade.add_argument("-j", "--jobs", type=int, default=2, metavar="N", help="submissions graded at once (default 2)")
-    grade.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
-                       help="seconds one submission may take in all (default 120)")
-    grade.add_argument("--deadline", type=_positive_float, default=10.0, metavar="S",
-                       help="seconds one run of the ranks may take (default 10)")
-    grade.add_argument("--world-size", type=int, metavar="N", help="grade at N ranks only (default: the catalog's)")
+                       help="writes DIR/<submission>/results.json, DIR/gradebook.csv and DIR/report.html")
+    _add_batch_options(grade, jobs=2)
     grade.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                        help="gloo (CPU, default) or nccl (one GPU per rank; checks are skipped, 0 points, "
                             "where there are too few GPUs)")
     grade.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
                        help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
+    grade.add_argument("--shard", type=_shard, metavar="I/N",
+                       help="grade only the I-th of N slices of the submissions (1 <= I <= N), chosen by a hash "
+                            "of each name: the same whatever order they are given in")
     confine = grade.add_mutually_exclusive_group()
     confine.add_argument("--sandbox", choices=MODES, default="auto",
                          help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
@@ -55,6 +95,60 @@ def register(commands: argparse._SubParsersAction) -> None:
     confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
                          help="grade without a sandbox: only for submissions you trust")
     grade.set_defaults(func=cmd_grade)
+
+    book = commands.add_parser("gradebook", help="gradebooks of several runs")
+    book_commands = book.add_subparsers(dest="gradebook_command", metavar="GRADEBOOK_COMMAND", required=True)
+    merge = book_commands.add_parser("merge", help="join the gradebooks of several `grader grade` runs (shards)",
+                                     description="Join the gradebooks of `grader grade` runs, e.g. the shards of a "
+                                                 "cluster job. A submission in two of them is refused; submissions "
+                                                 "and shards that never came back are named (exit status 1).")
+    merge.add_argument("sources", nargs="+", type=Path, metavar="OUT",
+                       help="a `grader grade --out` folder, or a gradebook.csv")
+    merge.add_argument("--out", type=Path, required=True, metavar="FILE", help="the merged gradebook (CSV)")
+    merge.add_argument("--report", type=Path, metavar="FILE",
+                       help="the class report of the merged runs (default: report.html beside FILE)")
+    merge.set_defaults(func=cmd_gradebook_merge)
+
+    report = commands.add_parser("report", help="the class report of `grader grade` runs (report.html)",
+                                 description="Write the class report of one or more `grader grade --out` folders "
+                                             "(their grades.jsonl), e.g. again after installing the plots extra.")
+    report.add_argument("sources", nargs="+", type=Path, metavar="OUT", help="a `grader grade --out` folder")
+    report.add_argument("--out", type=Path, required=True, metavar="FILE", help="the page to write, e.g. report.html")
+    report.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib installed")
+    report.set_defaults(func=cmd_report)
+
+    scope = commands.add_parser("gradescope", help="build the Gradescope autograder: DIR/autograder.zip",
+                                description="Write DIR/autograder.zip (setup.sh, run_autograder, the course with its "
+                                            "hidden checks, no solutions) to upload to a Gradescope assignment.")
+    scope.add_argument("--out", type=Path, required=True, metavar="DIR")
+    _add_exercises(scope, "the assignment grades")
+    scope.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
+                       help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
+    scope.add_argument("--torch", metavar="VERSION",
+                       help="the torch the autograder installs, as the CPU wheel (default: the one installed here)")
+    scope.set_defaults(func=cmd_gradescope)
+
+    cluster = commands.add_parser("slurm", help="write a Slurm job array that grades a folder of submissions",
+                                  description="Write a Slurm job script: one array task per shard of the "
+                                              "submissions in SUBS_DIR, then a dependent job that merges the "
+                                              "shards' gradebooks. Submit it with sbatch.")
+    cluster.add_argument("submissions_dir", type=Path, metavar="SUBS_DIR")
+    cluster.add_argument("--out", type=Path, required=True, metavar="FILE", help="the job script, e.g. grade.sbatch")
+    cluster.add_argument("--results", type=Path, default=Path("graded"), metavar="DIR",
+                         help="where the shards and the merged gradebook go (default ./graded)")
+    cluster.add_argument("--shards", type=int, metavar="N",
+                         help=f"array tasks (default: one per {slurm.SUBMISSIONS_PER_SHARD} submissions)")
+    cluster.add_argument("--gpus-per-task", type=int, default=0, metavar="G",
+                         help="GPUs per array task (default 0); with GPUs the backend is nccl")
+    cluster.add_argument("--cpus-per-task", type=int, default=4, metavar="C", help="CPUs per array task (default 4)")
+    cluster.add_argument("--backend", choices=("gloo", "nccl"),
+                         help="default: nccl with --gpus-per-task, gloo without")
+    cluster.add_argument("--time", metavar="HH:MM:SS",
+                         help="each task's time limit (default: enough for every submission to use --timeout)")
+    cluster.add_argument("--partition", metavar="NAME")
+    cluster.add_argument("--account", metavar="NAME")
+    _add_batch_options(cluster, jobs=1)
+    cluster.set_defaults(func=cmd_slurm)
 
     rel = commands.add_parser("release", help="write the student copy of the course (no solutions, no hidden checks)")
     rel.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty directory")
@@ -67,20 +161,36 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_notebook_build)
 
 
-def cmd_grade(args: argparse.Namespace) -> int:
+def _catalog(exercises: tuple[str, ...] | None) -> Catalog:
+    """The course's catalog, or the part of it named by --exercises (in catalog order)."""
+    catalog = load_catalog(course_root())
+    if not exercises:
+        return catalog
+    chosen = {catalog.get(key).id for key in exercises}
+    return dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in chosen))
+
+
+def _check_batch_options(args: argparse.Namespace) -> None:
     if args.jobs < 1:
         raise InstructorError("-j must be at least 1")
     if args.world_size is not None and args.world_size < 1:
         raise InstructorError("--world-size must be at least 1")
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    _check_batch_options(args)
     names = [name_of(path) for path in args.submissions]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
-    catalog = load_catalog(course_root())
+    catalog = _catalog(args.exercises)
+    paths = shard.select(args.submissions, args.shard) if args.shard else list(args.submissions)
+    args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
+    manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
+        args.out / manifest.FILENAME)
     options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
                            world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
                            visibilities=ALL_CHECKS)
-    args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     try:
         sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
     except SandboxError as exc:
@@ -88,25 +198,156 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if sandbox is None:
         print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
-        return _grade(args, catalog, options, sandbox)
+        return _grade(args, catalog, options, sandbox, paths, names)
     finally:
         if sandbox is not None:
             sandbox.close()
 
 
-def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sandbox: SandboxSet | None) -> int:
+def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sandbox: SandboxSet | None,
+           paths: list[Path], names: list[str]) -> int:
     started = time.monotonic()
-    progress = BatchProgress(len(args.submissions))
-    with Gradebook(args.out / "gradebook.csv", catalog) as gradebook:
+    with (gradebook.Gradebook(args.out / gradebook.FILENAME, catalog) as book,
+          grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
+          BatchProgress(len(paths)) as progress):
         def done(grade: SubmissionGrade) -> None:
             gradescope.write(args.out / grade.name / "results.json", catalog, grade, args.hidden_visibility)
-            gradebook.add(grade)
+            book.add(grade)
+            log.add(grade)
             progress.finished(grade)
 
-        grades = grade_batch(catalog, args.submissions, options, sandbox, on_start=progress.started, on_done=done)
+        grades = grade_batch(catalog, paths, options, sandbox, on_start=progress.started, on_done=done) if paths else []
     seconds = time.monotonic() - started
-    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s ({seconds / len(grades):.2f}s each): "
-          f"{args.out / 'gradebook.csv'}")
+    title = "Class report" + (f", shard {args.shard}" if args.shard else "")
+    report = class_report.write_report(args.out / class_report.FILENAME, catalog, grades, title, seconds)
+    if args.shard:
+        print(f"shard {args.shard}: {len(paths)} of the {len(names)} submission(s)")
+    each = f" ({seconds / len(grades):.2f}s each)" if grades else ""
+    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, {report}")
+    return 0
+
+
+def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
+    """Every source's grades.jsonl, or None when one has none (a gradebook from elsewhere)."""
+    grades: list[SubmissionGrade] = []
+    for source in sources:
+        log = (source if source.is_dir() else source.parent) / grade_log.FILENAME
+        if not log.is_file():
+            return None
+        try:
+            grades += grade_log.read_grades(log)
+        except grade_log.GradeLogError as exc:
+            raise InstructorError(str(exc)) from exc
+    return grades
+
+
+def _write_class_report(path: Path, grades: list[SubmissionGrade], plots: bool | None = None) -> None:
+    """The report of grades from any runs, over the exercises they were graded on."""
+    graded = {r.exercise for g in grades for r in g.results}
+    catalog = load_catalog(course_root())
+    catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
+    class_report.write_report(path, catalog, grades, "Class report", plots=plots)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    missing = [str(s) for s in args.sources if not (s / grade_log.FILENAME).is_file()]
+    if missing:
+        raise InstructorError(f"no {grade_log.FILENAME} in {', '.join(missing)}: give `grader grade --out` folders")
+    grades = _grades_of(args.sources) or []
+    names = [g.name for g in grades]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InstructorError(f"submission {twice[0]!r} is in more than one of the runs: report them apart")
+    _write_class_report(args.out, grades, plots=False if args.no_plots else None)
+    print(f"class report of {len(grades)} submission(s): {args.out}")
+    return 0
+
+
+def cmd_gradebook_merge(args: argparse.Namespace) -> int:
+    try:
+        result = gradebook.merge(args.sources, args.out)
+    except gradebook.MergeError as exc:
+        raise InstructorError(str(exc)) from exc
+    print(f"merged {result.rows} submission(s) from {len(args.sources)} gradebook(s) into {result.path}")
+    grades = _grades_of(args.sources)
+    if grades is not None:
+        report = args.report or args.out.with_name(class_report.FILENAME)
+        _write_class_report(report, grades)
+        print(f"class report: {report}")
+    else:
+        print("no class report: a source has no grades.jsonl beside its gradebook")
+    for source in result.unaccounted:
+        print(f"note: {source} has no {manifest.FILENAME}: which submissions it should hold is unknown",
+              file=sys.stderr)
+    if result.missing_shards:
+        print(f"missing shard(s): {', '.join(result.missing_shards)} (no output of theirs was given)", file=sys.stderr)
+    if result.missing:
+        print(f"missing {len(result.missing)} submission(s), named on the command line but in no gradebook: "
+              f"{', '.join(result.missing)}", file=sys.stderr)
+    return 0 if result.complete else 1
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    torch_version = args.torch or gradescope_bundle.installed_torch()
+    if not torch_version:
+        raise InstructorError("torch is not installed here: say which version the autograder installs with --torch")
+    catalog = _catalog(args.exercises)
+    options = gradescope_bundle.BundleOptions(torch_version=torch_version, hidden_visibility=args.hidden_visibility)
+    try:
+        path = gradescope_bundle.build(catalog, args.out, Path(__file__).resolve().parents[1], options)
+    except ReleaseError as exc:
+        raise InstructorError(str(exc)) from exc
+    hidden = sum(c.visibility == "hidden" for e in catalog.exercises for c in e.checks)
+    print(f"{path}: {len(catalog.exercises)} exercise(s), {hidden} hidden check(s), torch {torch_version} (CPU); "
+          "upload it as the assignment's autograder (Configure Autograder, zip file upload)")
+    return 0
+
+
+def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.SlurmJob:
+    backend = args.backend or ("nccl" if args.gpus_per_task > 0 else "gloo")
+    widest = args.world_size or max(w for e in catalog.exercises for c in e.checks for w in c.world_sizes)
+    if backend == "nccl" and args.gpus_per_task < widest:
+        raise InstructorError(f"nccl needs one GPU per rank and the checks run up to {widest} ranks: ask for "
+                              f"--gpus-per-task {widest}, or grade at fewer with --world-size")
+    shards = args.shards or slurm.default_shards(count)
+    options = ["--backend", backend, "-j", str(args.jobs), "--timeout", f"{args.timeout:g}",
+               "--deadline", f"{args.deadline:g}"]
+    if args.world_size:
+        options += ["--world-size", str(args.world_size)]
+    if args.exercises:
+        options += ["--exercises", ",".join(e.id for e in catalog.exercises)]
+    limit = slurm.time_limit(count, shards, args.timeout, args.jobs)
+    if args.time:
+        parts = args.time.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise InstructorError(f"--time {args.time}: write it as HH:MM:SS")
+        limit = int(parts[0]) * 3600 + int(parts[1]) * 60 + int(parts[2])
+    return slurm.SlurmJob(
+        submissions_dir=args.submissions_dir.resolve(), results_dir=args.results.resolve(), course=catalog.root,
+        shards=shards, gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, time_limit_s=limit,
+        grade_options=tuple(options), partition=args.partition, account=args.account, grader_bin=slurm.grader_bin())
+
+
+def cmd_slurm(args: argparse.Namespace) -> int:
+    _check_batch_options(args)
+    if not args.submissions_dir.is_dir():
+        raise InstructorError(f"{args.submissions_dir} is not a folder of submissions")
+    count = sum(1 for p in args.submissions_dir.iterdir() if not p.name.startswith("."))
+    if count == 0:
+        raise InstructorError(f"{args.submissions_dir} holds no submissions")
+    if args.shards is not None and args.shards < 1:
+        raise InstructorError("--shards must be at least 1")
+    if args.gpus_per_task < 0 or args.cpus_per_task < 1:
+        raise InstructorError("--gpus-per-task must be 0 or more and --cpus-per-task at least 1")
+    if any(c.isspace() for c in str(args.results.resolve())):
+        raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
+                              "choose another")
+    job = _slurm_job(args, _catalog(args.exercises), count)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(slurm.render_job(job, args.out))
+    (job.results_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm writes task logs there, and never makes it
+    print(f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
+          f"submit with: sbatch {args.out}")
     return 0
 
 

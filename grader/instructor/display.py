@@ -1,12 +1,32 @@
-"""Progress of a batch: a live status line on a terminal, one plain line per submission when piped."""
+"""Progress of a batch: a live bar on a terminal, one plain line per submission when piped.
+
+The bar says submissions done / total, time elapsed and an estimate of the time left (elapsed per
+submission so far, times what remains: with -j N parallel gradings this already counts the
+parallelism). On a terminal it is redrawn every second by a ticker, so the clock keeps moving while a
+slow submission grades; finished submissions are printed above it. Piped output (a log file, a
+cluster job's output) gets no control characters: one line per submission, with the same numbers.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
+import time
 from typing import TextIO
 
 from grader.instructor.batch import SubmissionGrade
+
+BAR_WIDTH = 24
+TICK_S = 1.0
+
+
+def clock(seconds: float) -> str:
+    """0:07, 1:05:09: minutes and seconds, hours when needed."""
+    whole = max(0, int(round(seconds)))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 class BatchProgress:
@@ -16,18 +36,61 @@ class BatchProgress:
         self.live = stream.isatty() if live is None else live
         self._running: list[str] = []
         self._done = 0
+        self._started = time.monotonic()
         self._lock = threading.Lock()  # callbacks come from the grading threads
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
-    def _status(self) -> None:
+    def __enter__(self) -> BatchProgress:
+        self._started = time.monotonic()
         if self.live:
-            running = ", ".join(self._running)
-            self.stream.write(f"\r\033[K[{self._done}/{self.total}] grading {running}")
-            self.stream.flush()
+            self._ticker = threading.Thread(target=self._tick, name="batch-progress", daemon=True)
+            self._ticker.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lock:
+            if self.live:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                self._draw()
+
+    def timing(self) -> str:
+        """'elapsed 0:42, about 1:18 left' (no estimate before the first submission is done)."""
+        elapsed = time.monotonic() - self._started
+        text = f"elapsed {clock(elapsed)}"
+        if 0 < self._done < self.total:
+            text += f", about {clock(elapsed / self._done * (self.total - self._done))} left"
+        return text
+
+    def bar(self) -> str:
+        filled = BAR_WIDTH * self._done // max(1, self.total)
+        percent = 100 * self._done // max(1, self.total)
+        return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self._done}/{self.total} {percent:3d}%  {self.timing()}"
+
+    def _draw(self) -> None:
+        if not self.live:
+            return
+        line = self.bar()
+        if self._running:
+            line += "  grading " + ", ".join(self._running)
+        width = shutil.get_terminal_size((100, 20)).columns
+        if len(line) >= width:
+            line = line[: max(0, width - 2)] + "…"
+        self.stream.write(f"\r\033[K{line}")
+        self.stream.flush()
 
     def started(self, name: str) -> None:
         with self._lock:
             self._running.append(name)
-            self._status()
+            self._draw()
 
     def finished(self, grade: SubmissionGrade) -> None:
         with self._lock:
@@ -37,8 +100,10 @@ class BatchProgress:
             if self.live:
                 self.stream.write("\r\033[K")
             note = f"  {grade.problem.splitlines()[0]}" if grade.problem else ""
-            self.stream.write(f"[{self._done}/{self.total}] {grade.name}: {grade.score:g}/{grade.max_score:g} "
-                              f"in {grade.seconds:.1f}s{note}\n")
-            if self._running:
-                self._status()
+            line = (f"[{self._done}/{self.total}] {grade.name}: {grade.score:g}/{grade.max_score:g} "
+                    f"in {grade.seconds:.1f}s{note}")
+            if not self.live:
+                line += f"  ({self.timing()})"
+            self.stream.write(line + "\n")
+            self._draw()
             self.stream.flush()

@@ -3,7 +3,8 @@
 One test per check (its world sizes summed). Public checks are "visible"; hidden checks get the
 visibility the instructor chose ("hidden" by default: never shown to students). The top-level
 `output`, which students always see, is written from visible tests only, so no hidden check's name
-or message can reach a student through it.
+or message can reach a student through it. Only the fields Gradescope documents are written; the
+maximum score, which it takes from the assignment's settings, is kept in `extra_data`.
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
         summary = f"{grade.problem}\n{summary}"
     return {
         "score": round(grade.score, 4),
-        "max_score": round(grade.max_score, 4),
         "execution_time": round(grade.seconds, 2),
         "output": summary,
         "visibility": "visible",
         "stdout_visibility": "hidden",
+        "extra_data": {"max_score": round(grade.max_score, 4)},
         "tests": tests,
     }
 

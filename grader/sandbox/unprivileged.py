@@ -60,6 +60,9 @@ def unavailable(course_root: Path, out: Path) -> str | None:
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
     for folder in python_binds():
+        if (folder / "grader" / "checks").is_dir():
+            return (f"the course is installed into {folder}, where the sandbox user could read its checks: install "
+                    "it editable (pip install -e COURSE) or run it from its folder")
         if not open_to_others(folder, stat.S_IROTH | stat.S_IXOTH):
             return (f"the sandbox user cannot reach the Python environment at {folder}: install it where every "
                     "user can read it (for example the system's Python, or a virtual environment outside the course)")

@@ -93,3 +93,18 @@ def run_grader(course: Path, *args: str, cwd: Path | None = None, timeout: float
     env = {**os.environ, **(env or {}), "GRADER_COURSE": str(course), "PYTHONPATH": str(course), "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd or course, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+CHEAP_EXERCISES = "ex01,ex02"  # what the batch tests grade: the two fastest exercises, one with a hidden check
+CLASS_KINDS = (
+    solutions,
+    stubs,
+    lambda folder: with_mistake(folder, "ex02_data_sharding.py", "forgot_set_epoch"),
+    lambda folder: with_mistake(folder, "ex01_process_group.py", "no_destroy"),
+    lambda folder: with_mistake(folder, "ex02_data_sharding.py", "seed_ignored"),  # only the hidden check fails
+)
+
+
+def a_class(folder: Path, count: int) -> list[Path]:
+    """`count` submissions, solutions, stubs and named mistakes of exercises 1 and 2 in turn."""
+    return [CLASS_KINDS[i % len(CLASS_KINDS)](folder / f"student{i:02d}") for i in range(count)]

@@ -13,25 +13,7 @@ import pytest
 from grader.catalog import load_catalog
 
 from . import support
-
-STATUSES = {"passed", "failed"}
-VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
-
-
-def validate_results(data: dict[str, Any]) -> None:
-    """The fields of Gradescope's results.json that the grader writes, with their types."""
-    for key, kind in (("score", (int, float)), ("max_score", (int, float)), ("execution_time", (int, float)),
-                      ("output", str), ("tests", list)):
-        assert isinstance(data.get(key), kind), f"results.json: {key} missing or not {kind}"
-    assert data["visibility"] in VISIBILITIES
-    for test in data["tests"]:
-        assert isinstance(test["name"], str) and test["name"]
-        assert isinstance(test["output"], str)
-        assert test["status"] in STATUSES
-        assert test["visibility"] in VISIBILITIES
-        assert 0 <= test["score"] <= test["max_score"]
-    assert abs(sum(t["score"] for t in data["tests"]) - data["score"]) < 1e-6
-    assert abs(sum(t["max_score"] for t in data["tests"]) - data["max_score"]) < 1e-6
+from .results_schema import validate_results
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +98,18 @@ def test_hidden_checks_are_graded_but_not_shown(batch: tuple[Path, str]) -> None
     assert all(t["status"] == "passed" and t["score"] == 1 for t in hidden)
     assert support.HIDDEN_CHECK not in correct["output"] and "holds_off_grid" not in correct["output"]
     assert "visible checks passed" in correct["output"]
+
+
+def test_the_batch_leaves_a_manifest_a_grade_log_and_a_class_report(batch: tuple[Path, str]) -> None:
+    out, _ = batch
+    manifest = json.loads((out / "batch.json").read_text())
+    assert len(manifest["submissions"]) == 10 and manifest["shard"] is None
+    assert len((out / "grades.jsonl").read_text().splitlines()) == 10
+    report = (out / "report.html").read_text()
+    assert 'id="histogram"' in report
+    diagnoses = report[report.index('id="diagnoses"'):report.index('id="troubles"')]
+    assert "loss summed" in diagnoses and "loss_summed" in diagnoses and "set_epoch" in diagnoses
+    troubles = report[report.index('id="troubles"'):report.index('id="times"')]
+    for name in ("hangs", "broken", "syntax"):
+        assert f"<td>{name}</td>" in troubles, name
+    assert "timed out" in troubles and "correct" not in troubles

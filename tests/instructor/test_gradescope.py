@@ -10,7 +10,7 @@ from grader.instructor.batch import SubmissionGrade
 from grader.instructor.gradescope import results_json
 
 from . import support
-from .test_batch import validate_results
+from .results_schema import validate_results
 
 CATALOG = load_catalog(support.REPO)
 

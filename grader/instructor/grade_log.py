@@ -1,0 +1,72 @@
+"""Every grade of a batch, check by check, as JSON Lines (`OUT/grades.jsonl`).
+
+The gradebook keeps one number per exercise; the class report needs each check's status, message
+and time, and `grader gradebook merge` needs them from every shard. One line per submission,
+appended and flushed as it finishes, so an interrupted batch keeps what it graded (a last line cut
+off mid-write is dropped when read back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from grader.checks.runner import CheckResult
+from grader.instructor.batch import SubmissionGrade
+
+FILENAME = "grades.jsonl"
+_RESULT_FIELDS = {f.name for f in dataclasses.fields(CheckResult)}
+
+
+class GradeLogError(Exception):
+    """A grades.jsonl that cannot be read back; the message names the file and line."""
+
+
+def _record(grade: SubmissionGrade) -> dict[str, Any]:
+    return {"name": grade.name, "seconds": round(grade.seconds, 3), "problem": grade.problem,
+            "results": [r.to_json() for r in grade.results]}
+
+
+def _grade(record: dict[str, Any]) -> SubmissionGrade:
+    results = [CheckResult(**{k: v for k, v in r.items() if k in _RESULT_FIELDS}) for r in record["results"]]
+    return SubmissionGrade(record["name"], results, float(record["seconds"]), record.get("problem", ""))
+
+
+class GradeLog:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "w", encoding="utf-8")
+
+    def add(self, grade: SubmissionGrade) -> None:
+        self._file.write(json.dumps(_record(grade)) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> GradeLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def read_grades(path: Path) -> list[SubmissionGrade]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise GradeLogError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    grades = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            grades.append(_grade(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):  # the batch was stopped while writing its last line
+                break
+            raise GradeLogError(f"{path}, line {number}: not a grade written by `grader grade` ({exc})") from exc
+    return grades
