@@ -63,7 +63,7 @@ def test_setup_installs_the_pinned_cpu_torch_before_the_grader_and_bubblewrap(bu
     setup = zipfile.ZipFile(bundle).read("setup.sh").decode()
     assert f"TORCH_VERSION={TORCH}" in setup and f"TORCH_INDEX={TORCH_CPU_INDEX}" in setup
     torch_line = setup.index('pip install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX"')
-    assert torch_line < setup.index('pip install -q "$COURSE"')
+    assert torch_line < setup.index('pip install -q -e "$COURSE"')  # editable: no copy of the checks in the environment
     assert "torch.version.cuda is not None" in setup  # the installed torch is checked to be the CPU build
     assert "apt-get install -y -q --no-install-recommends bubblewrap" in setup
     assert subprocess.run(["bash", "-n", "-"], input=setup, text=True).returncode == 0
