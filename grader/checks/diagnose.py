@@ -71,28 +71,42 @@ def where(outcome: RankOutcome, student_file: Path | None) -> str:
 
 
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
-GRADER_FRAMES_HIDDEN = "(the grader's own frames are hidden: -v shows them)"
+GRADER_FRAMES_HIDDEN = "(frames of the grader and of libraries are hidden: -v shows them)"
 
 
 def is_grader_frame(filename: str) -> bool:
     return any(part in filename for part in _GRADER_PARTS)
 
 
+def _is_library_frame(filename: str) -> bool:
+    return "/site-packages/" in filename or "/lib/python3" in filename
+
+
 def student_traceback(text: str) -> str:
-    """A traceback without the grader's frames (workers, runtime, import machinery): where the
-    student must look. Chained exceptions and library frames called from student code stay."""
-    kept: list[str] = []
-    skipping = hidden = False
+    """A traceback without the grader's frames (workers, runtime, import machinery), and with the
+    library frames between the student's call and the one that raised said in one line: where the
+    student must look. Chained exceptions stay; -v shows everything."""
+    blocks: list[tuple[str, list[str]]] = []  # (the frame's file, or "" for any other line; its lines)
     for line in text.rstrip().splitlines():
         frame = _TRACEBACK_FRAME.match(line)
         if frame:
-            skipping = is_grader_frame(frame["file"])
-            hidden = hidden or skipping
-        elif not line.startswith("    "):
-            skipping = False  # a header, an exception line or a chaining sentence
-        if not skipping:
-            kept.append(line)
-    return "\n".join(kept + ([GRADER_FRAMES_HIDDEN] if hidden else []))
+            blocks.append((frame["file"], [line]))
+        elif line.startswith("    ") and blocks and blocks[-1][0]:
+            blocks[-1][1].append(line)  # the frame's code and caret lines
+        else:
+            blocks.append(("", [line]))
+    kept: list[str] = []
+    hidden, shown_frame = 0, False  # frames left out since the last one shown, of this traceback
+    for index, (filename, lines) in enumerate(blocks):
+        last_frame = index + 1 == len(blocks) or not blocks[index + 1][0]
+        if filename and (is_grader_frame(filename) or (_is_library_frame(filename) and not last_frame)):
+            hidden += 1
+            continue
+        if hidden and filename and shown_frame:
+            kept.append(f"  ... {hidden} frame(s) of libraries")
+        hidden, shown_frame = 0, bool(filename)
+        kept += lines
+    return "\n".join(kept + ([GRADER_FRAMES_HIDDEN] if len(kept) < len(text.rstrip().splitlines()) else []))
 
 
 def rank_phrase(ranks: Sequence[int], world_size: int) -> str:
@@ -223,7 +237,6 @@ def import_calls(runs: Sequence[RunResult], student_file: Path, names: Sequence[
 def test_call_message(calls: dict[str, int], student_file: Path) -> str:
     """What a test call left at the top level of the file does, and where it belongs instead."""
     where = "; ".join(f"{student_file.name}:{line} calls {name}()" for name, line in sorted(calls.items()))
-    return (f"a test call at the top level of your file: {where}. Every rank ran it when the grader imported "
-            "the file, before the check called the function itself, so what follows may come from that call. "
-            "Move it out of the graded code: into a cell not tagged `exercise` in a notebook, or under "
-            "`if __name__ == \"__main__\":` in a .py file")
+    return (f"test call at import: {where}, so every rank ran it while the grader imported your code, before "
+            "the check called it (what follows may come from that call).\n  Move the call out of the graded "
+            "code: to a cell not tagged `exercise` (notebook), or under `if __name__ == \"__main__\":` (.py).")
