@@ -83,8 +83,10 @@ def saved_notebook(exercise: Exercise, history: Sequence[tuple[int, str]], sessi
     """The notebook this kernel belongs to: the one Jupyter names (JPY_SESSION_NAME), else, of the
     notebooks of this exercise beside it (`-Copy1` ones too), the one whose exercise cells this
     kernel ran (the most recently saved on a tie)."""
-    if session and session.endswith(".ipynb") and Path(session).is_file():
-        return Path(session)
+    if session and session.endswith(".ipynb"):
+        for named in (Path(session), folder / Path(session).name):  # a path, or one relative to Jupyter's root
+            if named.is_file():
+                return named
     ran = [source for _, source in history]
 
     def score(path: Path) -> tuple[int, float]:
