@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=commands.cmd_list)
 
     check = commands_.add_parser("check", help="run the checks of exercises")
-    check.add_argument("exercises", nargs="*", metavar="EX", help="exercise id or number, or a notebook (default: every exercise edited since its last check, "
-                       "then the first not passing)")
+    check.add_argument("exercises", nargs="*", metavar="EX",
+                       help="exercise id or number, or a notebook (default: every exercise edited since its last "
+                       "check, then the first not passing)")
     check.add_argument("--all", action="store_true", help="check every exercise")
     source = check.add_mutually_exclusive_group()
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")

@@ -120,12 +120,12 @@ def kernel_cells(exercise: Exercise, history: Sequence[tuple[int, str]],
     graded = Graded(helpers + [(_label(i), sources[i]) for i in sorted(chosen)],
                     [(_label(i), s) for i, s in history if i not in chosen])
     if saved is not None:
-        graded.warnings += _differences(exercise, defining, sources, saved, saved_name, graded.cells)
+        graded.warnings += _differences(defining, sources, saved, saved_name, graded.cells)
     return graded
 
 
-def _differences(exercise: Exercise, defining: dict[str, int], sources: dict[int, str],
-                 saved: nbformat.NotebookNode, saved_name: str, cells: list[tuple[str, str]]) -> list[str]:
+def _differences(defining: dict[str, int], sources: dict[int, str], saved: nbformat.NotebookNode,
+                 saved_name: str, cells: list[tuple[str, str]]) -> list[str]:
     """Why the saved notebook would be graded differently from what the kernel ran, if it would."""
     saved_code = [source for _, source in _tagged(saved)]
     ran_code = [source for _, source in cells]

@@ -126,7 +126,10 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
             shutil.copyfile(root / name, out / name)
     if (root / "docs").is_dir():
         docs = root / "docs"
-        shutil.copytree(docs, out / "docs",
-                        ignore=lambda folder, names: set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set())
+
+        def not_for_students(folder: str, names: list[str]) -> set[str]:
+            return set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set()
+
+        shutil.copytree(docs, out / "docs", ignore=not_for_students)
     _quiz_sheets(root, out / "quizzes")
     return sorted(out.iterdir())

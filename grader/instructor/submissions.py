@@ -3,8 +3,9 @@
 Everything the grader later imports sits in one private folder per submission, named like the
 exercises (`ex01_process_group.py`, ...). A notebook stands for its own exercise; a folder or zip may
 hold notebooks in place of `.py` files, and where it holds several files for one exercise, one is
-chosen by a stated rule (`_choose`) and the choice is reported. Archives are unpacked defensively: no member may escape the
-folder and the unpacked size is capped, so a hostile zip cannot fill the disk or overwrite files.
+chosen by a stated rule (`_choose`) and the choice is reported. Archives are unpacked defensively:
+no member may escape the folder and the unpacked size is capped, so a hostile zip cannot fill the
+disk or overwrite files.
 """
 
 from __future__ import annotations

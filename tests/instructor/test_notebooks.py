@@ -148,7 +148,8 @@ def test_check_of_a_notebook_grades_its_cells(tmp_path: Path) -> None:
 def test_check_of_a_notebook_names_the_cell_of_an_error_and_the_tag_it_lacks(tmp_path: Path) -> None:
     """A helper in an untagged cell, code above the future import: one clear NameError, in cell terms."""
     solution = (support.SOLUTIONS / "ex02_data_sharding.py").read_text()
-    broken = solution.replace("    sampler = DistributedSampler(", "    seed = pick_seed(seed)\n    sampler = DistributedSampler(")
+    anchor = "    sampler = DistributedSampler("
+    broken = solution.replace(anchor, "    seed = pick_seed(seed)\n" + anchor)
     assert broken != solution
     path = _notebook(tmp_path / "ex02_data_sharding.ipynb", "ex02_data_sharding",
                      ("def pick_seed(seed):\n    return seed", False), ("import os\n" + broken, True))
