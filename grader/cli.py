@@ -34,12 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands_ = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    listing = commands_.add_parser("list", help="exercises and your progress")
+    listing = commands_.add_parser("list", help="exercises and your progress (the states are explained below it)")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=commands.cmd_list)
 
     check = commands_.add_parser("check", help="run the checks of exercises")
-    check.add_argument("exercises", nargs="*", metavar="EX", help="exercise id or number (default: the first not passing)")
+    check.add_argument("exercises", nargs="*", metavar="EX",
+                       help="exercise id or number, or a notebook (default: every exercise edited since its last "
+                       "check, then the first not passing)")
     check.add_argument("--all", action="store_true", help="check every exercise")
     source = check.add_mutually_exclusive_group()
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
@@ -56,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     hint.add_argument("number", nargs="?", type=int, metavar="N", help="only hint N")
     hint.set_defaults(func=commands.cmd_hint)
 
-    watch = commands_.add_parser("watch", help="re-check an exercise every time you save it")
-    watch.add_argument("exercise", nargs="?", metavar="EX", help="default: the first not passing")
+    watch = commands_.add_parser("watch", help="check an exercise again every time you save its file")
+    watch.add_argument("exercise", nargs="?", metavar="EX",
+                       help="watch only this one (default: every exercise; whichever file is saved is checked)")
     _add_grading_options(watch)
     watch.set_defaults(func=commands.cmd_watch)
 

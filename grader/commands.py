@@ -6,6 +6,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from grader import pristine
@@ -15,6 +16,7 @@ from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.instructor import notebooks
+from grader.instructor.notebooks import SourceMap
 from grader.paths import course_root
 from grader.progress import Progress
 from grader.report.json_report import write_results
@@ -22,6 +24,13 @@ from grader.report.terminal import Terminal
 from grader.session import GradingSession
 
 WATCH_INTERVAL_S = 0.5
+STATUS_MEANINGS = {
+    "not started": "the stub as handed out: every function still raises NotImplementedError",
+    "not checked": "edited, never checked yet",
+    "changed": "edited since its last check: `grader check` checks it again",
+    "failing": "its last check failed",
+    "passing": "its last check passed, and it has not been edited since",
+}
 
 
 class UsageError(Exception):
@@ -45,11 +54,20 @@ def _exercise_dir(catalog: Catalog, args: argparse.Namespace) -> Path:
     return catalog.root / "exercises"
 
 
-def _first_unfinished(catalog: Catalog, progress: Progress) -> Exercise | None:
+def _first_unfinished(catalog: Catalog, progress: Progress, skip: Sequence[Exercise] = ()) -> Exercise | None:
     for exercise in catalog.exercises:
-        if progress.status(exercise, catalog.root / "exercises" / exercise.file) != "passing":
+        if exercise not in skip and progress.status(exercise, catalog.root / "exercises" / exercise.file) != "passing":
             return exercise
     return None
+
+
+def _to_check(catalog: Catalog, progress: Progress) -> list[Exercise]:
+    """What `grader check` checks with no argument: every exercise edited since its last check (a
+    pass may have broken), then the first one not passing, all in one call."""
+    folder = catalog.root / "exercises"
+    edited = [e for e in catalog.exercises if progress.status(e, folder / e.file) in ("changed", "not checked")]
+    unfinished = _first_unfinished(catalog, progress, skip=edited)
+    return edited + ([unfinished] if unfinished else [])
 
 
 def _options(args: argparse.Namespace) -> GradeOptions:
@@ -87,6 +105,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         terminal.line(f"{row['number']:>3}  {painted}  {row['id']:<22} {row['title']}")
     done = sum(row["status"] == "passing" for row in rows)
     terminal.line(f"\n{done}/{len(rows)} exercises passing")
+    for status in dict.fromkeys(row["status"] for row in rows):
+        terminal.line(terminal.paint(f"  {status:<12} {STATUS_MEANINGS[status]}", "dim"))
     return 0
 
 
@@ -95,15 +115,23 @@ def _select(catalog: Catalog, args: argparse.Namespace, progress: Progress) -> l
         return [catalog.get(key) for key in args.exercises]
     if args.all or args.solutions or args.path:
         return list(catalog.exercises)
-    exercise = _first_unfinished(catalog, progress)
-    return [exercise] if exercise else []
+    return _to_check(catalog, progress)
 
 
-def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise], folder: Path) -> list[CheckResult]:
+def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise], folder: Path,
+           source_maps: dict[str, SourceMap] | None = None) -> list[CheckResult]:
+    """Grade each exercise and print its results, grouped; a notebook's are pointed at its cells."""
     results: list[CheckResult] = []
     for exercise in exercises:
         terminal.heading(f"{exercise.id}: {exercise.title}")
-        results += session.grade(exercise, folder / exercise.file, terminal.result)
+        locate = (source_maps or {}).get(exercise.id)
+
+        def shown(result: CheckResult) -> None:
+            results.append(locate.apply(result) if locate else result)
+            terminal.result(results[-1])
+
+        session.grade(exercise, folder / exercise.file, shown)
+        terminal.finish_exercise()
     return results
 
 
@@ -120,11 +148,13 @@ def _check_notebooks(args: argparse.Namespace) -> int:
         raise UsageError("check notebooks on their own, without exercise names")
     catalog = load_catalog(course_root())
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
-        exercises = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
-        return _check(args, catalog, Path(folder), exercises)
+        extracted = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
+        maps = {e.exercise.id: e.source_map for e in extracted}
+        return _check(args, catalog, Path(folder), [e.exercise for e in extracted], maps)
 
 
-def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: list[Exercise]) -> int:
+def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: list[Exercise],
+           source_maps: dict[str, SourceMap] | None = None) -> int:
     started = time.perf_counter()
     progress = Progress(catalog.root)
     terminal = Terminal(verbose=args.verbose)
@@ -135,7 +165,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
         raise UsageError("--nnodes is for --launcher torchrun")
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine) as session:
-        results = _grade(session, terminal, exercises, folder)
+        results = _grade(session, terminal, exercises, folder, source_maps)
     if folder == catalog.root / "exercises":
         for exercise in exercises:
             progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
@@ -207,25 +237,56 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+class Watcher:
+    """`grader watch`: whichever exercise file is saved is checked again, under a timestamped line."""
+
+    def __init__(self, catalog: Catalog, session: GradingSession, terminal: Terminal,
+                 exercises: Sequence[Exercise]) -> None:
+        self.catalog = catalog
+        self.session = session
+        self.terminal = terminal
+        self.exercises = list(exercises)
+        self.progress = Progress(catalog.root)
+        self._seen = {e.id: _mtime(self._path(e)) for e in self.exercises}
+
+    def _path(self, exercise: Exercise) -> Path:
+        return self.catalog.root / "exercises" / exercise.file
+
+    def check(self, exercises: Sequence[Exercise], why: str) -> None:
+        self.terminal.separator(why)
+        for exercise in exercises:
+            results = _grade(self.session, self.terminal, [exercise], self._path(exercise).parent)
+            self.progress.record(exercise, self._path(exercise), results)
+            self.terminal.summary(results, sum(r.seconds for r in results), hidden_included=False)
+
+    def poll(self) -> list[Exercise]:
+        """Check the exercises whose file was saved since the last poll; returns them."""
+        saved = []
+        for exercise in self.exercises:
+            mtime = _mtime(self._path(exercise))
+            if mtime != self._seen[exercise.id]:
+                self._seen[exercise.id] = mtime
+                if mtime >= 0:
+                    saved.append(exercise)
+        if saved:
+            self.check(saved, ", ".join(e.file for e in saved) + " saved")
+        return saved
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     catalog = _catalog()
-    folder = catalog.root / "exercises"
-    progress = Progress(catalog.root)
     terminal = Terminal(verbose=args.verbose)
-    exercises = [catalog.get(args.exercise)] if args.exercise else None
-    seen: dict[Path, float] = {}
+    watched = [catalog.get(args.exercise)] if args.exercise else list(catalog.exercises)
     with GradingSession(catalog, _options(args)) as session:
-        terminal.line("watching exercises/ (Ctrl-C to stop)")
+        watcher = Watcher(catalog, session, terminal, watched)
+        first = watched if args.exercise else _to_check(catalog, watcher.progress)
+        if first:
+            watcher.check(first, "start")
+        what = f"exercises/{watched[0].file}" if args.exercise else "every file in exercises/"
+        terminal.line(f"watching {what}: saving a file checks it again (Ctrl-C to stop)")
         while True:
-            current = exercises or [e for e in [_first_unfinished(catalog, progress)] if e]
-            changed = [e for e in current if _mtime(folder / e.file) != seen.get(folder / e.file)]
-            for exercise in changed:
-                path = folder / exercise.file
-                seen[path] = _mtime(path)
-                results = _grade(session, terminal, [exercise], folder)
-                progress.record(exercise, path, results)
-                terminal.summary(results, sum(r.seconds for r in results), hidden_included=False)
             time.sleep(WATCH_INTERVAL_S)
+            watcher.poll()
 
 
 def _mtime(path: Path) -> float:

@@ -34,6 +34,7 @@ def problems(path: Path, exercise: Exercise) -> str | None:
         return f"{path} not found (`grader reset {exercise.id}` restores the stub)"
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
+        compile(tree, str(path), "exec", dont_inherit=True)  # what parsing misses: a late `from __future__`...
     except SyntaxError as exc:
         where = f"{path.name}, line {exc.lineno}"
         code = (exc.text or "").rstrip("\n")

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from grader.catalog import load_catalog
+from grader.checks.runner import CheckResult
 from grader.cli import main
+from grader.commands import Watcher
+from grader.report.terminal import Terminal
 
 EX01 = "ex01_process_group.py"
 
@@ -46,12 +53,61 @@ def test_check_on_stubs_fails_with_not_implemented_and_plain_text(course, capsys
 
 def test_check_picks_the_first_unfinished_exercise_and_records_progress(course, capsys):
     shutil.copyfile(course / "solutions" / EX01, course / "exercises" / EX01)
-    code, out = run(capsys, "check", "--world-size", "2")
+    code, out = run(capsys, "check", "ex01", "--world-size", "2")
     assert code == 0 and "ex01_process_group" in out and "public checks passed" in out
     assert "all checks passed" not in out
     code, out = run(capsys, "list", "--json")
     status = {row["id"]: row["status"] for row in json.loads(out)}
     assert status["ex01_process_group"] == "passing" and status["ex02_data_sharding"] == "not started"
+    code, out = run(capsys, "check", "--world-size", "2")
+    assert code == 1 and "ex02_data_sharding" in out and "ex01_process_group" not in out
+
+
+def test_check_with_no_argument_checks_every_changed_exercise_then_the_next_unsolved(course, capsys):
+    for name in (EX01, "ex02_data_sharding.py"):
+        shutil.copyfile(course / "solutions" / name, course / "exercises" / name)
+    assert run(capsys, "check", "ex01", "--world-size", "2")[0] == 0
+    with open(course / "exercises" / EX01, "a") as edited:
+        edited.write("# tidied up\n")
+    code, out = run(capsys, "list")
+    assert "changed     " in out and "edited since its last check" in out, "list explains its states"
+    code, out = run(capsys, "check", "--world-size", "2")
+    headings = [line.split(":")[0] for line in out.splitlines() if line.startswith("ex")]
+    assert headings == ["ex01_process_group", "ex02_data_sharding", "ex03_train_ddp"], out
+    assert "not implemented yet: train_ddp()" in out and code == 1
+    code, out = run(capsys, "list", "--json")
+    status = {row["id"]: row["status"] for row in json.loads(out)}
+    assert status["ex01_process_group"] == status["ex02_data_sharding"] == "passing"
+    assert status["ex03_train_ddp"] == "not started"
+
+
+class _Session:
+    """Stands in for a grading session: records what was graded, every check passes at once."""
+
+    def __init__(self) -> None:
+        self.graded: list[str] = []
+
+    def grade(self, exercise, path, on_result):
+        self.graded.append(exercise.id)
+        result = CheckResult(exercise.id, "c", 2, "passed", "", 0.01, 1.0, 1.0, "public")
+        on_result(result)
+        return [result]
+
+
+def test_watch_checks_whichever_exercise_was_saved_under_a_timestamped_line(course, capsys):
+    catalog = load_catalog(course)
+    session = _Session()
+    watcher = Watcher(catalog, session, Terminal(), catalog.exercises)
+    assert watcher.poll() == [] and session.graded == []
+    ring = course / "exercises" / "ex08_ring_allreduce.py"
+    for saved_at in (time.time() + 1, time.time() + 2):  # saved twice: checked twice
+        ring.write_text(ring.read_text() + "# saved\n")
+        os.utime(ring, (saved_at, saved_at))
+        assert [e.id for e in watcher.poll()] == ["ex08_ring_allreduce"]
+    assert session.graded == ["ex08_ring_allreduce", "ex08_ring_allreduce"]
+    out = capsys.readouterr().out
+    assert len(re.findall(r"^──── \d\d:\d\d:\d\d ex08_ring_allreduce.py saved ─", out, re.M)) == 2, out
+    assert out.count("ex08_ring_allreduce: ") == 2
 
 
 @pytest.mark.parametrize(
@@ -77,7 +133,7 @@ def test_import_error_in_student_file_is_an_error_not_a_crash(course, capsys):
     (course / "exercises" / EX01).write_text(source)
     code, out = run(capsys, "check", "ex01", "--world-size", "2", "--json", str(course / "out.json"))
     assert code == 1
-    assert "importing ex01_process_group.py failed: ModuleNotFoundError" in out
+    assert out.count("importing ex01_process_group.py failed: ModuleNotFoundError") == 1, "said once per exercise"
     entries = json.loads((course / "out.json").read_text())
     assert {e["status"] for e in entries} == {"error"}
     assert set(entries[0]) == {"exercise", "check", "world_size", "status", "message", "seconds"}
@@ -121,3 +177,67 @@ def test_missing_or_broken_course_is_reported(tmp_path, monkeypatch, capsys):
     (tmp_path / "exercises" / "catalog.toml").write_text("[[exercise]]\nid = 'x'\nnumber = \n")
     code, out = run(capsys, "list")
     assert code == 2 and "catalog.toml" in out and "Traceback" not in out
+
+
+def _ex03_raising(course: Path) -> None:
+    solution = (course / "solutions" / "ex03_train_ddp.py").read_text()
+    anchor = '    on_gpu = dist.get_backend() == "nccl"\n'
+    assert anchor in solution
+    raising = solution.replace(anchor, anchor + '    raise ValueError(f"bad batch size {batch_size}")\n')
+    (course / "exercises" / "ex03_train_ddp.py").write_text(raising)
+
+
+def test_one_exception_on_every_rank_and_check_is_said_once_in_at_most_40_lines(course, capsys):
+    _ex03_raising(course)
+    code, out = run(capsys, "check", "ex03", "--json", str(course / "out.json"))
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) <= 40, out
+    assert out.count("every rank raised ValueError: bad batch size") == 1, out
+    assert "every check [W=2 and W=4]" in out
+    assert 'ex03_train_ddp.py", line' in out and "grader/engine" not in out and "workers.py" not in out
+    entries = json.loads((course / "out.json").read_text())
+    catalog = load_catalog(course)
+    expected = {(c.name, w) for c in catalog.get("ex03").checks if c.visibility == "public" for w in c.world_sizes}
+    assert {(e["check"], e["world_size"]) for e in entries} == expected, "--json keeps every check's entry"
+    assert all("bad batch size" in e["message"] for e in entries)
+
+
+def test_verbose_shows_the_graders_frames(course, capsys):
+    _ex03_raising(course)
+    code, out = run(capsys, "check", "ex03", "-v", "--world-size", "2")
+    assert code == 1 and "rank_runtime.py" in out and "frames of the grader" not in out
+
+
+def test_a_syntax_error_is_said_once_per_exercise(course, capsys):
+    (course / "exercises" / EX01).write_text("def setup_ddp(rank, world_size, backend=None):\n    return (\n")
+    code, out = run(capsys, "check", "ex01")
+    assert code == 1 and out.count("syntax error in ex01_process_group.py, line 2") == 1, out
+    assert "every check [W=2 and W=4]" in out
+
+
+def test_a_future_import_below_other_code_is_one_clear_error(course, capsys):
+    solution = (course / "solutions" / EX01).read_text()
+    (course / "exercises" / EX01).write_text("import os\n" + solution)
+    code, out = run(capsys, "check", "ex01")
+    assert code == 1 and out.count("from __future__ imports must occur at the beginning of the file") == 1, out
+    assert "Traceback" not in out
+
+
+def test_a_test_call_left_at_the_top_level_is_named_with_its_fix(course, capsys):
+    source = (course / "solutions" / EX01).read_text() + "\nsetup_ddp(0, 1)\n"
+    (course / "exercises" / EX01).write_text(source)
+    line = len(source.splitlines())
+    code, out = run(capsys, "check", "ex01", "--world-size", "2", "--deadline", "15")
+    assert code == 1
+    assert f"test call at import: ex01_process_group.py:{line} calls setup_ddp()" in out, out
+    assert 'under `if __name__ == "__main__":`' in out and "cell not tagged `exercise`" in out
+
+
+def test_a_harmless_test_call_still_gets_a_warning(course, capsys):
+    name = "ex02_data_sharding.py"
+    source = (course / "solutions" / name).read_text() + "\nmake_loader(list(range(8)), 0, 1, 2)\n"
+    (course / "exercises" / name).write_text(source)
+    code, out = run(capsys, "check", "ex02", "--world-size", "2")
+    assert code == 0 and "public checks passed" in out
+    assert "warning: test call at import: ex02_data_sharding.py:" in out and "calls make_loader()" in out

@@ -26,6 +26,7 @@ class Verdict:
     message: str
     details: str = ""
     hint: int | None = None  # 1-based number of the exercise hint that addresses the mistake
+    verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
 
 
 class CheckFailed(Exception):

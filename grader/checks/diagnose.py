@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grader.engine import RankOutcome, RunResult
+from grader.engine.rank_runtime import IMPORT_CALLS
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
@@ -68,11 +70,60 @@ def where(outcome: RankOutcome, student_file: Path | None) -> str:
     return student_line(outcome.error or {}) or stuck_frame(outcome.stack_dump, student_file)
 
 
-def _traceback(error: dict[str, Any]) -> str:
-    """The student's frames first (where to look), then the full traceback."""
-    frames = error.get("student_frames") or []
-    lines = [f"  your code: {Path(f['file']).name}:{f['line']} in {f['function']}(): {f['code']}" for f in frames]
-    return "\n".join([*lines, error.get("traceback", "").rstrip()])
+_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+GRADER_FRAMES_HIDDEN = "(frames of the grader and of libraries are hidden: -v shows them)"
+
+
+def is_grader_frame(filename: str) -> bool:
+    return any(part in filename for part in _GRADER_PARTS)
+
+
+def _is_library_frame(filename: str) -> bool:
+    return "/site-packages/" in filename or "/lib/python3" in filename
+
+
+def student_traceback(text: str) -> str:
+    """A traceback without the grader's frames (workers, runtime, import machinery), and with the
+    library frames between the student's call and the one that raised said in one line: where the
+    student must look. Chained exceptions stay; -v shows everything."""
+    blocks: list[tuple[str, list[str]]] = []  # (the frame's file, or "" for any other line; its lines)
+    for line in text.rstrip().splitlines():
+        frame = _TRACEBACK_FRAME.match(line)
+        if frame:
+            blocks.append((frame["file"], [line]))
+        elif line.startswith("    ") and blocks and blocks[-1][0]:
+            blocks[-1][1].append(line)  # the frame's code and caret lines
+        else:
+            blocks.append(("", [line]))
+    kept: list[str] = []
+    hidden, shown_frame = 0, False  # frames left out since the last one shown, of this traceback
+    for index, (filename, lines) in enumerate(blocks):
+        last_frame = index + 1 == len(blocks) or not blocks[index + 1][0]
+        if filename and (is_grader_frame(filename) or (_is_library_frame(filename) and not last_frame)):
+            hidden += 1
+            continue
+        if hidden and filename and shown_frame:
+            kept.append(f"  ... {hidden} frame(s) of libraries")
+        hidden, shown_frame = 0, bool(filename)
+        kept += lines
+    return "\n".join(kept + ([GRADER_FRAMES_HIDDEN] if len(kept) < len(text.rstrip().splitlines()) else []))
+
+
+def rank_phrase(ranks: Sequence[int], world_size: int) -> str:
+    """"rank 2", "ranks 1-3", "every rank": the same words whatever W, where that is true."""
+    ranks = sorted(ranks)
+    if world_size > 1 and len(ranks) == world_size:
+        return "every rank"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+def _with_subject(subject: str, predicate: str) -> str:
+    plural = subject.startswith("ranks ")
+    return f"{subject} {'were' + predicate[3:] if plural and predicate.startswith('was ') else predicate}"
 
 
 MEMORY_LIMIT = "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
@@ -80,37 +131,57 @@ MEMORY_LIMIT = "was killed for going over the memory limit of the sandbox it ran
 
 def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float,
               memory_exceeded: bool = False) -> tuple[str, str]:
-    """(one-line summary, details) for a rank that did not report cleanly."""
-    rank = f"rank {outcome.rank}"
+    """(what happened to a rank that did not report cleanly, without naming it; its traceback or stack)."""
     error = outcome.error
     if error is not None:
         where = student_line(error)
-        summary = f"{rank} raised {error['type']}: {error['message']}".rstrip(": ")
-        return summary + (f"\n  at {where}" if where else ""), _traceback(error)
+        summary = f"raised {error['type']}: {error['message']}".rstrip(": ")
+        return summary + (f"\n  at {where}" if where else ""), error.get("traceback", "")
     where = stuck_frame(outcome.stack_dump, student_file)
     at = f"\n  it was at {where}" if where else ""
     if outcome.stopped == "deadline":
-        return f"{rank} did not finish within the {deadline:g} s deadline (a hang?){at}", outcome.stack_dump
+        return f"did not finish within the {deadline:g} s deadline (a hang?){at}", outcome.stack_dump
     if outcome.stopped == "peer failure":
-        return f"{rank} was stopped because another rank had failed{at}", outcome.stack_dump
+        return f"was stopped because another rank had failed{at}", outcome.stack_dump
     if outcome.status == -signal.SIGKILL and memory_exceeded:
-        return f"{rank} {MEMORY_LIMIT}{at}", outcome.stack_dump
+        return f"{MEMORY_LIMIT}{at}", outcome.stack_dump
     if outcome.status is not None and outcome.status < 0:
         signum = -outcome.status
         try:
             meaning = _SIGNAL_MEANING.get(signal.Signals(signum), f"died from {signal.Signals(signum).name}")
         except ValueError:
             meaning = f"died from signal {signum}"
-        return f"{rank} {meaning}{at}", outcome.stack_dump
+        return f"{meaning}{at}", outcome.stack_dump
     if outcome.report_problem and outcome.report_problem != "no report":
-        return f"{rank} sent a damaged report ({outcome.report_problem})", ""
+        return f"sent a damaged report ({outcome.report_problem})", ""
     code = outcome.status
     why = " (does the code call sys.exit() or os._exit()?)" if code == 0 else ""
-    return f"{rank} exited with code {code} before reporting{why}{at}", ""
+    return f"exited with code {code} before reporting{why}{at}", ""
+
+
+def _grouped(outcomes: Sequence[RankOutcome], describe: Any) -> list[tuple[list[int], str, str]]:
+    """Ranks that failed the same way, said once: (ranks, what happened, the first one's details)."""
+    groups: dict[str, tuple[list[int], str]] = {}
+    for outcome in outcomes:
+        predicate, details = describe(outcome)
+        groups.setdefault(predicate, ([], details))[0].append(outcome.rank)
+    return [(ranks, predicate, details) for predicate, (ranks, details) in groups.items()]
+
+
+def _outputs(outcomes: Sequence[RankOutcome]) -> list[str]:
+    """What the failing ranks printed; identical output from several ranks shown once."""
+    by_text: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        if outcome.output.strip():
+            by_text.setdefault(outcome.output.rstrip(), []).append(outcome.rank)
+    return [f"--- output of {rank_phrase(ranks, 0)} ---\n{text}" for text, ranks in by_text.items()]
 
 
 def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "") -> dict[str, Any] | None:
-    """None if every rank reported without error; else the fields of a failing Verdict."""
+    """None if every rank reported without error; else the fields of a failing Verdict.
+
+    `details` holds the student's frames only; `verbose_details` (shown with -v) the full tracebacks.
+    """
     failing = [r for r in result.ranks if not r.ok]
     if not failing:
         return None
@@ -123,21 +194,49 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
     if load is not None:
         message = load.get("grader_message") or "your file could not be loaded"
         first = f"{load['type']}: {load['message']}" if load.get("grader_message") else load["message"]
-        return {"status": "error", "message": f"{message}: {first}".rstrip(": "), "details": _traceback(load)}
+        full = load.get("traceback", "")
+        return {"status": "error", "message": f"{message}: {first}".rstrip(": "),
+                "details": student_traceback(full), "verbose_details": full}
+    world_size = len(result.ranks)
+    deadline = result.job.deadline
     # The root cause is a rank that failed by itself, not one stopped because of another.
     causes = [r for r in failing if r.stopped != "peer failure"] or failing
-    first = causes[0]
-    summary, details = _describe(first, student_file, result.job.deadline, result.memory_exceeded)
-    sections = []
-    for outcome in result.ranks:
-        if outcome is not first and not outcome.ok:
-            sections.append(_describe(outcome, student_file, result.job.deadline)[0])
-    for outcome in failing:
-        if outcome.output.strip():
-            sections.append(f"--- output of rank {outcome.rank} ---\n{outcome.output.rstrip()}")
+    groups = _grouped(causes, lambda o: _describe(o, student_file, deadline, result.memory_exceeded))
+    groups += _grouped([r for r in failing if r not in causes], lambda o: _describe(o, student_file, deadline))
+    (ranks, predicate, first_details), others = groups[0], groups[1:]
+    sentences = [_with_subject(rank_phrase(r, world_size), p) for r, p, _ in others]
+    outputs = _outputs(failing)
     prefix = f"{stage}: " if stage else ""
     return {
         "status": "failed",
-        "message": prefix + summary,
-        "details": "\n".join(filter(None, [details, *sections])),
+        "message": prefix + _with_subject(rank_phrase(ranks, world_size), predicate),
+        "details": "\n".join(filter(None, [student_traceback(first_details), *sentences, *outputs])),
+        "verbose_details": "\n".join(filter(None, [first_details.rstrip(), *sentences, *outputs])),
     }
+
+
+def import_calls(runs: Sequence[RunResult], student_file: Path, names: Sequence[str]) -> dict[str, int]:
+    """The graded functions the student's file itself called while being imported (name -> line of
+    the top-level call): reported by the ranks, or seen in the stack of a rank stopped mid-import."""
+    found: dict[str, int] = {}
+    student = str(student_file)
+    for result in runs:
+        for outcome in result.ranks:
+            reported = outcome.facts.get(IMPORT_CALLS)
+            for name, line in (reported.items() if isinstance(reported, dict) else ()):
+                if name in names and isinstance(line, int):
+                    found.setdefault(name, line)
+            frames = [m.groupdict() for m in _FRAME.finditer(outcome.stack_dump) if m["file"] == student]
+            top = next((int(f["line"]) for f in frames if f["function"] == "<module>"), None)
+            called = next((f["function"] for f in frames if f["function"] in names), None)
+            if top is not None and called is not None:
+                found.setdefault(called, top)
+    return found
+
+
+def test_call_message(calls: dict[str, int], student_file: Path) -> str:
+    """What a test call left at the top level of the file does, and where it belongs instead."""
+    where = "; ".join(f"{student_file.name}:{line} calls {name}()" for name, line in sorted(calls.items()))
+    return (f"test call at import: {where}, so every rank ran it while the grader imported your code, before "
+            "the check called it (what follows may come from that call).\n  Move the call out of the graded "
+            "code: to a cell not tagged `exercise` (notebook), or under `if __name__ == \"__main__\":` (.py).")

@@ -19,6 +19,7 @@ from pathlib import Path
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
 from grader.checks.api import CheckContext, CheckFailed, References, RunCache, Status, Verdict, checks_in
+from grader.checks.diagnose import import_calls, test_call_message
 from grader.checks.leftovers import stray_message
 from grader.engine import Engine, EngineError
 
@@ -37,6 +38,7 @@ class CheckResult:
     details: str = ""
     hint: int | None = None
     notes: list[str] = field(default_factory=list)
+    verbose_details: str = ""  # details with the grader's own frames, for -v
 
     @property
     def passed(self) -> bool:
@@ -141,6 +143,7 @@ def _grade_checks(
                     warnings.append(left)
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
+                _name_test_calls(verdict, warnings, context)
             result = CheckResult(
                 exercise=exercise.id,
                 check=spec.name,
@@ -152,6 +155,7 @@ def _grade_checks(
                 max_points=spec.points / len(sizes),
                 visibility=spec.visibility,
                 details=verdict.details,
+                verbose_details=verdict.verbose_details,
                 hint=verdict.hint,
                 notes=warnings,
             )
@@ -159,6 +163,19 @@ def _grade_checks(
             if on_result:
                 on_result(result)
     return results
+
+
+def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContext) -> None:
+    """A graded function called by the file itself at import ran on every rank: say so first, since
+    the check then blames the function for what the test call did (or warn, if it passed anyway)."""
+    calls = import_calls(context.used, context.student_file, context.exercise.function_names)
+    if not calls:
+        return
+    said = test_call_message(calls, context.student_file)
+    if verdict.status == "passed":
+        warnings.append(said)
+    else:
+        verdict.message = f"{said}\n{verdict.message}"
 
 
 def not_run(exercise: Exercise, options: GradeOptions, status: Status, message: str) -> list[CheckResult]:

@@ -29,6 +29,9 @@ from grader.engine.processes import STACK_DUMP_SIGNAL
 _encode = wire.encode
 
 
+IMPORT_CALLS = "student_import_calls"  # the facts key: function name -> line of the top-level call
+
+
 class StudentCodeError(Exception):
     """The student's file could not be loaded, or lacks a function the check needs."""
 
@@ -53,12 +56,29 @@ class RankContext:
         """Import the student's file (once) under its own name, so spawned children can too.
 
         Spies must be installed before this is first called: `from torch import save` binds
-        whatever torch.save is at import time.
+        whatever torch.save is at import time. Every function of the file that runs while it is
+        imported (a test call left at its top level runs on every rank) is reported in
+        facts[IMPORT_CALLS], with the top-level line that called it; the judge decides what it means.
         """
         if self._student_module is None:
             if self.student_file is None:
                 raise StudentCodeError("this check was started without a student file")
-            self._student_module = load_module_from_file(self.student_file)
+            path, calls = str(self.student_file), self.facts.setdefault(IMPORT_CALLS, {})
+
+            def record(frame: Any, event: str, _: Any) -> None:
+                if event == "call" and frame.f_code.co_filename == path and frame.f_code.co_name != "<module>":
+                    top = frame
+                    while top.f_back is not None and not (top.f_code.co_name == "<module>"
+                                                          and top.f_code.co_filename == path):
+                        top = top.f_back
+                    calls.setdefault(frame.f_code.co_name, top.f_lineno)
+
+            previous = sys.getprofile()
+            sys.setprofile(record)
+            try:
+                self._student_module = load_module_from_file(self.student_file)
+            finally:
+                sys.setprofile(previous)
         return self._student_module
 
     def student(self, name: str) -> Callable[..., Any]:

@@ -45,6 +45,12 @@ class SubmissionGrade:
     results: list[CheckResult]
     seconds: float
     problem: str = ""  # about the submission as a whole: unreadable, out of time
+    notes: list[str] = field(default_factory=list)  # which file was graded, where the submission held several
+
+    @property
+    def problem_column(self) -> str:
+        """What the gradebook's problem column says: the problem, then the notes."""
+        return "; ".join(filter(None, [self.problem, *self.notes]))
 
     @property
     def score(self) -> float:
@@ -214,7 +220,9 @@ def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submi
         elif budget.left <= 0:
             results += not_run(exercise, grading, "failed", budget.used_up)
         else:
-            results += grade_exercise(budget, exercise, path, grading, references=references)  # type: ignore[arg-type]
+            graded = grade_exercise(budget, exercise, path, grading, references=references)  # type: ignore[arg-type]
+            located = submission.source_maps.get(exercise.id)  # a notebook's: said in its cells' terms
+            results += [located.apply(r) for r in graded] if located else graded
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
 
 
@@ -246,7 +254,7 @@ def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, op
         finally:
             if lease is not None:
                 pool.give_back(lease, results)
-    return SubmissionGrade(name, results, time.monotonic() - started, problem)
+    return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
 
 
 def grade_batch(

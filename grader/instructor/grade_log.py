@@ -26,12 +26,13 @@ class GradeLogError(Exception):
 
 def _record(grade: SubmissionGrade) -> dict[str, Any]:
     return {"name": grade.name, "seconds": round(grade.seconds, 3), "problem": grade.problem,
-            "results": [r.to_json() for r in grade.results]}
+            "notes": grade.notes, "results": [r.to_json() for r in grade.results]}
 
 
 def _grade(record: dict[str, Any]) -> SubmissionGrade:
     results = [CheckResult(**{k: v for k, v in r.items() if k in _RESULT_FIELDS}) for r in record["results"]]
-    return SubmissionGrade(record["name"], results, float(record["seconds"]), record.get("problem", ""))
+    return SubmissionGrade(record["name"], results, float(record["seconds"]), record.get("problem", ""),
+                           list(record.get("notes", [])))
 
 
 class GradeLog:

@@ -33,7 +33,7 @@ class Gradebook:
 
     def add(self, grade: SubmissionGrade) -> None:
         row = [grade.name, *(f"{grade.exercise_score(i):g}" for i in self._ids),
-               f"{grade.score:g}", f"{grade.max_score:g}", f"{grade.seconds:.1f}", grade.problem]
+               f"{grade.score:g}", f"{grade.max_score:g}", f"{grade.seconds:.1f}", grade.problem_column]
         self._rows.append(row)
         self._writer.writerow(row)
         self._file.flush()

@@ -54,8 +54,8 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
     visible = [t for t in tests if t["visibility"] == "visible"]
     passed = sum(t["status"] == "passed" for t in visible)
     summary = f"{passed}/{len(visible)} visible checks passed"
-    if grade.problem:
-        summary = f"{grade.problem}\n{summary}"
+    if grade.problem_column:
+        summary = f"{grade.problem_column}\n{summary}"
     return {
         "score": round(grade.score, 4),
         "execution_time": round(grade.seconds, 2),

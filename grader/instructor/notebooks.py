@@ -3,25 +3,32 @@
 A notebook's functions cannot be graded where they are defined: the ranks are separate processes,
 and a function defined in a notebook cell cannot be pickled to them by reference. So the cells the
 student writes in (tagged `exercise`) are joined into an ordinary `exNN_*.py` file that the grader
-imports on every rank like any other submission.
+imports on every rank like any other submission. A `SourceMap` remembers which cell each line came
+from, so that what the grader says points at the cell and its line, not at the joined file.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
 
 from grader.catalog import Catalog, Exercise
+from grader.checks.runner import CheckResult
 
 TAG = "exercise"
 METADATA_KEY = "grader"
+FUTURE_NOTE = "# moved to the top by the grader"
 
 
 class NotebookError(Exception):
     """A notebook cannot be read or holds nothing to grade; the message says which and why."""
 
+
+# --- building ----------------------------------------------------------------------------------
 
 def _split_docstring(source: str) -> tuple[str, str]:
     """The module docstring (teaching text) and the code after it."""
@@ -34,8 +41,26 @@ def _split_docstring(source: str) -> tuple[str, str]:
     return docstring, source
 
 
+def _markdown(docstring: str) -> str:
+    """The stub's docstring as notebook markdown: without its title line (the cell has a heading),
+    arithmetic like `k*b*W` kept literal (not emphasis), and commands as they are run in a notebook."""
+    lines = docstring.splitlines()
+    if lines and re.match(r"Exercise \d+\b", lines[0]):
+        lines = lines[1:]
+    text = "\n".join(lines).strip("\n")
+    parts = re.split(r"(`[^`\n]*`)", text)
+    for index in range(0, len(parts), 2):  # outside code spans only
+        parts[index] = re.sub(r"(?<=[\w)])\*(?=[\w(])", r"\\*", parts[index])
+    text = "".join(parts)
+    return re.sub(r"`grader (check|hint) ", r"`%grader \1 ", text)
+
+
 def notebook_name(exercise: Exercise) -> str:
     return f"{Path(exercise.file).stem}.ipynb"
+
+
+def check_cell_source(exercise: Exercise) -> str:
+    return f'from grader import notebook\n\nnotebook.check("{exercise.id}")'
 
 
 def build_notebook(exercise: Exercise, stub: Path) -> nbformat.NotebookNode:
@@ -45,14 +70,20 @@ def build_notebook(exercise: Exercise, stub: Path) -> nbformat.NotebookNode:
     notebook.metadata[METADATA_KEY] = {"exercise": exercise.id}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     objectives = "\n".join(f"- {objective}" for objective in exercise.objectives)
+    short = f"ex{exercise.number:02d}"
     notebook.cells = [
-        nbformat.v4.new_markdown_cell(f"# Exercise {exercise.number}: {exercise.title}\n\n{docstring}"
+        nbformat.v4.new_markdown_cell(f"# Exercise {exercise.number}: {exercise.title}\n\n{_markdown(docstring)}"
                                       + (f"\n\n## You will be able to\n\n{objectives}" if objectives else "")),
-        nbformat.v4.new_markdown_cell(f"Write your solution in the cell below (it is tagged `{TAG}`: the grader "
-                                      "reads only cells with that tag). Keep the function names and parameters."),
+        nbformat.v4.new_markdown_cell(
+            f"Write your solution in the cell below. It is tagged `{TAG}`: the grader reads only cells with "
+            "that tag, so put helpers your functions need in a tagged cell too, and keep test calls "
+            "(`train(0, 1)`...) in other cells. Keep the function names and parameters."),
         nbformat.v4.new_code_cell(code, metadata={"tags": [TAG]}),
-        nbformat.v4.new_markdown_cell("Save the notebook, then run the checks (they read the saved file):"),
-        nbformat.v4.new_code_cell(f"!grader check {notebook_name(exercise)}"),
+        nbformat.v4.new_markdown_cell(
+            "Run your exercise cell, then the cell below: it checks the code as this kernel last ran it "
+            f"(`%grader check {short}` does the same, `%grader hint {short}` shows the hints). "
+            "Save the notebook before you hand it in: the saved file is what gets graded."),
+        nbformat.v4.new_code_cell(check_cell_source(exercise)),
     ]
     return notebook
 
@@ -67,7 +98,9 @@ def build_all(catalog: Catalog, out: Path) -> list[Path]:
     return written
 
 
-def _read(path: Path) -> nbformat.NotebookNode:
+# --- reading -----------------------------------------------------------------------------------
+
+def read(path: Path) -> nbformat.NotebookNode:
     try:
         return nbformat.read(path, as_version=4)
     except OSError as exc:
@@ -78,28 +111,150 @@ def _read(path: Path) -> nbformat.NotebookNode:
         raise NotebookError(f"{path.name} is not a valid notebook: {exc}") from exc
 
 
+def recorded_exercise(notebook: nbformat.NotebookNode) -> str | None:
+    """The exercise id `grader notebook build` wrote into the notebook's metadata, if any."""
+    recorded = (notebook.metadata.get(METADATA_KEY) or {}).get("exercise")
+    return recorded if isinstance(recorded, str) else None
+
+
 def exercise_of(notebook: nbformat.NotebookNode, path: Path, catalog: Catalog) -> Exercise:
     """From the notebook's metadata (set by `grader notebook build`), else from its file name."""
-    recorded = (notebook.metadata.get(METADATA_KEY) or {}).get("exercise")
+    recorded = recorded_exercise(notebook)
     for exercise in catalog.exercises:
-        if exercise.id == recorded or Path(exercise.file).stem == path.stem:
+        if exercise.id == recorded:
+            return exercise
+    for exercise in catalog.exercises:
+        if Path(exercise.file).stem == path.stem:
             return exercise
     raise NotebookError(f"{path.name}: cannot tell which exercise it is (no grader metadata and no exercise "
                         "is named like it); name it like the exercise, e.g. ex01_process_group.ipynb")
 
 
-def _without_magics(source: str) -> str:
+def is_exercise_cell(cell: nbformat.NotebookNode) -> bool:
+    return cell.get("cell_type") == "code" and TAG in (cell.get("metadata", {}).get("tags") or [])
+
+
+def without_magics(source: str) -> str:
     """Shell (`!`) and magic (`%`) lines are no Python: commented out, keeping line numbers."""
     return "\n".join(f"# {line}" if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines())
 
 
-def extract(path: Path, catalog: Catalog, folder: Path) -> Exercise:
-    """Write the notebook's tagged cells as the exercise's file in `folder`; returns the exercise."""
-    notebook = _read(path)
+def _cell_label(cell: nbformat.NotebookNode, index: int) -> str:
+    label = (cell.get("metadata", {}).get(METADATA_KEY) or {}).get("label")
+    return label if isinstance(label, str) else f"cell {index + 1}"
+
+
+def _top_level_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+# --- where a line of the joined module came from -----------------------------------------------
+
+@dataclass(frozen=True)
+class CellSpan:
+    label: str  # "cell 3" (its place in the notebook) or "In [7]" (as the kernel ran it)
+    first: int  # the joined module's line that holds the cell's first line
+    lines: int
+
+
+@dataclass
+class SourceMap:
+    """Points what the grader says about the joined module back at the notebook's cells."""
+
+    notebook: str
+    module: str  # the joined file's name, as messages name it
+    cells: list[CellSpan] = field(default_factory=list)
+    untagged: dict[str, str] = field(default_factory=dict)  # a name defined in an untagged cell -> its label
+
+    def where(self, line: int) -> str:
+        for cell in self.cells:
+            if cell.first <= line < cell.first + cell.lines:
+                return f"{cell.label}, line {line - cell.first + 1}"
+        return f"line {line} of the code joined from the exercise cells"
+
+    def rewrite(self, text: str) -> str:
+        module = re.escape(self.module)
+        text = re.sub(rf'File "(?:[^"]*/)?{module}", line (\d+)',
+                      lambda m: f'File "{self.notebook}", {self.where(int(m[1]))}', text)
+        text = re.sub(rf"(?<![\w/.-]){module}(?::|, line )(\d+)", lambda m: self.where(int(m[1])), text)
+        return re.sub(rf"(?<![\w/.-]){module}", f"{self.notebook} (its exercise cells)", text)
+
+    def _tag_hints(self, text: str) -> list[str]:
+        missing = dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", text))
+        return [f"`{name}` is defined in {self.untagged[name]}, which is not tagged `{TAG}`: the grader runs only "
+                f"tagged cells. Tag that cell `{TAG}` too, or move `{name}` into an exercise cell"
+                for name in missing if name in self.untagged]
+
+    def apply(self, result: CheckResult) -> CheckResult:
+        hints = self._tag_hints(f"{result.message}\n{result.details}")
+        return replace(
+            result,
+            message="\n".join([self.rewrite(result.message), *hints]),
+            details=self.rewrite(result.details),
+            verbose_details=self.rewrite(result.verbose_details),
+            notes=[self.rewrite(note) for note in result.notes],
+        )
+
+
+def _hoist_future_imports(lines: list[str]) -> str:
+    """`from __future__` must open a module; in a notebook it opens a cell, perhaps after other
+    code or cells. Moved up to the joined file's first line, the other lines keep their numbers."""
+    try:
+        tree = ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError):
+        return ""  # the syntax error is reported, pointing at its cell
+    features: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            features += [alias.name for alias in node.names if alias.name not in features]
+            for number in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                lines[number - 1] = ""
+    return f"from __future__ import {', '.join(features)}  {FUTURE_NOTE}" if features else ""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    exercise: Exercise
+    source_map: SourceMap
+
+
+def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
+    """Write the notebook's tagged cells as the exercise's file in `folder`."""
+    notebook = read(path)
     exercise = exercise_of(notebook, path, catalog)
-    cells = [c for c in notebook.cells if c.get("cell_type") == "code" and TAG in c.get("metadata", {}).get("tags", [])]
-    if not cells:
+    source_map = SourceMap(path.name, exercise.file)
+    lines = [f"# extracted from {path.name} by the grader"]
+    for index, cell in enumerate(notebook.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        code = without_magics(cell.source)
+        if not is_exercise_cell(cell):
+            for name in _top_level_names(code):
+                source_map.untagged.setdefault(name, _cell_label(cell, index))
+            continue
+        cell_lines = code.splitlines() or [""]
+        source_map.cells.append(CellSpan(_cell_label(cell, index), len(lines) + 1, len(cell_lines)))
+        lines += [*cell_lines, ""]
+    if not source_map.cells:
         raise NotebookError(f"{path.name}: no code cell is tagged {TAG!r}; tag the cells that hold your solution")
-    source = "\n\n".join(_without_magics(cell.source) for cell in cells)
-    (folder / exercise.file).write_text(f"# extracted from {path.name} by the grader\n{source}\n")
-    return exercise
+    for cell in source_map.cells:  # a name the graded cells define is no hint to tag another
+        for name in _top_level_names("\n".join(lines[cell.first - 1:cell.first - 1 + cell.lines])):
+            source_map.untagged.pop(name, None)
+    header = _hoist_future_imports(lines)
+    if header:
+        lines[0] = header
+    (folder / exercise.file).write_text("\n".join(lines) + "\n")
+    return Extracted(exercise, source_map)

@@ -2,7 +2,8 @@
 
 Shipped: the exercise stubs, the catalog without hidden checks, the grader package without its
 secrets (`hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values: see
-grader/checks/__init__.py), the README, pyproject and docs meant for students, and the quizzes as
+grader/checks/__init__.py), the README, pyproject and docs meant for students (not the instructors'
+nor the maintainers' notes), and the quizzes as
 rendered practice sheets. Where an exercise's public checks need the answers, the release writes
 their values on the public checks' own inputs (`expected.json`), never the formulas.
 Not shipped: solutions/, tests/, the secrets, and the question banks themselves: a bank holds the
@@ -27,7 +28,8 @@ from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
 TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
-INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md")  # how to grade and how to write banks: not for students
+# how to grade, how to write banks, and the maintainers' design notes (docs/maintainers/): not for students
+INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md", "maintainers")
 SHEET_FORMATS = ("md", "html")
 
 
@@ -123,6 +125,11 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         if (root / name).is_file():
             shutil.copyfile(root / name, out / name)
     if (root / "docs").is_dir():
-        shutil.copytree(root / "docs", out / "docs", ignore=lambda _, names: set(INSTRUCTOR_DOCS) & set(names))
+        docs = root / "docs"
+
+        def not_for_students(folder: str, names: list[str]) -> set[str]:
+            return set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set()
+
+        shutil.copytree(docs, out / "docs", ignore=not_for_students)
     _quiz_sheets(root, out / "quizzes")
     return sorted(out.iterdir())

@@ -2,8 +2,10 @@
 
 Everything the grader later imports sits in one private folder per submission, named like the
 exercises (`ex01_process_group.py`, ...). A notebook stands for its own exercise; a folder or zip may
-hold notebooks in place of `.py` files. Archives are unpacked defensively: no member may escape the
-folder and the unpacked size is capped, so a hostile zip cannot fill the disk or overwrite files.
+hold notebooks in place of `.py` files, and where it holds several files for one exercise, one is
+chosen by a stated rule (`_choose`) and the choice is reported. Archives are unpacked defensively:
+no member may escape the folder and the unpacked size is capped, so a hostile zip cannot fill the
+disk or overwrite files.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.catalog import Catalog
+from grader import student_files
+from grader.catalog import Catalog, Exercise
 from grader.instructor import notebooks
 
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024
@@ -29,6 +32,8 @@ class Submission:
     source: Path
     folder: Path  # the exercise files, ready to grade
     problems: dict[str, str] = field(default_factory=dict)  # exercise id -> why its file is unusable
+    notes: list[str] = field(default_factory=list)  # which file was graded where there was a choice
+    source_maps: dict[str, notebooks.SourceMap] = field(default_factory=dict)  # exercise id -> its cells
 
 
 def name_of(path: Path) -> str:
@@ -61,18 +66,80 @@ def _content_root(folder: Path) -> Path:
     return folder
 
 
+def _notebooks_by_exercise(source: Path, catalog: Catalog, submission: Submission) -> dict[str, list[Path]]:
+    """Each exercise's notebooks: named like it (`ex04_launch.ipynb`, `ex04_launch-Copy1.ipynb`), or
+    whatever their name, with grader metadata naming it. An unreadable one named like an exercise is
+    that exercise's problem; other stray notebooks are ignored."""
+    found: dict[str, list[Path]] = {}
+    for path in sorted(source.glob("*.ipynb")):
+        named = next((e for e in catalog.exercises if path.stem.startswith(Path(e.file).stem)), None)
+        try:
+            recorded = notebooks.recorded_exercise(notebooks.read(path))
+        except notebooks.NotebookError as exc:
+            if named is not None:
+                submission.problems.setdefault(named.id, str(exc))
+            continue
+        exercise = next((e for e in catalog.exercises if e.id == recorded), named)
+        if exercise is not None:
+            found.setdefault(exercise.id, []).append(path)
+    return found
+
+
+def _candidate(path: Path, exercise: Exercise, catalog: Catalog, into: Path) -> notebooks.SourceMap | None:
+    """Put one candidate file for an exercise into `into` as the exercise's file."""
+    into.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".ipynb":
+        return notebooks.extract(path, catalog, into).source_map
+    shutil.copyfile(path, into / exercise.file)
+    return None
+
+
+def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder: Path,
+            submission: Submission) -> None:
+    """The stated rule (docs/INSTRUCTORS.md): a file that is still the untouched stub is set aside
+    when another holds work; of the rest, the .py, then the notebook named like the exercise, then
+    other notebooks by name. Any choice, and a notebook graded under another name, is reported."""
+    usable: list[tuple[Path, Path, notebooks.SourceMap | None]] = []
+    for index, path in enumerate(candidates):
+        staged = folder.parent / "candidates" / exercise.id / str(index)
+        try:
+            usable.append((path, staged, _candidate(path, exercise, catalog, staged)))
+        except notebooks.NotebookError as exc:
+            submission.problems.setdefault(exercise.id, str(exc))
+    if not usable:
+        return
+    submission.problems.pop(exercise.id, None)
+    worked = [u for u in usable if not student_files.is_untouched(u[1] / exercise.file, exercise)]
+    path, staged, source_map = (worked or usable)[0]
+    shutil.copyfile(staged / exercise.file, folder / exercise.file)
+    if source_map is not None:
+        submission.source_maps[exercise.id] = source_map
+    others = [p.name for p, _, _ in usable if p != path]
+    why = []
+    if others:
+        stubs = [p.name for p, s, _ in usable if p != path and student_files.is_untouched(s / exercise.file, exercise)]
+        rest = [name for name in others if name not in stubs]
+        why += [f"{name} is the untouched stub" for name in stubs]
+        why += [f"{name} was not graded (one file per exercise: the .py, then {notebooks.notebook_name(exercise)}, "
+                "then other notebooks by name)" for name in rest]
+    if path.suffix == ".ipynb" and path.name != notebooks.notebook_name(exercise):
+        why.append(f"its metadata or name makes it {exercise.id}")
+    if why:
+        submission.notes.append(f"{exercise.id}: graded {path.name}; {'; '.join(why)}")
+
+
 def _collect(source: Path, catalog: Catalog, folder: Path, submission: Submission) -> None:
-    """Copy each exercise's file, or extract it from the exercise's notebook when no file is there."""
+    """Choose each exercise's file among the .py and the notebooks that stand for it."""
+    by_exercise = _notebooks_by_exercise(source, catalog, submission)
     for exercise in catalog.exercises:
         module = source / exercise.file
-        notebook = source / notebooks.notebook_name(exercise)
-        if module.is_file():
-            shutil.copyfile(module, folder / exercise.file)
-        elif notebook.is_file():
-            try:
-                notebooks.extract(notebook, catalog, folder)
-            except notebooks.NotebookError as exc:
-                submission.problems[exercise.id] = str(exc)
+        exact = source / notebooks.notebook_name(exercise)
+        found = by_exercise.get(exercise.id, [])
+        candidates = [module] if module.is_file() else []
+        candidates += [exact] if exact in found else []
+        candidates += [p for p in found if p != exact]
+        if candidates:
+            _choose(exercise, candidates, catalog, folder, submission)
 
 
 def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
@@ -88,9 +155,10 @@ def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
         _collect(_unzip(path, unpacked), catalog, folder, submission)
     elif path.suffix == ".ipynb" and path.is_file():
         try:
-            notebooks.extract(path, catalog, folder)
+            extracted = notebooks.extract(path, catalog, folder)
         except notebooks.NotebookError as exc:
             raise SubmissionError(str(exc)) from exc
+        submission.source_maps[extracted.exercise.id] = extracted.source_map
     elif not path.exists():
         raise SubmissionError(f"{path}: no such file or directory")
     else:

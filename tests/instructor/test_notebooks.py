@@ -7,7 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader import student_files
 from grader.catalog import load_catalog
+from grader.checks.runner import CheckResult
 from grader.cli import main
 from grader.instructor import notebooks
 
@@ -24,21 +26,83 @@ def test_build_writes_one_checked_notebook_per_exercise(tmp_path: Path) -> None:
         nbformat.validate(book)
         assert book.metadata["grader"]["exercise"] == exercise.id
         assert exercise.title in book.cells[0].source
-        assert f"!grader check {path.name}" in book.cells[-1].source
+        assert f'notebook.check("{exercise.id}")' in book.cells[-1].source
         folder = tmp_path / exercise.id
         folder.mkdir()
-        assert notebooks.extract(path, CATALOG, folder) == exercise
+        assert notebooks.extract(path, CATALOG, folder).exercise == exercise
         extracted = (folder / exercise.file).read_text()
         assert all(f"def {name}(" in extracted for name in exercise.function_names)
         assert '"""' not in extracted.split("\n", 2)[1], "the teaching text belongs in markdown, not code"
 
 
+def test_the_text_of_a_built_notebook_tells_what_to_run_there(tmp_path: Path) -> None:
+    """Not `grader check exNN` (that grades the stub in exercises/), nor `!grader` (needs PATH)."""
+    for exercise in CATALOG.exercises:
+        book = notebooks.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
+        text = "\n".join(cell.source for cell in book.cells)
+        assert "`grader check" not in text and "!grader" not in text, exercise.id
+        assert f"%grader check ex{exercise.number:02d}" in text
+        heading = book.cells[0].source
+        assert heading.count(f"xercise {exercise.number}:") == 1, "the title appears once"
+
+
+def test_arithmetic_in_the_teaching_text_keeps_its_asterisks() -> None:
+    exercise = CATALOG.get("ex05")
+    book = notebooks.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
+    markdown = book.cells[0].source
+    assert "k\\*b\\*W" in markdown and "k*b*W" not in markdown.replace("k\\*b\\*W", "")
+    assert "*micro-batches*" in markdown, "emphasis the docstring means stays emphasis"
+
+
 def test_magics_are_commented_out_and_lines_kept(tmp_path: Path) -> None:
     path = support.notebook(tmp_path / "mine.ipynb", CATALOG)
-    exercise = notebooks.extract(path, CATALOG, tmp_path)
+    exercise = notebooks.extract(path, CATALOG, tmp_path).exercise
     lines = (tmp_path / exercise.file).read_text().splitlines()
     assert "# %time" in lines
     compile("\n".join(lines), "x", "exec")
+
+
+def _notebook(path: Path, exercise_id: str, *cells: tuple[str, bool]) -> Path:
+    """A notebook of `exercise_id` made of (source, tagged) code cells, after a markdown cell."""
+    book = nbformat.v4.new_notebook()
+    book.metadata["grader"] = {"exercise": exercise_id}
+    book.cells = [nbformat.v4.new_markdown_cell("# my work")]
+    book.cells += [nbformat.v4.new_code_cell(source, metadata={"tags": ["exercise"] if tagged else []})
+                   for source, tagged in cells]
+    nbformat.write(book, path)
+    return path
+
+
+def test_code_above_the_future_import_is_no_syntax_error(tmp_path: Path) -> None:
+    solution = (support.SOLUTIONS / "ex02_data_sharding.py").read_text()
+    path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("import os\nprint(os.getpid())\n" + solution, True))
+    exercise = notebooks.extract(path, CATALOG, tmp_path).exercise
+    module = (tmp_path / exercise.file).read_text()
+    compile(module, exercise.file, "exec")
+    assert module.splitlines()[0].startswith("from __future__ import annotations")
+    assert student_files.problems(tmp_path / exercise.file, exercise) is None
+
+
+def test_what_the_grader_says_points_at_the_cell_and_its_line(tmp_path: Path) -> None:
+    path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("x = 1", False), ("import torch\n\nbad(", True))
+    extracted = notebooks.extract(path, CATALOG, tmp_path)
+    problem = student_files.problems(tmp_path / extracted.exercise.file, extracted.exercise)
+    result = CheckResult("ex02_data_sharding", "c", 2, "error", problem or "", 0.0, 0.0, 1.0, "public",
+                         details=f'  File "{tmp_path}/ex02_data_sharding.py", line 4, in f')
+    located = extracted.source_map.apply(result)
+    assert "syntax error in cell 3, line 3" in located.message, located.message
+    assert located.details == '  File "nb.ipynb", cell 3, line 3, in f'
+
+
+def test_a_name_defined_in_an_untagged_cell_says_to_tag_it(tmp_path: Path) -> None:
+    path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("def helper():\n    return 1", False),
+                     ("def make_loader():\n    return helper()", True))
+    source_map = notebooks.extract(path, CATALOG, tmp_path).source_map
+    message = "every rank raised NameError: name 'helper' is not defined\n  at ex02_data_sharding.py:3 in make_loader()"
+    located = source_map.apply(CheckResult("ex02_data_sharding", "c", 2, "failed", message, 0.0, 0.0, 1.0, "public"))
+    assert "at cell 3, line 2 in make_loader()" in located.message
+    assert "`helper` is defined in cell 2, which is not tagged `exercise`" in located.message
+    assert "Tag that cell" in located.message
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -79,3 +143,23 @@ def test_check_of_a_notebook_grades_its_cells(tmp_path: Path) -> None:
     done = support.run_grader(support.REPO, "check", str(path), "--world-size", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "public checks passed: 3/3" in done.stdout
+
+
+def test_check_of_a_notebook_names_the_cell_of_an_error_and_the_tag_it_lacks(tmp_path: Path) -> None:
+    """A helper in an untagged cell, code above the future import: one clear NameError, in cell terms."""
+    solution = (support.SOLUTIONS / "ex02_data_sharding.py").read_text()
+    anchor = "    sampler = DistributedSampler("
+    broken = solution.replace(anchor, "    seed = pick_seed(seed)\n" + anchor)
+    assert broken != solution
+    path = _notebook(tmp_path / "ex02_data_sharding.ipynb", "ex02_data_sharding",
+                     ("def pick_seed(seed):\n    return seed", False), ("import os\n" + broken, True))
+    done = support.run_grader(support.REPO, "check", str(path), "--world-size", "2", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "SyntaxError" not in out and "Traceback" in out
+    assert out.count("NameError: name 'pick_seed' is not defined") == 2, out  # the message and its traceback
+    assert "every check [W=2]" in out
+    assert "`pick_seed` is defined in cell 2, which is not tagged `exercise`" in out
+    line = next(n for n, text in enumerate(("import os\n" + broken).splitlines(), 1) if "pick_seed" in text)
+    assert f"at cell 3, line {line} in make_loader()" in out, out
+    assert "grader/engine" not in out and "workers.py" not in out, "the grader's frames only with -v"
