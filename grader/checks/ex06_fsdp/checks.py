@@ -24,6 +24,12 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
         if wrong:
             raise ctx.fail(f"mesh on the wrong device: a {wrong[0]!r} device mesh on a {ctx.backend} run, which needs "
                            f"init_device_mesh({expected!r}, (world_size,)); the run failed", hint=4)
+        built = [r.facts["meshes"][0].get("size") for r in result.ranks if r.facts.get("meshes")]
+        sizes = [size for size in built if size is not None]  # the first mesh of a rank is the student's own
+        if sizes and sizes[0] != ctx.world_size:
+            raise ctx.fail(f"a device mesh of {sizes[0]} rank{'s' if sizes[0] != 1 else ''} on a run of "
+                           f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
+                           f"(init_device_mesh(device_type, (world_size,))); the run failed", hint=1)
     return ctx.require(result)
 
 

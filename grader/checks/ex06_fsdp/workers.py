@@ -29,8 +29,14 @@ from grader.checks.training import TinyTransformer, make_regression, make_transf
 from grader.engine.rank_runtime import RankContext
 
 
-def _describe_mesh(mesh: DeviceMesh, device_type: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    return {"device_type": str(device_type)}
+def _describe_mesh(_built: DeviceMesh, device_type: Any, mesh: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """The device type and the number of ranks of a mesh being built (from its ranks, or from the
+    layout init_device_mesh passes)."""
+    ranks = mesh if mesh is not None else kwargs.get("_layout")
+    size = None
+    if ranks is not None:
+        size = int(ranks.numel()) if hasattr(ranks, "numel") else int(torch.as_tensor(ranks).numel())
+    return {"device_type": str(device_type), "size": size}
 
 
 def _module_paths(*roots: nn.Module) -> dict[int, str]:

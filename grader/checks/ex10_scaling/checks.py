@@ -180,6 +180,9 @@ def allreduce_cost(ctx: CheckContext) -> None:
         call = f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}"
         if _close(got, want * 8):
             raise ctx.fail(f"{call}: 8 times too slow; the bandwidth is in bytes per second, not bits", hint=5)
+        if _close(got, want / 8):
+            raise ctx.fail(f"{call}: 8 times too fast; the bandwidth is already in bytes per second (do not convert "
+                           "it to bits)", hint=5)
         named = _volume_mistake(got * bandwidth, message, world)
         volume = f": the time of sending {named}" if named else ""
         raise ctx.fail(f"{call}{volume}; expected the ring's volume over the bandwidth, {want:.6g} s", hint=5)

@@ -101,6 +101,15 @@ def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict
     return "they are neither the global batch's nor this rank's own batch's"
 
 
+def _wrapped_inside(state: dict[str, Any], name: str) -> str:
+    """Why a name the model has is missing from what DDP wraps: a wrapper inside DDP, or no such layer."""
+    nested = next((key for key in state if key.endswith("." + name)), "")
+    if nested:
+        return (f", it has {nested!r}: the module inside DistributedDataParallel is itself a wrapper "
+                f"({nested[: -len(name) - 1]}); wrap the plain model, once")
+    return ": its BatchNorm layer (with its running statistics) must stay, converted to SyncBatchNorm"
+
+
 @check("global_batch_statistics")
 def global_batch_statistics(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -110,8 +119,7 @@ def global_batch_statistics(ctx: CheckContext) -> None:
         after = facts["steps"][0]
         missing = [name for name in STATISTICS if name not in after]
         if missing:
-            raise ctx.fail(f"the prepared model has no {missing[0]}: its BatchNorm layer (with its running "
-                           "statistics) must stay, converted to SyncBatchNorm", hint=1)
+            raise ctx.fail(f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}", hint=1)
         got = {name: after[name] for name in STATISTICS}
         difference = first_difference(got, want)
         if difference:
@@ -128,6 +136,9 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
         parameters = {name: value for name, value in want.items() if name not in STATISTICS}
         for rank, facts in enumerate(ranks):
             difference = first_difference(facts["steps"][step - 1], parameters)
+            if difference and difference.name not in facts["steps"][0]:
+                raise ctx.fail(f"the prepared model has no {difference.name}"
+                               f"{_wrapped_inside(facts['steps'][0], difference.name)}", hint=2)
             if difference:
                 frozen = ""
                 if all(np.array_equal(after[difference.name], facts["steps"][0][difference.name])
