@@ -27,7 +27,8 @@ from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
 TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
-INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md")  # how to grade and how to write banks: not for students
+# How to grade, how to write banks, and the diagnoses' signatures (hidden checks included): not for students.
+INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md", "maintainers")
 SHEET_FORMATS = ("md", "html")
 
 
