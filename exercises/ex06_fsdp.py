@@ -21,9 +21,10 @@ the old tensors, which no longer take part in forward and never get a gradient: 
 raises nothing, and changes nothing.
 
 For this exercise's model (TinyTransformer: Linear 8->16, 3 blocks of LayerNorm(16), Linear 16->32,
-GELU, Linear 32->16 with a residual, Linear 16->1): 3473 parameters, 13.9 KB in fp32. Sharded over
-W ranks each rank stores about 3473/W of them (W = 4: about 870, 3.5 KB), plus as much gradient
-and momentum, and holds one block (1104 parameters) unsharded at a time while computing.
+GELU, Linear 32->16 with a residual, Linear 16->1): 3473 parameters, 13.6 KiB in fp32. Sharded over
+W ranks each rank stores about 3473/W of them (W = 4: about 868, 3.4 KiB), plus as much gradient
+and momentum, and holds one block (1104 parameters) unsharded at a time while computing. The
+grader reports the parameter memory each rank holds in the same units.
 
 Your functions run on every rank; the grader has formed the process group and passes the same
 model on every rank and this rank's batches (a list of `(inputs, targets)`, different per rank).
@@ -42,8 +43,10 @@ model on every rank and this rank's batches (a list of `(inputs, targets)`, diff
   `model.state_dict()` would give DTensors, and `.to_local()` on them this rank's shard only.
 
 FSDP1 (`FullyShardedDataParallel` with an auto-wrap policy per block, `device_id=torch.device("cpu")`
-on CPU) is accepted too: the checks look at the sharding and the numbers, not at the API. (On CPU
-in torch 2.13 FSDP1's FULL_STATE_DICT fails; gather inside `FSDP.summon_full_params(model)` there.)
+on CPU) is accepted too: the checks look at what each rank holds and at the numbers, not at the API.
+(torch 2.13 empties the parameters of an FSDP1 full state dict with `offload_to_cpu=True` when they
+are already on the CPU; on CPU the grader makes that offload a no-op, so your code is the same
+either way.)
 
 API: `torch.distributed.fsdp.fully_shard`, `torch.distributed.device_mesh.init_device_mesh`,
 `torch.distributed.checkpoint.state_dict.get_model_state_dict`, `StateDictOptions`.

@@ -28,7 +28,7 @@ from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
 TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
-# how to grade, how to write banks, and the maintainers' design notes (docs/maintainers/): not for students
+# how to grade, how to write banks, and the maintainers' notes (design, the diagnoses' signatures): not for students
 INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md", "maintainers")
 SHEET_FORMATS = ("md", "html")
 

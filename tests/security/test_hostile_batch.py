@@ -67,7 +67,7 @@ def batch(bwrap_available, hidden_course: Path, tmp_path_factory: pytest.TempPat
     before = _digest(hidden_course)
     secrets = {
         "solution": (hidden_course / "solutions" / EX03).read_text().splitlines()[-8].strip(),
-        "hidden check": "orders[0] == orders[1]",  # a line of ex02's hidden.py
+        "hidden check": "if other == public:",  # a line of ex02's hidden.py
         "passwd": "root:x:0:0",
         "environment": SECRET_VALUE,
     }

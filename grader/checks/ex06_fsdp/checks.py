@@ -1,6 +1,6 @@
-"""Judging exercise 6: every rank holds about 1/W of every parameter, the blocks are units of
-their own, training equals the single-process reference, and rank 0's checkpoint is whole.
-All four checks judge one shared run."""
+"""Judging exercise 6: every rank holds about 1/W of every FSDP unit (counted from what it holds,
+FSDP1 or FSDP2 alike), no unit gathers a block with other parameters, training equals the
+single-process reference, and rank 0's checkpoint is whole. All four checks judge one shared run."""
 
 from __future__ import annotations
 
@@ -24,46 +24,112 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
         if wrong:
             raise ctx.fail(f"mesh on the wrong device: a {wrong[0]!r} device mesh on a {ctx.backend} run, which needs "
                            f"init_device_mesh({expected!r}, (world_size,)); the run failed", hint=4)
+        built = [r.facts["meshes"][0].get("size") for r in result.ranks if r.facts.get("meshes")]
+        sizes = [size for size in built if size is not None]  # the first mesh of a rank is the student's own
+        if sizes and sizes[0] != ctx.world_size:
+            raise ctx.fail(f"a device mesh of {sizes[0]} rank{'s' if sizes[0] != 1 else ''} on a run of "
+                           f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
+                           f"(init_device_mesh(device_type, (world_size,))); the run failed", hint=1)
     return ctx.require(result)
+
+
+def _unit_bound(params: list[dict[str, Any]], world: int) -> int:
+    """The most elements of a unit a 1/W shard may hold: each parameter split along its first
+    dimension, a whole row at most more per parameter (FSDP2 pads each dim-0 chunk; FSDP1's shard
+    of its flat parameter, ceil(n/W), is never more)."""
+    return sum(math.ceil(p["rows"] / world) * (p["full"] // max(p["rows"], 1)) for p in params)
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def kibibytes(size: int) -> str:
+    """Bytes as KiB with one decimal: how the grader and the exercise's docstring both say sizes."""
+    return f"{size / 1024:.1f} KiB"
+
+
+def _memory(ranks: list[dict[str, Any]]) -> str:
+    """The parameter memory each rank holds, against the whole model's."""
+    params = [[p for unit in facts["units"] for p in unit["params"]] + facts["loose"] for facts in ranks]
+    held = [sum(p["local"] * p["itemsize"] for p in mine) for mine in params]
+    counts = [sum(p["local"] for p in mine) for mine in params]
+    whole = params[0]
+    return (f"parameter memory per rank: {', '.join(kibibytes(n) for n in held)} of "
+            f"{kibibytes(sum(p['full'] * p['itemsize'] for p in whole))} "
+            f"({', '.join(map(str, counts))} of {sum(p['full'] for p in whole)} parameters)")
 
 
 @check("shards_parameters")
 def shards_parameters(ctx: CheckContext) -> str:
     ranks = _ranks(ctx)
     world = ctx.world_size
-    for index, first in enumerate(ranks[0]["shards"]):
-        name, full, rows = first["name"], first["full"], first["rows"]
-        held = [facts["shards"][index]["local"] for facts in ranks]
+    first = ranks[0]
+    loose = [p for p in first["loose"] if p["full"]]
+    if loose and not first["units"]:
+        total = sum(p["full"] for p in loose)
+        raise ctx.fail(f"not sharded: there is no FSDP unit, every rank holds all {total} parameters whole; "
+                       "call fully_shard on each block, then on the model", hint=1)
+    if loose:
+        names = [p["name"] for p in loose]
+        raise ctx.fail(f"not sharded: {_listed(names)} ({sum(p['full'] for p in loose)} elements) belong to no FSDP "
+                       "unit, so every rank holds them whole. Parameters of a module that is not wrapped, nor inside "
+                       "a wrapped one, stay whole: wrap the root too (fully_shard(model) after the blocks)", hint=1)
+    units = {unit["name"]: unit["params"] for unit in first["units"]}
+    for rank, facts in enumerate(ranks):
+        if sorted(unit["name"] for unit in facts["units"]) != sorted(units):
+            raise ctx.fail(f"the ranks wrapped the model differently: FSDP units {sorted(units)} on rank 0, "
+                           f"{sorted(u['name'] for u in facts['units'])} on rank {rank}")
+    for name, params in units.items():
+        full = sum(p["full"] for p in params)
+        held = [sum(p["local"] for p in unit["params"]) for facts in ranks for unit in facts["units"]
+                if unit["name"] == name]
         if sum(held) < full:
-            raise ctx.fail(f"{name}: the ranks together hold {sum(held)} of its {full} elements")
-        if rows < world:
-            continue  # fewer rows than ranks: some ranks hold none, one holds all of it
-        bound = math.ceil(rows / world) * (full // rows)
+            raise ctx.fail(f"FSDP unit {name}: the ranks together hold {sum(held)} of its {full} elements")
+        bound = _unit_bound(params, world)
+        if all(h >= full for h in held):
+            raise ctx.fail(f"not sharded: every rank holds all {full} elements of FSDP unit {name} (a 1/{world} shard "
+                           f"holds at most {bound}): the unit is replicated, not sharded (what NO_SHARD or a "
+                           "replicate mesh dimension do); shard over all the ranks", hint=1)
         for rank, local in enumerate(held):
             if local > bound:
-                raise ctx.fail(f"not sharded: rank {rank} holds {local} of the {full} elements of {name} (a 1/{world} "
-                               f"shard is at most {bound}); was fully_shard called on the model?", hint=1)
-    mine = [sum(s["local"] for s in facts["shards"]) for facts in ranks]
-    total = sum(s["full"] for s in ranks[0]["shards"])
-    kib = [f"{4 * n / 1024:.1f}" for n in mine]
-    return (f"parameter memory per rank (fp32): {', '.join(kib)} KiB of {4 * total / 1024:.1f} KiB "
-            f"({', '.join(map(str, mine))} of {total} parameters)")
+                raise ctx.fail(f"not sharded: rank {rank} holds {local} of the {full} elements of FSDP unit {name}; a "
+                               f"1/{world} shard holds at most {bound}", hint=1)
+    return _memory(ranks)
+
+
+def _block_of(name: str, blocks: int) -> int | None:
+    """The index of the block a parameter belongs to, from its name (blocks.<i>.)."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "blocks" and parts[1].isdigit() and int(parts[1]) < blocks:
+        return int(parts[1])
+    return None
 
 
 @check("wraps_each_block")
 def wraps_each_block(ctx: CheckContext) -> str:
     facts = _ranks(ctx)[0]
-    units, blocks, block_units = facts["units"], facts["blocks"], facts["block_units"]
+    units, blocks = facts["units"], facts["blocks"]
     if not units:
         raise ctx.fail("no FSDP unit at all: the model was not wrapped with fully_shard (or FSDP)", hint=1)
-    if len(units) == 1:
-        raise ctx.fail(f"only the root is wrapped: one FSDP unit ({units[0]}) holds all the parameters, so forward "
-                       "gathers the whole model at once and nothing overlaps; call fully_shard on each block first",
-                       hint=3)
-    if block_units < blocks:
-        raise ctx.fail(f"{block_units} of the {blocks} blocks are FSDP units of their own (units: {units}); wrap "
-                       "every block, then the root", hint=3)
-    return f"{len(units)} FSDP units: {', '.join(units)}"
+    every = {p["name"] for unit in units for p in unit["params"]} | {p["name"] for p in facts["loose"]}
+    block_params = [{n for n in every if _block_of(n, blocks) == i} for i in range(blocks)]
+    for unit in units:
+        names = {p["name"] for p in unit["params"]}
+        whole = [i for i, params in enumerate(block_params) if params and params <= names]
+        if not whole or names == block_params[whole[0]]:
+            continue
+        if names == every:
+            raise ctx.fail(f"only the root is wrapped: one FSDP unit ({unit['name']}) holds all the parameters, so "
+                           "forward gathers the whole model at once and nothing overlaps; call fully_shard on each "
+                           "block first", hint=3)
+        others = sorted(names - set().union(*(block_params[i] for i in whole)))
+        together = [f"blocks.{i}" for i in whole] + ([_listed(others, 3)] if others else [])
+        elements = sum(p["full"] for p in unit["params"])
+        raise ctx.fail(f"blocks not wrapped one by one: FSDP unit {unit['name']} holds {' and '.join(together)} "
+                       f"together ({elements} elements gathered at once); make each block a unit of its own "
+                       "(one fully_shard call per block), then wrap the root", hint=3)
+    return f"{len(units)} FSDP units: {', '.join(unit['name'] for unit in units)}"
 
 
 @check("matches_reference")
@@ -96,28 +162,56 @@ def matches_reference(ctx: CheckContext) -> None:
                        f"{difference}", hint=2)
 
 
+FSDP1_WRAPPER = "_fsdp_wrapped_module."
+
+
+def _match_keys(keys: list[str], wanted: list[str]) -> tuple[dict[str, str], str]:
+    """Each plain parameter name's key in the checkpoint, and how the keys differ from the plain
+    names ("" when they are the plain names, or when some are missing altogether)."""
+    if all(name in keys for name in wanted):
+        return {name: name for name in wanted}, ""
+    unwrapped = {key.replace(FSDP1_WRAPPER, ""): key for key in keys}
+    if all(name in unwrapped for name in wanted):
+        return {name: unwrapped[name] for name in wanted}, f"FSDP1's wrapper names ({FSDP1_WRAPPER})"
+    first = next((key for key in keys if key.endswith("." + wanted[0])), "")
+    prefix = first[: -len(wanted[0])]
+    if prefix and all(prefix + name in keys for name in wanted):
+        return {name: prefix + name for name in wanted}, f"the prefix {prefix!r}"
+    return {name: name for name in wanted}, ""
+
+
 @check("full_checkpoint")
 def full_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    want = ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR)["final"]
+    reference = ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR)
+    want = reference["final"]
     saved = ranks[0]["checkpoint"]
     if saved.get("type") != "dict":
         raise ctx.fail(f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint=5)
-    entries = {e["key"]: e for e in saved["entries"]}
-    sharded = [e for e in saved["entries"] if e["kind"] == "DTensor"]
+    sharded = [e for e in saved["entries"] if e["kind"] != "Tensor" and e["shape"] is not None]
     if sharded:
-        raise ctx.fail(f"a checkpoint of local shards passed off as full: {sharded[0]['key']} is a DTensor (this "
-                       "rank's shard); gather with get_model_state_dict(..., full_state_dict=True)", hint=5)
-    for key, tensor in want.items():
-        entry = entries.get(key)
+        raise ctx.fail(f"a checkpoint of local shards passed off as full: {sharded[0]['key']} is a "
+                       f"{sharded[0]['kind']} (this rank's shards); gather with get_model_state_dict(..., "
+                       "full_state_dict=True)", hint=5)
+    entries = {e["key"]: e for e in saved["entries"]}
+    keys, renamed = _match_keys(list(entries), list(want))
+    for name, tensor in want.items():
+        entry = entries.get(keys[name])
         if entry is None:
-            raise ctx.fail(f"the checkpoint has no {key!r} (keys: {list(entries)[:4]}...)", hint=5)
+            raise ctx.fail(f"the checkpoint has no {name!r} (keys: {list(entries)[:4]}...)", hint=5)
         if entry["shape"] != list(tensor.shape):
-            raise ctx.fail(f"a checkpoint of local shards passed off as full: {key} has shape {entry['shape']} "
+            raise ctx.fail(f"a checkpoint of local shards passed off as full: {keys[name]} has shape {entry['shape']} "
                            f"instead of {list(tensor.shape)}; each rank holds only its shard, gather with "
                            "get_model_state_dict(..., full_state_dict=True)", hint=5)
+    if renamed:
+        name = next(name for name in want if keys[name] != name)
+        raise ctx.fail(f"the checkpoint's keys carry {renamed}: {keys[name]!r} for {name!r}, names a plain model "
+                       "does not load; save the model's own parameter names", hint=5)
     if saved["loads_plain"]:
         raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint=5)
+    if first_difference(saved["tensors"], reference["initial"], rtol=0.0, atol=0.0) is None:
+        raise ctx.fail("the checkpoint holds the initial weights, not the trained ones: it was gathered before the "
+                       "training steps", hint=5)
     difference = first_difference(saved["tensors"], want)
     if difference:
         raise ctx.fail(f"the checkpoint on rank 0 does not hold the trained weights: {difference}", hint=5)

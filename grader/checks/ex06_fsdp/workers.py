@@ -9,6 +9,7 @@ FullyShardedDataParallel units) alike.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
@@ -18,34 +19,88 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 from torch.distributed.fsdp._common_utils import clean_tensor_name
+from torch.distributed.fsdp._flat_param import FlatParameter
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
+from grader.checks.ex06_fsdp import cpu_fsdp1
 from grader.checks.training import TinyTransformer, make_regression, make_transformer, state, train_reference
 from grader.engine.rank_runtime import RankContext
 
-UNIT_TYPES = (FSDPModule, FullyShardedDataParallel)
+
+def _describe_mesh(_built: DeviceMesh, device_type: Any, mesh: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """The device type and the number of ranks of a mesh being built (from its ranks, or from the
+    layout init_device_mesh passes)."""
+    ranks = mesh if mesh is not None else kwargs.get("_layout")
+    size = None
+    if ranks is not None:
+        size = int(ranks.numel()) if hasattr(ranks, "numel") else int(torch.as_tensor(ranks).numel())
+    return {"device_type": str(device_type), "size": size}
 
 
-def _describe_mesh(mesh: DeviceMesh, device_type: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    return {"device_type": str(device_type)}
+def _module_paths(*roots: nn.Module) -> dict[int, str]:
+    """id(module) -> its path with FSDP's wrapper prefixes removed, from the first root that has it."""
+    paths: dict[int, str] = {}
+    for root in roots:
+        for path, module in root.named_modules():
+            paths.setdefault(id(module), clean_tensor_name(path))
+    return paths
 
 
-def _shard_sizes(root: nn.Module) -> list[dict[str, Any]]:
-    """Per parameter: elements held by this rank, elements of the whole, and the first dimension
-    (FSDP2 splits along it; an FSDP1 FlatParameter is one flat dimension)."""
-    sizes = []
-    for name, p in root.named_parameters():
-        if isinstance(p, DTensor):
-            local, full, rows = p.to_local().numel(), p.numel(), p.shape[0] if p.dim() else 1
-        elif hasattr(p, "_unpadded_unsharded_size"):
-            local, full = p.numel(), p._unpadded_unsharded_size.numel()
-            rows = full
+def _held(name: str, local: int, shape: Any, itemsize: int) -> dict[str, Any]:
+    """What this rank holds of one parameter: `local` of its elements; rows: its first dimension."""
+    shape = list(shape)
+    return {"name": name, "local": local, "full": math.prod(shape), "rows": shape[0] if shape else 1,
+            "itemsize": itemsize}
+
+
+def _fsdp1_unit(handle: Any, prefix: str) -> list[dict[str, Any]]:
+    """A FlatParameter's share of each parameter it flattens, whatever `use_orig_params` is: the
+    parameters FSDP1 exposes with use_orig_params=True are views into this rank's flat shard, not
+    whole tensors, so they are counted from the shard's own bookkeeping."""
+    flat = handle.flat_param
+    return [_held(f"{prefix}.{fqn}" if prefix else fqn, info.numel_in_shard or 0, shape, flat.element_size())
+            for fqn, shape, info in zip(flat._fqns, flat._shapes, flat._shard_param_infos)]
+
+
+def _fsdp2_unit(group: Any, names: dict[int, str]) -> list[dict[str, Any]]:
+    """A parameter group's DTensors: this rank's local shard of each."""
+    return [_held(names.get(id(p.sharded_param), "?"), p.sharded_param.to_local().numel(), p.sharded_param.shape,
+                  p.sharded_param.element_size()) for p in group.fsdp_params]
+
+
+def _holdings(root: nn.Module, model: nn.Module) -> dict[str, Any]:
+    """The FSDP units (the parameters gathered and freed together) and, per parameter, the elements
+    this rank holds; parameters in no unit are held whole. FSDP1 and FSDP2 alike, found from the
+    module the student returned and from the model the grader passed in."""
+    paths = _module_paths(root, model)
+    names = {id(p): clean_tensor_name(n) for module in (root, model) for n, p in module.named_parameters()}
+    units: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for module in (*root.modules(), *model.modules()):
+        if isinstance(module, FullyShardedDataParallel) and module._handle is not None:
+            key, name = id(module._handle), paths[id(module)]
+            params = _fsdp1_unit(module._handle, name)
+        elif isinstance(module, FSDPModule) and module._get_fsdp_state()._fsdp_param_group is not None:
+            state = module._get_fsdp_state()
+            key = id(state._fsdp_param_group)
+            name = "+".join(paths.get(id(m), "?") or "(root)" for m in state._modules)
+            params = _fsdp2_unit(state._fsdp_param_group, names)
         else:
-            local, full, rows = p.numel(), p.numel(), p.shape[0] if p.dim() else 1
-        sizes.append({"name": name, "local": local, "full": full, "rows": rows})
-    return sizes
+            continue
+        if key not in seen:
+            seen.add(key)
+            units.append({"name": name or "(root)", "params": params})
+    in_units = {p["name"] for unit in units for p in unit["params"]}
+    loose = {}
+    for module in (root, model):
+        for name, p in module.named_parameters():
+            name = clean_tensor_name(name)
+            if not isinstance(p, FlatParameter) and name not in in_units and name not in loose:
+                local = p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+                loose[name] = _held(name, local, p.shape, p.element_size())
+    return {"units": units, "loose": list(loose.values())}
 
 
 def _describe_checkpoint(saved: Any) -> dict[str, Any]:
@@ -57,11 +112,13 @@ def _describe_checkpoint(saved: Any) -> dict[str, Any]:
     for key, value in saved.items():
         if isinstance(value, DTensor):
             entries.append({"key": str(key), "kind": "DTensor", "shape": list(value.to_local().shape)})
-        elif isinstance(value, torch.Tensor):
+        elif type(value) in (torch.Tensor, nn.Parameter):
             entries.append({"key": str(key), "kind": "Tensor", "shape": list(value.shape)})
             tensors[str(key)] = value.detach().cpu().clone()
+        elif isinstance(value, torch.Tensor):  # a ShardedTensor, say: this rank's shards, never sent whole
+            entries.append({"key": str(key), "kind": type(value).__name__, "shape": list(value.shape)})
         else:
-            entries.append({"key": str(key), "kind": type(value).__name__, "shape": []})
+            entries.append({"key": str(key), "kind": type(value).__name__, "shape": None})
     facts: dict[str, Any] = {"type": "dict", "entries": entries, "tensors": tensors, "loads_plain": ""}
     try:
         TinyTransformer().load_state_dict(tensors)
@@ -79,6 +136,7 @@ def _rank_batches(size: int, world_size: int, rank: int, batch_size: int) -> lis
 
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str, Any]:
     ctx.init_group()
+    cpu_fsdp1.install()
     model = make_transformer(seed=2000)
     batches = _rank_batches(steps * batch_size * ctx.world_size, ctx.world_size, ctx.rank, batch_size)
     ctx.facts["meshes"] = ctx.spy(DeviceMesh, "__init__", _describe_mesh)
@@ -102,10 +160,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str,
     handle.remove()
     root = roots[-1] if roots and isinstance(roots[-1], nn.Module) else model
     ctx.facts["losses"] = [F.mse_loss(out, target).item() for out, (_, target) in zip(outputs, batches)]
-    ctx.facts["units"] = [name or "(root)" for name, m in root.named_modules() if isinstance(m, UNIT_TYPES)]
-    ctx.facts["block_units"] = sum(isinstance(block, UNIT_TYPES) for block in model.blocks)
     ctx.facts["blocks"] = len(model.blocks)
-    ctx.facts["shards"] = _shard_sizes(root)
+    ctx.facts.update(_holdings(root, model))
     ctx.facts["checkpoint"] = _describe_checkpoint(saved) if ctx.rank == 0 else {}
     try:
         gathered = _gather(root)

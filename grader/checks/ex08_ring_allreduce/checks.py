@@ -1,15 +1,18 @@
-"""Judging exercise 8: the sum, the bytes on the wire, no built-in collective, and deadlocks named
-as such (every rank stuck in a blocking send)."""
+"""Judging exercise 8: the sum, the bytes on the wire, no built-in collective, and hangs and crashes
+named from where the ranks were (every rank in a blocking send, every rank in recv, a gloo abort).
+A wrong sum is described by what its elements hold (mixtures.py), whatever the chunking."""
 
 from __future__ import annotations
 
 import dataclasses
+import signal
 from typing import Any
 
 import numpy as np
 
 from grader.checks.api import CheckContext, check
 from grader.checks.diagnose import where
+from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
@@ -18,23 +21,41 @@ DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a dea
 FLOAT_BYTES = 4
 
 
-def _timed_out(outcome: RankOutcome) -> bool:
-    return "for send operation" in (outcome.error or {}).get("message", "") or outcome.stopped == "deadline"
+def _timed_out(outcome: RankOutcome, operation: str) -> bool:
+    """Whether the rank gave up waiting in `operation` ("send" or "recv"), or hung to the deadline."""
+    message = (outcome.error or {}).get("message", "")
+    return f"for {operation} operation" in message or outcome.stopped == "deadline"
+
+
+def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
+    """Name the failures the ring's own mistakes cause, from where each rank was."""
+    places = {r.rank: where(r, ctx.student_file) for r in failing}
+    aborted = [r for r in failing if r.status == -signal.SIGABRT]
+    if aborted:
+        rank = aborted[0].rank
+        raise ctx.fail(f"rank {rank} aborted inside gloo (SIGABRT) at {places[rank] or 'a point-to-point call'}: a "
+                       "message arrived into a receive buffer of another size, so the chunk a rank sends is not the "
+                       "chunk its neighbour receives at that step", hint=2)
+    if len(failing) < ctx.world_size:
+        return
+    # The first rank to time out closes its connections: the others then fail where they were.
+    for operation, why in (("send", "dist.send blocks until the neighbour receives, and the neighbour is itself "
+                                    "sending; start the send with dist.isend, then recv, then wait()"),
+                           ("recv", "no rank sends the message it waits for: the sends and receives do not pair up "
+                                    "(each rank must receive from the rank that sends to it: left = (rank - 1) % W "
+                                    "when right = (rank + 1) % W), or there are more receives than sends")):
+        stuck = [r for r in failing if _timed_out(r, operation)]
+        if stuck and all(operation in place for place in places.values()):
+            raise ctx.fail(f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}", hint=3)
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    """Each rank's facts, under a short deadline; a deadlock in send is named here."""
+    """Each rank's facts, under a short deadline; deadlocks and gloo aborts are named here."""
     job = dataclasses.replace(ctx.job("ring", shapes=SHAPES, seed=SEED), deadline=min(ctx.deadline, DEADLINE))
     result = ctx.runs.run(job)
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
-        places = {r.rank: where(r, ctx.student_file) for r in failing}
-        stuck = [r for r in failing if _timed_out(r)]
-        # The first rank to time out closes its connections: the others then fail in send too.
-        if stuck and len(failing) == ctx.world_size and all("send" in place for place in places.values()):
-            raise ctx.fail(f"deadlock: every rank is stuck in send, at {places[stuck[0].rank]}. dist.send blocks "
-                           "until the neighbour receives, and the neighbour is itself sending; start the send "
-                           "with dist.isend, then recv, then wait()", hint=3)
+        _hang_or_crash(ctx, failing)
     return ctx.require(result)
 
 
@@ -43,43 +64,73 @@ def _calls(ctx: CheckContext) -> list[list[dict[str, Any]]]:
     return [facts["calls"] for facts in _ranks(ctx)]
 
 
-def _bounds(size: int, world: int) -> list[tuple[int, int]]:
-    """Where tensor_split puts the W chunks of a tensor of `size` elements."""
-    edges = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(size), world)])
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _wrong_sum(rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray, messages: int,
+               world: int) -> tuple[str, int | None]:
+    """What is wrong with one rank's result, named from what its elements hold; (message, hint)."""
+    size = output.size
+    runs = explain(output, inputs)
+    sum_ = (1.0,) * world
+    mixtures = {run.mixture for run in runs}
+    whole = f"rank {rank}'s tensor of shape {shape}"
+    if len(mixtures) == 1 and None not in mixtures and len(set(runs[0].mixture)) == 1:
+        factor = runs[0].mixture[0]
+        what = "averaged: it holds exactly 1/W of the sum (the mean)" if factor < 1 else f"{factor:g} times the sum"
+        return (f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W", 1)
+    tail = size - size % world
+    wrong = [run for run in runs if run.mixture != sum_]
+    own = tuple(float(r == rank) for r in range(world))
+    if size % world and wrong == [r for r in runs if r.start >= tail] and all(r.mixture == own for r in wrong):
+        return (f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements (the remainder of "
+                f"{size} / W={world}) are wrong: they still hold this rank's own input, so no chunk covered them; "
+                "the chunks must cover the whole tensor (tensor_split)", 2)
+    if all(run.mixture is not None and sorted(run.mixture) == [0.0] * (world - 1) + [1.0] for run in runs):
+        return (f"nothing was added up: every element of {whole} holds a single rank's input ("
+                f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the ring "
+                "carried a sum: either the reduce-scatter overwrites the chunks it receives instead of adding "
+                "them (+=), or the all-gather passes on chunks the reduce-scatter had not completed", 2)
+    if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
+        return (f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in {whole}: "
+                "a received chunk was added where it should replace one (the reduce-scatter adds, the all-gather "
+                "copies the complete chunks)", 2)
+    complete = [run for run in runs if run.mixture == sum_]
+    partial = all(run.mixture is not None and set(run.mixture) <= {0.0, 1.0} for run in wrong)
+    if len(complete) == 1 and partial and messages <= world - 1:
+        run = complete[0]
+        return (f"only the reduce-scatter ran: {whole} holds the complete sum in elements {run.start}-{run.stop - 1} "
+                f"(one chunk) and partial sums elsewhere, after {_count(messages, 'message')}; the all-gather phase "
+                "(W-1 more steps passing the complete chunks around the ring) is missing", 2)
+    steps = "" if messages == 2 * (world - 1) else (f"; it sent {_count(messages, 'message')} where a ring sends "
+                                                     f"2(W-1) = {2 * (world - 1)}")
+    shown = "; ".join(run.describe(rank) for run in wrong[:3]) + ("; ..." if len(wrong) > 3 else "")
+    count = sum(run.stop - run.start for run in wrong)
+    return (f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}", 2)
 
 
 @check("sums_correctly")
 def sums_correctly(ctx: CheckContext) -> None:
     calls = _calls(ctx)
     for index, shape in enumerate(SHAPES):
-        expected = sum(np.asarray(rank_calls[index]["input"], dtype=np.float64) for rank_calls in calls)
+        inputs = np.stack([np.asarray(calls_of_rank[index]["input"], dtype=np.float64).reshape(-1)
+                           for calls_of_rank in calls])
+        expected = inputs.sum(axis=0)
         for rank, rank_calls in enumerate(calls):
             call = rank_calls[index]
             output = np.asarray(call["output"])
             if list(output.shape) != shape:
                 raise ctx.fail(f"the tensor changed shape: {list(output.shape)} instead of {shape}")
-            wrong = np.flatnonzero(~np.isclose(output, expected, rtol=1e-5, atol=1e-5))
-            if wrong.size == 0:
+            output = output.reshape(-1).astype(np.float64)
+            if np.allclose(output, expected, rtol=1e-5, atol=1e-5):
                 continue
-            if np.allclose(output, call["input"]):
+            if np.allclose(output, inputs[rank]):
                 returned = " (the function returned a new tensor: the sum must be written into `tensor`)" \
                     if call["returned_tensor"] else ""
                 raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint=1)
-            size = int(np.prod(shape))
-            owners = sorted({i for i, (lo, hi) in enumerate(_bounds(size, ctx.world_size)) if
-                             np.any((wrong >= lo) & (wrong < hi))})
-            tail = size - size % ctx.world_size
-            if size % ctx.world_size and wrong.min() >= tail:
-                raise ctx.fail(f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
-                               f"(the remainder of {size} / W={ctx.world_size}) are wrong; the chunks must cover "
-                               "the whole tensor (tensor_split)", hint=2)
-            first, got, want = wrong[0], output.reshape(-1)[wrong[0]], expected.reshape(-1)[wrong[0]]
-            raise ctx.fail(f"rank {rank}: {wrong.size} of {size} elements of the shape-{shape} tensor differ from the "
-                           f"sum of all ranks' tensors (first at flat index {first}, {got:.5g} instead of {want:.5g}), "
-                           f"in chunks {owners} of "
-                           f"{ctx.world_size}: check the chunk bounds and which chunk each step sends and receives",
-                           hint=2)
+            message, hint = _wrong_sum(rank, shape, output, inputs, call["messages"], ctx.world_size)
+            raise ctx.fail(message, hint=hint)
 
 
 @check("ring_traffic")
@@ -95,12 +146,28 @@ def ring_traffic(ctx: CheckContext) -> None:
             sent = rank_calls[index]["bytes"]
             if low <= sent <= high:
                 continue
-            ratio = sent / message
-            if world > 2 and abs(ratio - (world - 1)) < 0.05:
-                raise ctx.fail(f"naive all-to-all: rank {rank} sent {sent} bytes = (W-1) x M for a {message}-byte "
-                               f"tensor; the ring sends 2(W-1)/W x M = {2 * (world - 1) / world * message:.0f}", hint=4)
-            raise ctx.fail(f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) for a {message}-byte tensor; a ring "
-                           f"all-reduce sends 2(W-1)/W x M, between {low} and {high} bytes with W={world}", hint=4)
+            raise ctx.fail(_traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)), hint=4)
+
+
+def _traffic(rank: int, sent: int, messages: int, message: int, world: int, ring: tuple[int, int]) -> str:
+    """What one rank's traffic was, named when it is a whole number of whole tensors or the message
+    count says which steps are extra or missing."""
+    ratio, steps = sent / message, 2 * (world - 1)
+    sending = (f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) in {_count(messages, 'message')} for a "
+               f"{message}-byte tensor")
+    ring_sends = (f"a ring sends 2(W-1) = {steps} messages of about M/W, 2(W-1)/W x M in all: between {ring[0]} and "
+                  f"{ring[1]} bytes with W={world}")
+    if sent == 0:
+        return f"rank {rank} sent no point-to-point message at all; {ring_sends}"
+    if world > 2 and abs(ratio - (world - 1)) < 0.05:
+        return (f"whole tensors sent: {sending} = (W-1) x M, the whole tensor W-1 times (a naive all-to-all, or "
+                f"whole tensors passed around the ring); {ring_sends}")
+    if abs(ratio - steps) < 0.05:
+        return f"whole tensors sent: {sending} = 2(W-1) x M, the whole tensor at every step; {ring_sends}"
+    if messages != steps:
+        extra = messages - steps
+        return f"{sending}: {_count(abs(extra), 'step')} {'too many' if extra > 0 else 'missing'}; {ring_sends}"
+    return f"{sending}; {ring_sends}"
 
 
 @check("point_to_point_only")

@@ -26,7 +26,8 @@ def _sent_bytes(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: A
 
 
 def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
-    """For each shape: this rank's input, the tensor after the student's call, the bytes sent."""
+    """For each shape: this rank's input, the tensor after the student's call, the bytes and the
+    number of messages sent."""
     ctx.init_group()
     sent = ctx.spy(ProcessGroup, "send", _sent_bytes)
     ctx.facts["collectives"] = {name: ctx.spy(ProcessGroup, name) for name in COLLECTIVES}
@@ -40,5 +41,7 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
         returned = ring_all_reduce(tensor)
         call["output"] = tensor.clone()
         call["returned_tensor"] = isinstance(returned, torch.Tensor)
-        call["bytes"] = sum(s["bytes"] for s in sent[call.pop("sent_before"):])
+        messages = sent[call.pop("sent_before"):]
+        call["bytes"] = sum(s["bytes"] for s in messages)
+        call["messages"] = len(messages)
     return {}

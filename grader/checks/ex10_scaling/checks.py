@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import json
 import math
 from pathlib import Path
@@ -58,6 +59,20 @@ def _close(value: float, expected: float) -> bool:
     return math.isclose(value, expected, rel_tol=REL, abs_tol=1e-12)
 
 
+def _warmup_mistake(got: float, step: int, target: float) -> str:
+    """The off-by-one warmups, recognized from the rate at one step (warmup_steps = 5, base_lr = 0.1)."""
+    def linear(position: float, length: int) -> float:
+        return 0.1 + (target - 0.1) * min(position / length, 1.0)
+
+    if _close(got, linear(step + 1, 5)):
+        return f": off by one step, it is the rate of step {step + 1} (steps count from 0, where the rate is base_lr)"
+    if _close(got, linear(step, 4)):
+        return ": the warmup reaches the target one step early (divided by warmup_steps - 1)"
+    if _close(got, linear(step, 6)):
+        return ": the warmup reaches the target one step late (divided by warmup_steps + 1)"
+    return ""
+
+
 @check("lr_schedule")
 def lr_schedule(ctx: CheckContext) -> None:
     lr = _values(ctx, "scaled_lr")["scaled_lr"]
@@ -80,8 +95,9 @@ def lr_schedule(ctx: CheckContext) -> None:
             want = expected("scaled_lr", 0.1, 256, batch, step, 5)
             got = lr[(0.1, 256, batch, step, 5)]
             if not _close(got, want):
-                raise ctx.fail(f"scaled_lr(0.1, 256, {batch}, step={step}, warmup_steps=5) = {got:.6g}, expected "
-                               f"{want:.6g} (linear from 0.1 at step 0 to {target:g} at step 5)", hint=2)
+                call = f"scaled_lr(0.1, 256, {batch}, step={step}, warmup_steps=5) = {got:.6g}, expected {want:.6g}"
+                raise ctx.fail(f"{call}{_warmup_mistake(got, step, target)} (linear from 0.1 at step 0 to "
+                               f"{target:g} at step 5)", hint=2)
     for step in (0, 3):
         got = lr[(0.1, 256, 1024, step, 0)]
         if not _close(got, 0.4):
@@ -113,15 +129,37 @@ def amdahl(ctx: CheckContext) -> None:
         raise ctx.fail("the serial and parallel fractions are swapped: amdahl_speedup(0.9, 8) = "
                        f"{speedup[(0.9, 8)]:.4g}; with 90% parallel work 8 workers give 1/(0.1 + 0.9/8) = 4.706",
                        hint=4)
-    for (p, n), got in speedup.items():
+    wrong = {(p, n): got for (p, n), got in speedup.items() if not _close(got, expected("amdahl_speedup", p, n))}
+    if wrong and all(_close(got, 1.0) for got in speedup.values()):
+        raise ctx.fail("amdahl_speedup is 1 for every n: the parallel fraction p is never divided by n "
+                       "(1/((1-p) + p/n))", hint=4)
+    if wrong and all(_close(got, (1 - p) + p * n) for (p, n), got in speedup.items()):
+        raise ctx.fail(f"Gustafson's scaled speedup, (1-p) + p x n, instead of Amdahl's: amdahl_speedup(0.9, 8) = "
+                       f"{speedup[(0.9, 8)]:.4g}; Amdahl fixes the problem size: 1/((1-p) + p/n) = 4.706", hint=4)
+    for (p, n), got in wrong.items():
         want = expected("amdahl_speedup", p, n)
-        if not _close(got, want):
-            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g}, expected 1/((1-p) + p/n) = {want:.6g}", hint=4)
+        raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g}, expected 1/((1-p) + p/n) = {want:.6g}", hint=4)
     for (p, n), got in efficiency.items():
         want = expected("parallel_efficiency", p, n)
         if not _close(got, want):
-            why = " (speedup x n instead of / n?)" if _close(got, want * n * n) else ""
+            speedup_n = want * n
+            wrong_forms = (("speedup x n", speedup_n * n), ("n / speedup", n / speedup_n),
+                           ("the speedup itself, not divided by n", speedup_n))
+            why = next((f": it is {name}" for name, value in wrong_forms if _close(got, value)), "")
             raise ctx.fail(f"parallel_efficiency({p}, {n}) = {got:.6g}, expected speedup / n = {want:.6g}{why}", hint=4)
+
+
+def _volume_mistake(got: float, message: float, world: int) -> str:
+    """The wrong ring volumes, recognized from their ratio to the message size M."""
+    ring = 2 * (world - 1) / world * message
+    wrong_volumes = (
+        ("(W-1) x M: whole messages to every other rank, a naive all-to-all", (world - 1) * message),
+        ("2M: the (W-1)/W factor is missing (with one rank nothing is sent)", 2 * message),
+        ("2(W-1) x M: the whole message at every step instead of a 1/W chunk", 2 * (world - 1) * message),
+        ("(W-1)/W x M: one phase only (the reduce-scatter or the all-gather; the ring does both)", ring / 2),
+        ("8 x 2(W-1)/W x M: bits, not bytes", 8 * ring),
+    )
+    return next((name for name, value in wrong_volumes if _close(got, value) and not _close(value, ring)), "")
 
 
 @check("allreduce_cost")
@@ -132,22 +170,66 @@ def allreduce_cost(ctx: CheckContext) -> None:
         want = expected("ring_allreduce_bytes", message, world)
         if _close(got, want):
             continue
-        if world > 2 and _close(got, (world - 1) * message):
-            raise ctx.fail(f"naive all-to-all volume: ring_allreduce_bytes({message:g}, {world}) = {got:.6g} = "
-                           f"(W-1) x M; the ring sends 2(W-1)/W x M = {want:.6g}, almost 2M for any W", hint=5)
-        if _close(got, 2 * message):
-            raise ctx.fail(f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g} = 2M: the (W-1)/W factor is "
-                           f"missing (2(W-1)/W x M = {want:.6g}; with one rank nothing is sent)", hint=5)
-        raise ctx.fail(f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g}, expected 2(W-1)/W x M = {want:.6g}",
-                       hint=5)
+        named = _volume_mistake(got, message, world)
+        raise ctx.fail(f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g}{' = ' + named if named else ''}; "
+                       f"the ring sends 2(W-1)/W x M = {want:.6g}, almost 2M for any W", hint=5)
     for (message, world, bandwidth), got in seconds.items():
         want = expected("allreduce_seconds", message, world, bandwidth)
+        if _close(got, want):
+            continue
+        call = f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}"
         if _close(got, want * 8):
-            raise ctx.fail(f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}: 8 times too slow; "
-                           "the bandwidth is in bytes per second, not bits", hint=5)
-        if not _close(got, want):
-            raise ctx.fail(f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}, expected the volume "
-                           f"over the bandwidth, {want:.6g} s", hint=5)
+            raise ctx.fail(f"{call}: 8 times too slow; the bandwidth is in bytes per second, not bits", hint=5)
+        if _close(got, want / 8):
+            raise ctx.fail(f"{call}: 8 times too fast; the bandwidth is already in bytes per second (do not convert "
+                           "it to bits)", hint=5)
+        named = _volume_mistake(got * bandwidth, message, world)
+        volume = f": the time of sending {named}" if named else ""
+        raise ctx.fail(f"{call}{volume}; expected the ring's volume over the bandwidth, {want:.6g} s", hint=5)
+
+
+ZERO_PARTS = ("weights", "gradients", "optimizer state")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def _divisions(table: dict[tuple, float], stage: int, k: int, sizes: tuple[int, int, int]) -> list[tuple[bool, ...]]:
+    """Every way of dividing (weights, gradients, optimizer state) by W that, at these bytes per
+    parameter, gives all the values the function returned for `stage` and K."""
+    rows = [(params, world, got) for (params, world, s, kk), got in table.items() if (s, kk) == (stage, k)]
+    return [divided for divided in itertools.product((False, True), repeat=3)
+            if all(_close(got, params * sum(b / world if d else b for b, d in zip(sizes, divided)))
+                   for params, world, got in rows)]
+
+
+def _right_division(stage: int) -> tuple[bool, bool, bool]:
+    """Whether ZeRO `stage` divides (weights, gradients, optimizer state) by W."""
+    return stage >= 3, stage >= 2, stage >= 1
+
+
+def _zero_mistake(table: dict[tuple, float], stage: int, k: int) -> str:
+    """Which parts a wrong ZeRO formula shards, and at how many bytes each: the bytes per weight and
+    gradient (2 or 4) under which every stage's values are some division of the three parts by W, the
+    right division in as many stages as possible (one stage alone can be ambiguous), then the division
+    that gives this stage's values."""
+    explanations = []
+    for weight_bytes, grad_bytes in itertools.product((2, 4), repeat=2):
+        sizes = (weight_bytes, grad_bytes, k)
+        fits = [_divisions(table, s, k, sizes) for s in ZERO_STAGES]
+        if all(fits):
+            wrong_stages = sum(_right_division(s) not in fit for s, fit in zip(ZERO_STAGES, fits))
+            explanations.append((wrong_stages, sizes, fits[stage]))
+    if not explanations:
+        return ""
+    _, sizes, fits = min(explanations, key=lambda explanation: explanation[0])
+    right = _right_division(stage)
+    divided = right if right in fits else fits[0]
+    fp32 = [part for part, b in zip(ZERO_PARTS, sizes[:2]) if b == 4]
+    wide = f"{' and '.join(fp32)} at 4 bytes (mixed precision keeps them in 2)" if fp32 else ""
+    if divided == right:
+        return f": it counts {wide}" if wide else ""
+    sharded = ", ".join(part for part, d in zip(ZERO_PARTS, divided) if d) or "nothing"
+    should = ", ".join(part for part, d in zip(ZERO_PARTS, right) if d) or "nothing"
+    return f": it divides {sharded} by W{', with ' + wide if wide else ''}; stage {stage} divides {should}"
 
 
 @check("zero_memory")
@@ -166,7 +248,11 @@ def zero_memory(ctx: CheckContext) -> None:
                 raise ctx.fail(f"{call} = {got / 1e9:.4g} GB, which is stage {other}'s memory; stage {stage} should "
                                f"give {want / 1e9:.4g} GB (stage 1 shards the optimizer state, 2 also the "
                                "gradients, 3 also the weights)", hint=6)
-        raise ctx.fail(f"{call} = {got / 1e9:.4g} GB, expected {want / 1e9:.4g} GB", hint=6)
+        for unit, size in (("GB", 1e9), ("GiB", 2.0**30)):
+            if _close(got * size, want):
+                raise ctx.fail(f"{call} = {got:.6g}: that is {unit}, the function returns bytes ({want:.6g})", hint=6)
+        raise ctx.fail(f"{call} = {got / 1e9:.4g} GB{_zero_mistake(table, stage, k)}, expected "
+                       f"{want / 1e9:.4g} GB", hint=6)
     for stage, outcome in bad.items():
         if not (isinstance(outcome, dict) and outcome["raised"].startswith("ValueError")):
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"

@@ -1,10 +1,12 @@
 """Rank side of exercise 10: evaluate the student's formulas on the grader's grid of inputs.
 
 Only values (or the exception a call raised) are recorded; every property is judged in checks.py.
+Any real number counts as a value (a numpy scalar from a numpy formula as much as a float).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
@@ -18,7 +20,7 @@ def _call(function: Any, args: tuple) -> Any:
         raise
     except Exception as exc:
         return {"raised": f"{type(exc).__name__}: {exc}"}
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
 
 
 def evaluate(ctx: RankContext, names: list[str], seed: int | None = None) -> dict[str, Any]:

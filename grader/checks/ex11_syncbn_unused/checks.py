@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from grader.checks.api import CheckContext, check
 from grader.checks.compare import first_difference
 from grader.engine import RunResult
@@ -26,10 +28,28 @@ def _unused_parameter_error(result: RunResult) -> str:
     return ""
 
 
+def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
+    """The ranks must convert alike: a SyncBatchNorm on some ranks all-reduces with peers that never
+    join, and the run then dies in mismatched collectives."""
+    layers = [(outcome.rank, outcome.facts["norm_layers"]) for outcome in result.ranks
+              if outcome.facts.get("norm_layers") is not None]
+    for rank, mine in layers[1:]:
+        if mine != layers[0][1]:
+            raise ctx.fail(f"the ranks prepared different models: rank {layers[0][0]} has {layers[0][1]}, rank {rank} "
+                           f"has {mine}; every rank must convert its BatchNorm layers (SyncBatchNorm all-reduces "
+                           "with every rank of its group in each forward)", hint=1)
+
+
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     """Every rank's facts after the full training; DDP's unused-parameter error is named here."""
     result = _run(ctx)
+    _same_layers_everywhere(ctx, result)
     rank = _unused_parameter_error(result)
+    if rank and any(outcome.facts.get("static_graph") for outcome in result.ranks):
+        raise ctx.fail("static_graph=True on a graph that changes: the aux head is used on even steps only, so the "
+                       f"set of unused parameters changes from step to step, and {rank} failed at the next step "
+                       "(DDP: 'your training graph has changed in this iteration'). static_graph fits only a "
+                       "fixed set; pass find_unused_parameters=True instead", hint=3)
     if rank:
         raise ctx.fail(f"parameters that received no gradient: the aux head is unused on odd steps, so DDP never "
                        f"reduced its gradient bucket, and {rank} failed at the next step with DDP's "
@@ -44,17 +64,50 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
 
 @check("converts_batchnorm")
 def converts_batchnorm(ctx: CheckContext) -> None:
+    """Judged from every rank that got as far as preparing its model (a rank may crash later)."""
     result = _run(ctx)
-    layers = result.ranks[0].facts.get("norm_layers")
-    if layers is None:
+    _same_layers_everywhere(ctx, result)
+    prepared = [(outcome.rank, outcome.facts["norm_layers"]) for outcome in result.ranks
+                if outcome.facts.get("norm_layers") is not None]
+    if not prepared:
         ctx.require(result)
-    plain = [name for name, kind in layers.items() if kind != "SyncBatchNorm"]
-    if plain:
-        raise ctx.fail(f"BatchNorm not converted: {plain[0]} is a {layers[plain[0]]}; "
-                       "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer", hint=1)
-    if not layers:
-        raise ctx.fail("the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
-                       hint=1)
+    for rank, layers in prepared:
+        on = f" on rank {rank}" if len(prepared) < ctx.world_size else ""
+        plain = [name for name, kind in layers.items() if kind != "SyncBatchNorm"]
+        if plain and "BatchNorm" in layers[plain[0]]:
+            raise ctx.fail(f"BatchNorm not converted{on}: {plain[0]} is a {layers[plain[0]]}; "
+                           "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer", hint=1)
+        if plain:
+            raise ctx.fail(f"the BatchNorm layer was replaced{on}: {plain[0]} is a {layers[plain[0]]}, another "
+                           "normalization than the model's; keep BatchNorm and synchronize it with "
+                           "nn.SyncBatchNorm.convert_sync_batchnorm(model)", hint=1)
+        if not layers:
+            raise ctx.fail("the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
+                           hint=1)
+
+
+def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict[str, str]) -> str:
+    """Why a rank's running statistics are not the global batch's, from what they equal instead."""
+    mean, var = (np.asarray(got[name]) for name in STATISTICS)
+    if np.all(mean == 0.0) and np.all(var == 1.0):
+        return ("they are still their initial values (mean 0, variance 1): BatchNorm never ran a training-mode "
+                "forward, so the model was in eval mode (model.eval()?)")
+    if first_difference(got, local) is None:
+        if all(kind == "SyncBatchNorm" for kind in layers.values()):
+            return ("they are those of this rank's own batch alone: the SyncBatchNorm layers synchronized with no "
+                    "other rank (a process group of this rank only?)")
+        return (f"they are those of this rank's own batch of {BATCH} samples alone: the BatchNorm layers were not "
+                "converted, so each rank tracks its own batch")
+    return "they are neither the global batch's nor this rank's own batch's"
+
+
+def _wrapped_inside(state: dict[str, Any], name: str) -> str:
+    """Why a name the model has is missing from what DDP wraps: a wrapper inside DDP, or no such layer."""
+    nested = next((key for key in state if key.endswith("." + name)), "")
+    if nested:
+        return (f", it has {nested!r}: the module inside DistributedDataParallel is itself a wrapper "
+                f"({nested[: -len(name) - 1]}); wrap the plain model, once")
+    return ": its BatchNorm layer (with its running statistics) must stay, converted to SyncBatchNorm"
 
 
 @check("global_batch_statistics")
@@ -63,14 +116,16 @@ def global_batch_statistics(ctx: CheckContext) -> None:
     reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR)
     want = {name: reference["steps"][0][name] for name in STATISTICS}
     for rank, facts in enumerate(ranks):
-        got = {name: facts["steps"][0][name] for name in STATISTICS}
+        after = facts["steps"][0]
+        missing = [name for name in STATISTICS if name not in after]
+        if missing:
+            raise ctx.fail(f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}", hint=1)
+        got = {name: after[name] for name in STATISTICS}
         difference = first_difference(got, want)
         if difference:
-            synced = all(kind == "SyncBatchNorm" for kind in facts["norm_layers"].values())
-            why = ("the BatchNorm layers were not converted, so each rank tracks its own batch of "
-                   f"{BATCH} samples" if not synced else "check the conversion")
+            why = _statistics_mistake(got, reference["local"][rank], facts["norm_layers"])
             raise ctx.fail(f"after step 1, rank {rank}'s running statistics are not those of the global batch of "
-                           f"{BATCH * ctx.world_size} samples: {difference}; {why}", hint=1)
+                           f"{BATCH * ctx.world_size} samples ({difference}): {why}", hint=1)
 
 
 @check("trains_with_unused_branch")
@@ -81,6 +136,15 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
         parameters = {name: value for name, value in want.items() if name not in STATISTICS}
         for rank, facts in enumerate(ranks):
             difference = first_difference(facts["steps"][step - 1], parameters)
+            if difference and difference.name not in facts["steps"][0]:
+                raise ctx.fail(f"the prepared model has no {difference.name}"
+                               f"{_wrapped_inside(facts['steps'][0], difference.name)}", hint=2)
             if difference:
+                frozen = ""
+                if all(np.array_equal(after[difference.name], facts["steps"][0][difference.name])
+                       for after in facts["steps"]):
+                    frozen = (f"; {difference.name} never changed in {len(facts['steps'])} steps while the reference's "
+                              "did: it gets no update (its requires_grad switched off?)")
                 raise ctx.fail(f"step {step} (aux head {'used' if step % 2 else 'unused'}) on rank {rank} differs "
-                               f"from one process training on the union of the ranks' batches: {difference}", hint=3)
+                               f"from one process training on the union of the ranks' batches: {difference}{frozen}",
+                               hint=3)

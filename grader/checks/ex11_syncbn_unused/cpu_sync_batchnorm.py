@@ -7,7 +7,8 @@ stand-in computes what SyncBatchNorm computes: per-channel sum, sum of squares a
 all-reduced over the group with a differentiable all-reduce (so the backward pass also sums the
 gradients of the statistics across ranks), then normalizes with the global mean and biased
 variance and updates the running statistics with the unbiased one. Anything else (GPU tensors,
-eval mode, one rank) goes to the original forward, and DDP's refusal is lifted for CPU modules only.
+eval mode, no process group) goes to the original forward, and DDP's refusal is lifted for CPU
+modules only.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def _needs_stand_in(module: nn.SyncBatchNorm, input: torch.Tensor) -> bool:
-    group = module.process_group or dist.group.WORLD
-    return (input.device.type == "cpu" and module.training and dist.is_initialized()
-            and dist.get_world_size(group) > 1)
+    """A CPU training forward in a process group: what torch 2.13 refuses on CPU. (A group of one
+    rank is included: on a GPU, SyncBatchNorm falls back to plain batch norm there, which the
+    stand-in's all-reduce over one rank also gives.)"""
+    return input.device.type == "cpu" and module.training and dist.is_initialized()
 
 
 def _update_running(module: nn.SyncBatchNorm, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:

@@ -32,6 +32,10 @@ class BranchyNet(nn.Module):
         return out + self.aux(hidden) if use_aux else out
 
 
+# Normalization layers of every kind, so that a BatchNorm replaced by another norm shows as such.
+NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
 def _model(seed: int) -> BranchyNet:
     torch.manual_seed(seed)
     return BranchyNet()
@@ -56,10 +60,11 @@ def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float) -
     prepared = prepare_model(model)
     ctx.facts["returned"] = type(prepared).__name__
     ctx.facts["norm_layers"] = {name: type(m).__name__ for name, m in prepared.named_modules()
-                                if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+                                if isinstance(m, NORM_LAYERS)}
     if not isinstance(prepared, DistributedDataParallel):
         return {}
     ctx.facts["find_unused_parameters"] = bool(prepared.find_unused_parameters)
+    ctx.facts["static_graph"] = bool(prepared.static_graph)
     ctx.facts["steps"] = []
     plain = prepared.module
     batches = rank_batches(size, ctx.world_size, ctx.rank, batch_size, epoch=0)[:steps]
@@ -68,9 +73,17 @@ def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float) -
 
 
 def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps: int, lr: float) -> dict[str, Any]:
-    """Trusted: one process, plain BatchNorm, rank 0's initial weights, the union batch per step."""
+    """Trusted: one process, plain BatchNorm, rank 0's initial weights, the union batch per step; and
+    the running statistics each rank's own first batch alone would give (what unsynchronized
+    BatchNorm keeps), for the diagnosis."""
     model = _model(seed=1000)
     after: list[dict[str, torch.Tensor]] = []
     _train(model, union_batches(size, world_size, batch_size, epochs=1)[:steps], size, lr,
            lambda step: after.append(state(model)))
-    return {"steps": after}
+    inputs = make_regression(size).tensors[0]
+    local = []
+    for rank in range(world_size):
+        alone = _model(seed=1000)
+        alone(inputs[rank_batches(size, world_size, rank, batch_size, epoch=0)[0]], use_aux=True)
+        local.append({name: value for name, value in state(alone).items() if name.startswith("norm.running")})
+    return {"steps": after, "local": local}
