@@ -74,9 +74,15 @@ def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
         where = stuck_frame(process.get("stack", ""), ctx.student_file)
         if where and not process.get("script_finished"):
             places.append(f"the process with RANK={process['env']['RANK']} was at {where}")
-    finished = [p["env"]["RANK"] for p in launch["processes"] if p.get("script_finished")]
+    finished = [p for p in launch["processes"] if p.get("script_finished")]
     if finished:
-        places.append(f"RANK {', '.join(finished)} had finished the script")
+        places.append(f"RANK {', '.join(p['env']['RANK'] for p in finished)} had finished the script")
+    joining = [p["env"]["RANK"] for p in finished
+               if "multiprocessing/util.py" in p.get("stack", "") and "_exit_function" in p.get("stack", "")]
+    if joining:
+        places.append(f"the process{'es' if len(joining) > 1 else ''} of RANK {', '.join(joining)} did not exit: "
+                      "multiprocessing was waiting for a Process the script started and never joined (a Process that "
+                      "is not a daemon is joined at exit)")
     located = ": " + "; ".join(places) if places else ""
     return f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. Node 0 ran `{launch['commands'][0]}`"
 
