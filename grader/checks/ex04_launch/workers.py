@@ -5,9 +5,10 @@ their pid when they start, the time they finish or raise, and, if their process 
 while after they returned, the Python stacks of that process. They return a large result (more
 than a pipe holds) and finish in an order the grader chose, not in rank order.
 
-While the launcher runs, a watchdog thread looks for one stall: every function has returned, its
-process is still alive, and the launcher has been waiting in a join throughout. It records what
-it saw and stops those processes, so that the run reports instead of hanging. It judges nothing.
+While the launcher runs, a watchdog thread looks for one deadlock: every function has returned,
+its process is still alive and blocked writing its result, and the launcher has been waiting in a
+join without a timeout throughout. It records what it saw and stops those processes, so that the
+run reports instead of hanging. It judges nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def fail_on_last_rank(rank: int, world_size: int, marker_dir: str) -> None:
         _mark(marker_dir, f"raised-{rank}", repr(time.time()))
         raise ValueError(FAILING_RANK_MESSAGE)
     time.sleep(SLOW_RANK_SECONDS)
+    _mark(marker_dir, f"slept-{rank}", repr(time.time()))
 
 
 def _markers(folder: Path, prefix: str) -> dict[int, str]:
@@ -102,6 +104,8 @@ _JOINS = {("process.py", "join"), ("spawn.py", "join")}
 
 def _frames(thread_id: int) -> list[tuple[str, str, int]]:
     frame = sys._current_frames().get(thread_id)
+    if frame is None:
+        return []
     return [(summary.filename, summary.name, summary.lineno or 0) for summary in traceback.extract_stack(frame)]
 
 
@@ -126,8 +130,14 @@ class StallWatch:
         self._thread.join()
 
     def _joining(self) -> bool:
-        return any((Path(file).name, name) in _JOINS and "multiprocessing" in file for file, name, _ in
-                   _frames(self._main))
+        """The launcher waits, with no timeout, for a process to exit."""
+        frame = sys._current_frames().get(self._main)
+        while frame is not None:
+            code = frame.f_code
+            if (Path(code.co_filename).name, code.co_name) in _JOINS and "multiprocessing" in code.co_filename:
+                return frame.f_locals.get("timeout", 0) is None
+            frame = frame.f_back
+        return False
 
     def _watch(self) -> None:
         while not self._returned.wait(0.1):
@@ -137,7 +147,8 @@ class StallWatch:
             waited = time.time() - max(float(t) for t in done.values())
             if waited < STALL_S:
                 continue
-            alive = [rank for rank, pid in _markers(self.folder, "started").items() if child_state(int(pid)) == "running"]
+            started = _markers(self.folder, "started")
+            alive = [rank for rank, pid in started.items() if child_state(int(pid)) == "running"]
             if not alive:
                 continue
             samples = []
@@ -145,25 +156,32 @@ class StallWatch:
                 samples.append(self._joining())
                 if self._returned.wait(0.1):
                     return
-            if not all(samples):
-                continue
-            self._record(waited, alive)
-            return
+            if all(samples) and self._record(waited, alive):
+                return
 
-    def _record(self, waited: float, alive: list[int]) -> None:
-        student = [f"{Path(file).name}:{line} in {name}()" for file, name, line in _frames(self._main)
-                   if file == self.student_file]
+    def _record(self, waited: float, alive: list[int]) -> bool:
+        """Record the stall and stop the processes, if some of them are blocked writing their result
+        (their stacks, dumped after they returned, are in multiprocessing's queue or connection code):
+        a process that is merely slow to exit (an interpreter with torch, on a loaded machine) is
+        left alone."""
         stacks = {}
         for rank in alive:
             try:
                 stacks[str(rank)] = Path(self.folder, STACK_DUMP_FILE.format(rank=rank)).read_text()[-6000:]
             except OSError:
                 stacks[str(rank)] = ""
-        self.seen = {"seconds_after_return": round(waited, 2), "alive": alive, "launcher_at": student[-1:],
-                     "stacks": stacks}
+        writing = [rank for rank, stack in stacks.items() if "multiprocessing/queues.py" in stack
+                   or ("multiprocessing/connection.py" in stack and "send" in stack)]
+        if not writing:
+            return False
+        student = [f"{Path(file).name}:{line} in {name}()" for file, name, line in _frames(self._main)
+                   if file == self.student_file]
+        self.seen = {"seconds_after_return": round(waited, 2), "alive": alive, "writing": writing,
+                     "launcher_at": student[-1:]}
         for rank, pid in _markers(self.folder, "started").items():
             if rank in alive:
                 kill_process(int(pid))
+        return True
 
 
 def _warm_forkserver() -> None:
@@ -188,9 +206,10 @@ def launch_identity(ctx: RankContext, world_size: int, start_method: str, delays
             results = None  # the processes the watchdog stopped made the launcher raise
     ctx.facts["seconds"] = time.perf_counter() - started
     ctx.facts["stalled"] = watch.seen
+    finished = _markers(markers, "done")
     ctx.facts["left_behind"] = _left_behind(markers)
-    ctx.facts["finished_at_return"] = sorted(_markers(markers, "done"))
-    ctx.facts["finish_order"] = [rank for rank, _ in sorted(_markers(markers, "done").items(), key=lambda i: float(i[1]))]
+    ctx.facts["finished_at_return"] = sorted(finished)
+    ctx.facts["finish_order"] = sorted(finished, key=lambda rank: float(finished[rank]))
     ctx.facts["results"] = _plain(results)
     return {}
 
@@ -210,5 +229,7 @@ def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict
     returned = time.time()
     raised_at = _markers(markers, "raised").get(world_size - 1)
     ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None
+    ctx.facts["slept_before_return"] = sorted(rank for rank, at in _markers(markers, "slept").items()
+                                              if float(at) <= returned)
     ctx.facts["left_behind"] = _left_behind(markers)
     return {}

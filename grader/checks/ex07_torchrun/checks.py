@@ -84,7 +84,8 @@ def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
                       "multiprocessing was waiting for a Process the script started and never joined (a Process that "
                       "is not a daemon is joined at exit)")
     located = ": " + "; ".join(places) if places else ""
-    return f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. Node 0 ran `{launch['commands'][0]}`"
+    return (f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. "
+            f"Node 0 ran `{launch['commands'][0]}`")
 
 
 def _launch(ctx: CheckContext) -> tuple[dict[str, Any], float]:
