@@ -27,15 +27,12 @@ def gpus_per_node(world_size: int) -> int:
 
 def _init_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     arguments = inspect.signature(original).bind_partial(*args, **kwargs).arguments
-    store = arguments.get("store")
-    device_id = arguments.get("device_id")
     return {
         "backend": str(arguments.get("backend")) if arguments.get("backend") is not None else None,
         "init_method": arguments.get("init_method"),
         "rank": arguments.get("rank"),
         "world_size": arguments.get("world_size"),
-        "store_port": getattr(store, "port", None) if isinstance(store, dist.TCPStore) else None,
-        "device_id": str(device_id) if device_id is not None else None,
+        "store_port": getattr(arguments.get("store"), "port", None),  # a TCPStore's
         "master_addr": os.environ.get("MASTER_ADDR"),
         "master_port": os.environ.get("MASTER_PORT"),
     }
