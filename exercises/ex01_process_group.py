@@ -13,14 +13,19 @@ Three facts decide how you join:
   `dist.init_process_group` reads them when you pass no `init_method` ("env://"). Never hard-code
   them: a fixed port collides the moment two jobs share a machine.
 * **How to talk.** The *backend*: NCCL for GPUs (fast, GPU only), Gloo for CPUs (works everywhere).
-  Under NCCL each process must own one GPU: `torch.cuda.set_device(local_rank)` before the group
-  is used, or every rank piles onto GPU 0.
+  Under NCCL each process must own one GPU of its machine, before the group is first used, or
+  every rank piles onto GPU 0. That GPU is the process's *local rank*, its index on its own
+  machine, which a launcher puts in the environment as LOCAL_RANK: `rank` counts over every
+  machine, and on the second of two 4-GPU machines rank 5 is GPU 1. So
+  `torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))` (on one machine the two agree).
 
 When the work is done, `dist.destroy_process_group()` releases the group so the process can exit
 cleanly (without it, Gloo can abort at exit).
 
 API: `torch.distributed.init_process_group(backend, rank=..., world_size=...)`,
-`torch.cuda.is_available()`, `torch.cuda.set_device(i)`, `torch.distributed.destroy_process_group()`.
+`torch.cuda.is_available()`, `torch.cuda.set_device(i)` (or the device-generic
+`torch.accelerator.is_available()`, `torch.accelerator.set_device_index(i)`),
+`torch.distributed.destroy_process_group()`.
 
 Run `grader check ex01` to test, `grader hint ex01` when stuck.
 """

@@ -17,16 +17,17 @@ Write a script, run as `torchrun --nproc-per-node 2 ex07_torchrun.py --steps 3`,
 
 1. reads `--steps N` with argparse;
 2. picks its device in `pick_device()`: `cuda:LOCAL_RANK` (and `torch.cuda.set_device`) when
-   CUDA is available, else the CPU;
+   CUDA is available, else the CPU (the `torch.accelerator` equivalents are fine too);
 3. joins the group with `init_method="env://"` (nccl on GPU, gloo on CPU);
 4. trains `DistributedDataParallel(nn.Linear(4, 1))` for `--steps` steps of SGD (lr 0.1,
    mean squared error) on `make_batch(rank, step)`, its rank's batch;
-5. prints one line per step from rank 0 only, then destroys the group.
+5. prints (or logs) one line per step from rank 0 only, then destroys the group.
 
 The grader runs your script with torchrun's launcher over two simulated nodes (3 processes: two
 on "node 0", one on "node 1", so RANK and LOCAL_RANK differ; the processes are forked rather than
-fresh interpreters, to save seconds), records what each process does, and asks `pick_device()`
-what it would choose on a node whose GPUs are faked.
+fresh interpreters, to save seconds) with a `--steps` of its choosing, records what each process
+does, compares the weights with one process training on all the ranks' batches, and asks
+`pick_device()` what it would choose on a node with simulated GPUs.
 
 Try it yourself: `torchrun --standalone --nproc-per-node 2 exercises/ex07_torchrun.py --steps 3`.
 Run `grader check ex07` to test, `grader hint ex07` when stuck.

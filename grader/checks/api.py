@@ -128,15 +128,16 @@ class CheckContext:
         return Path(self.runs.scratch)
 
     def job(self, worker: str, nprocs: int | None = None, student: bool = True, scratch: bool = True,
-            **kwargs: Any) -> Job:
-        """A job for one of this exercise's workers; `nprocs` defaults to the check's world size."""
+            allowance: float = 0.0, **kwargs: Any) -> Job:
+        """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
+        `allowance`: seconds on top of the deadline, for runs that must start interpreters."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
             world_size=self.world_size if nprocs is None else nprocs,
             kwargs=kwargs,
             student_file=self.student_file if student else None,
             backend=self.backend,
-            deadline=self.deadline,
+            deadline=self.deadline + allowance,
             debug_collectives=self.exercise.debug_collectives,
             scratch=self.runs.scratch if scratch else "",
         )

@@ -22,6 +22,8 @@ COMMAND_CHARS = 200
 SWEEP_ROUNDS = 200
 STACK_DUMP_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks (faulthandler) on it
 FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
+MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
+                           "from multiprocessing.forkserver import main")
 RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits the zygote sets on ranks
 
 
@@ -49,6 +51,45 @@ def send_signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_process(pid: int) -> None:
+    """Kill one process, which may already be gone (SIGKILL; on Windows, TerminateProcess)."""
+    send_signal(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+def child_state(pid: int) -> str:
+    """"running", "unreaped" (exited, never waited for: a zombie) or "gone", for a process this one
+    started (or one further down: then only running or gone). It never reaps: whoever started the
+    process still can. Portable: waitid(WNOWAIT) on POSIX, the process handle on Windows."""
+    if os.name == "nt":
+        return "running" if _windows_running(pid) else "gone"
+    if hasattr(os, "waitid"):
+        try:
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # not a child of this process: it can only be seen to exist
+        else:
+            return "running" if exited is None else "unreaped"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        pass
+    return "running"
+
+
+def _windows_running(pid: int) -> bool:
+    kernel32 = ctypes.WinDLL("kernel32")  # type: ignore[attr-defined]
+    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return False
+    try:
+        code = ctypes.c_ulong()
+        return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def killpg(pgid: int) -> None:
@@ -142,10 +183,14 @@ def _alive(pid: int) -> bool:
 def sweep(grace: float, poll: float = 0.01) -> list[Stray]:
     """Kill every process this (subreaper) process still has below it; return what was running.
 
-    Processes that end by themselves within `grace` seconds are not strays: multiprocessing's
-    resource tracker, for example, exits as soon as its parent has. Every child that exits is
-    reaped here, so call this only when no child of interest is still expected to report.
+    Processes that end by themselves within `grace` seconds are not strays, nor are the helpers
+    multiprocessing itself starts and ends (its resource tracker, its forkserver), which exit once
+    their parent has, but may take longer than the grace on a loaded machine: killed, not named.
+    Command lines are read before the grace, while no process is half-way through exiting. Every
+    child that exits is reaped here, so call this only when no child of interest is still
+    expected to report.
     """
+    commands = {pid: command_line(pid) for pid in _descendants(children()) if _alive(pid)}
     give_up = time.monotonic() + grace
     while any(_alive(pid) for pid in children()) and time.monotonic() < give_up:
         reap_all()
@@ -157,7 +202,9 @@ def sweep(grace: float, poll: float = 0.01) -> list[Stray]:
         if not living:
             break
         for pid in living:
-            strays.setdefault(pid, Stray(pid, command_line(pid)))
+            command = commands.get(pid) or command_line(pid)
+            if not any(helper in command for helper in MULTIPROCESSING_HELPERS):
+                strays.setdefault(pid, Stray(pid, command))
             send_signal(pid, signal.SIGKILL)
         time.sleep(poll)  # their children are re-parented to us: the next round finds them
         reap_all()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlparse
 
 from grader.engine import spawn_log, wire
 from grader.engine.processes import STACK_DUMP_SIGNAL
@@ -27,6 +28,7 @@ from grader.engine.processes import STACK_DUMP_SIGNAL
 # Bound before any student code is imported: patching `grader.engine.wire.encode` from a student
 # module does not change what this rank sends.
 _encode = wire.encode
+AGENT_STORE_VARIABLE = "TORCHELASTIC_USE_AGENT_STORE"  # torch's rendezvous: every rank a store client
 
 
 IMPORT_CALLS = "student_import_calls"  # the facts key: function name -> line of the top-level call
@@ -196,9 +198,10 @@ def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
 def _host_rendezvous(spec: dict[str, Any]) -> Any:
     """Rank 0 hosts this run's TCPStore on a port the OS assigns, and tells the other ranks.
 
-    Code that forms its group from MASTER_ADDR/MASTER_PORT (env://) then meets there. A port
-    merely found free by the grader could be taken by another grading before rank 0 binds it, and
-    another run's rank could even join this run's store; a port held from the start cannot.
+    Code that forms its group from MASTER_ADDR/MASTER_PORT (env://, tcp://, a TCPStore) then meets
+    there (`_wrap_init`). A port merely found free by the grader could be taken by another grading
+    before rank 0 binds it, and another run's rank could even join this run's store; a port held
+    from the start cannot.
     Returns the store (rank 0), which must stay referenced for the life of the rank.
     """
     from torch.distributed import TCPStore
@@ -222,13 +225,50 @@ def _host_rendezvous(spec: dict[str, Any]) -> Any:
     return store
 
 
+def _meets_at_hosted_store(arguments: dict[str, Any], hosted_port: str) -> bool:
+    """Whether an init_process_group call names the launcher's rendezvous: env:// (or no
+    init_method) with the MASTER_PORT the grader set, or tcp:// to that same port."""
+    if arguments.get("store") is not None:
+        return False
+    method = arguments.get("init_method")
+    if method in (None, "env://"):
+        return os.environ.get("MASTER_PORT") == hosted_port
+    if not isinstance(method, str) or not method.startswith("tcp://"):
+        return False
+    try:
+        return str(urlparse(method).port) == hosted_port
+    except ValueError:  # a malformed port: torch will say so
+        return False
+
+
+def _as_agent_store_client(hosted_port: str) -> None:
+    """A TCPStore the code builds on the launcher's port joins the store rank 0 hosts as a client,
+    even where the code asks rank 0 to be the server, as it would be on a free port a launcher
+    handed it. Any other port keeps plain torch behaviour."""
+    import torch.distributed as dist
+
+    class TCPStore(dist.TCPStore):  # type: ignore[misc]
+        __doc__ = dist.TCPStore.__doc__
+
+        def __init__(self, host_name: str, port: int, *args: Any, **kwargs: Any) -> None:
+            if str(port) == hosted_port:
+                if len(args) >= 2:  # (world_size, is_master, ...)
+                    args = (args[0], False, *args[2:])
+                else:
+                    kwargs["is_master"] = False
+            super().__init__(host_name, port, *args, **kwargs)
+
+    dist.TCPStore = TCPStore
+
+
 def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, debug_collectives: bool) -> None:
     """The grader's conditions for every `init_process_group` the code under test makes.
 
     - A timeout within the check's deadline, not gloo's 30 minutes, unless the code sets one.
-    - env:// on the grader's MASTER_PORT meets at the store rank 0 hosts (all ranks connect as
-      clients, as under torchrun's agent store). Code that picks its own port or init_method gets
-      plain torch behaviour, so that its mistake runs, and is named, as it would anywhere.
+    - The launcher's rendezvous (env://, or tcp:// to MASTER_ADDR:MASTER_PORT, or a TCPStore on
+      that port) meets at the store rank 0 hosts, every rank a client, as under torchrun's agent
+      store (TORCHELASTIC_USE_AGENT_STORE). Code that picks its own port or init_method gets plain
+      torch behaviour, so that its mistake runs, and is named, as it would anywhere.
     """
     import inspect
 
@@ -242,17 +282,21 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
         bound = signature.bind_partial(*args, **kwargs)
         if bound.arguments.get("timeout") is None:
             bound.arguments["timeout"] = default_timeout
-        hosted = (hosted_port is not None and bound.arguments.get("init_method") in (None, "env://")
-                  and bound.arguments.get("store") is None and os.environ.get("MASTER_PORT") == hosted_port)
-        if not hosted:
+        if hosted_port is None or not _meets_at_hosted_store(bound.arguments, hosted_port):
             return original(*bound.args, **bound.kwargs)
-        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        before = os.environ.get(AGENT_STORE_VARIABLE)
+        os.environ[AGENT_STORE_VARIABLE] = "True"
         try:
             return original(*bound.args, **bound.kwargs)
         finally:
-            os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            if before is None:
+                os.environ.pop(AGENT_STORE_VARIABLE, None)
+            else:
+                os.environ[AGENT_STORE_VARIABLE] = before
 
     dist.init_process_group = init_process_group
+    if hosted_port is not None:
+        _as_agent_store_client(hosted_port)
     if debug_collectives:
         dist.set_debug_level(dist.DebugLevel.DETAIL)
 

@@ -88,3 +88,25 @@ def test_strays_in_an_exercise_are_named_and_stopped(grade, catalog, tmp_path, e
     named = [note for r in results for note in r.notes] + [r.message for r in results]
     assert any(f"{function}()" in text for text in named), named
     assert left_alive(pid_dir) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_strays_under_torchrun_fail_every_check(grade, catalog, tmp_path, kind):
+    """Exercise 7 forbids strays: whatever the kind, every check fails (never a warning), the strays
+    are named and none is left. A process that still holds what the torchrun agent watches (a fork
+    that inherited the worker's sentinel pipe, a multiprocessing child the worker joins at exit)
+    keeps the launch from ending: then the launch's deadline is what ends it, and says so."""
+    exercise = catalog.get("ex07_torchrun")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    code = STRAY_CODE.format(here=str(HERE), kind=kind, pid_dir=str(pid_dir))
+    path = _patched(exercise.file, "    parser = argparse.ArgumentParser()\n", code, tmp_path)
+    clean = grade("ex07_torchrun", REPO / "solutions" / exercise.file, world_sizes=(3,))
+    results = grade("ex07_torchrun", path, world_sizes=(3,))
+    assert results and all(r.status == "failed" for r in results), describe(results)
+    if kind == "new_session":
+        assert max(r.seconds for r in results) < max(r.seconds for r in clean) + 1.0, describe(results)
+        assert all("process left behind" in r.message for r in results), describe(results)
+    named = [note for r in results for note in r.notes] + [r.message for r in results]
+    assert any(("main()" in text and "left" in text) or "never joined" in text for text in named), named
+    assert left_alive(pid_dir) == []

@@ -1,4 +1,4 @@
-"""Judging exercise 1 from what the ranks recorded."""
+"""Judging exercise 1 from what the ranks recorded (signatures: docs/maintainers/DIAGNOSES.md)."""
 
 from __future__ import annotations
 
@@ -6,40 +6,78 @@ from typing import Any
 from urllib.parse import urlparse
 
 from grader.checks.api import CheckContext, check
+from grader.engine import RunResult
 
 
 def _port_overridden(facts: dict[str, Any]) -> str | None:
     grader_port = facts.get("grader_port")
     for call in facts.get("init_calls", []):
         init_method = call.get("init_method") or ""
-        if init_method.startswith("tcp://"):
-            port = urlparse(init_method).port
+        if call.get("store_port") is not None:
+            if str(call["store_port"]) != grader_port:
+                return f"the TCPStore passed to init_process_group listens on port {call['store_port']}"
+        elif init_method.startswith("tcp://"):
+            try:
+                port = urlparse(init_method).port
+            except ValueError:
+                port = None
             if str(port) != grader_port:
                 return f"init_method={init_method!r} uses port {port}"
-        if init_method in ("", "env://") and call.get("master_port") != grader_port:
-            return f"MASTER_PORT was {call.get('master_port')} at init_process_group, not the {grader_port} the launcher set"
+        elif init_method in ("", "env://") and call.get("master_port") != grader_port:
+            return (f"MASTER_PORT was {call.get('master_port')} at init_process_group, not the {grader_port} "
+                    "the launcher set")
     return None
+
+
+def _backends(config: str) -> dict[str, str]:
+    """"cpu:gloo,cuda:nccl" (dist.get_backend_config()) as {"cpu": "gloo", "cuda": "nccl"}."""
+    pairs = [item.split(":", 1) for item in config.split(",") if ":" in item]
+    return {device.strip(): backend.strip() for device, backend in pairs}
+
+
+def _named_init_mistake(ctx: CheckContext, rank: int, facts: dict[str, Any]) -> None:
+    """Raise the failure a rank's init_process_group arguments show, if they show one."""
+    overridden = _port_overridden(facts)
+    if overridden:
+        raise ctx.fail(f"hard-coded rendezvous on rank {rank}: {overridden}. setup_ddp must take "
+                       "MASTER_ADDR/MASTER_PORT from the environment (a fixed port collides when two jobs share "
+                       "a machine)", hint=1)
+    calls = facts.get("init_calls", [])
+    backends = {call.get("backend") or "" for call in calls}
+    if ctx.backend == "gloo" and any("nccl" in backend for backend in backends):
+        raise ctx.fail(f"rank {rank} asked for the nccl backend on a machine without a GPU: NCCL needs GPUs; "
+                       "choose gloo when torch.cuda.is_available() is False", hint=2)
+    bound = [api for api, made in facts.get("device_bindings", {}).items() if made]
+    if ctx.backend == "gloo" and bound:
+        raise ctx.fail(f"rank {rank} called {bound[0]}() on a machine without a GPU, with the gloo backend: bind "
+                       "a GPU only under nccl", hint=3)
+    for call in calls[:1]:
+        if call.get("rank") is not None and call["rank"] != rank:
+            raise ctx.fail(f"wrong rank: the process given rank={rank} called init_process_group(rank="
+                           f"{call['rank']}); pass setup_ddp's rank through")
+        if call.get("world_size") is not None and call["world_size"] != ctx.world_size:
+            raise ctx.fail(f"wrong world size: init_process_group(world_size={call['world_size']}) in a group of "
+                           f"{ctx.world_size} processes; pass setup_ddp's world_size through")
+
+
+def _rank_from_environment(result: RunResult) -> bool:
+    """env:// asked for RANK or WORLD_SIZE, which this launcher passes as arguments instead."""
+    for outcome in result.ranks:
+        message = (outcome.error or {}).get("message", "")
+        if "env:// rendezvous" in message and ("RANK" in message or "WORLD_SIZE" in message):
+            return True
+    return False
 
 
 def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
     """The shared run, with the named mistakes checked before any generic failure."""
     result = ctx.run("join_and_leave")
     for outcome in result.ranks:
-        facts = outcome.facts
-        overridden = _port_overridden(facts)
-        if overridden:
-            raise ctx.fail(
-                f"hard-coded rendezvous on rank {outcome.rank}: {overridden}. setup_ddp must take "
-                "MASTER_ADDR/MASTER_PORT from the environment (a fixed port collides when two jobs share a machine)",
-                hint=1,
-            )
-        backends = {call.get("backend") for call in facts.get("init_calls", [])}
-        if ctx.backend == "gloo" and ("nccl" in backends or facts.get("set_device_calls")):
-            raise ctx.fail(
-                f"rank {outcome.rank} asked for the nccl backend on a machine without a GPU: "
-                "NCCL needs GPUs; choose gloo when torch.cuda.is_available() is False",
-                hint=2,
-            )
+        _named_init_mistake(ctx, outcome.rank, outcome.facts)
+    if _rank_from_environment(result):
+        raise ctx.fail("init_process_group looked for RANK/WORLD_SIZE in the environment (env:// without rank= "
+                       "and world_size=); a launcher like mp.spawn passes them as arguments: "
+                       "init_process_group(backend, rank=rank, world_size=world_size)")
     ranks = ctx.require(result)
     if not all(f.get("init_calls") for f in ranks):
         raise ctx.fail("setup_ddp returned without calling dist.init_process_group")
@@ -52,11 +90,14 @@ def joins_group(ctx: CheckContext) -> None:
         group = facts.get("group")
         if not facts.get("initialized") or group is None:
             raise ctx.fail(f"after setup_ddp, rank {rank} is not in a process group")
-        expected = {"rank": rank, "world_size": ctx.world_size, "backend": ctx.backend}
-        wrong = {k: group[k] for k in expected if group[k] != expected[k]}
+        wrong = [f"{key} {group[key]!r} (expected {want!r})"
+                 for key, want in (("rank", rank), ("world_size", ctx.world_size)) if group[key] != want]
+        device = "cuda" if ctx.backend == "nccl" else "cpu"
+        chosen = _backends(group.get("backend_config", "")).get(device)
+        if chosen != ctx.backend:
+            wrong.append(f"backend {chosen or group['backend']!r} for {device} tensors (expected {ctx.backend!r})")
         if wrong:
-            details = ", ".join(f"{k} {wrong[k]!r} (expected {expected[k]!r})" for k in wrong)
-            raise ctx.fail(f"process {rank} joined with {details}")
+            raise ctx.fail(f"process {rank} joined with {', '.join(wrong)}")
 
 
 @check("collectives_work")
@@ -73,22 +114,61 @@ def collectives_work(ctx: CheckContext) -> None:
             raise ctx.fail(f"broadcast from the last rank gave {got:g} on rank {rank}, expected {expected_broadcast:g}")
 
 
+def _gpu_used(events: list[dict[str, Any]]) -> tuple[int | None, str]:
+    """The GPU a rank's NCCL group would use, and what decided it: the device_id given to
+    init_process_group, else the GPU bound when the group was first used (its first collective)."""
+    for event in events:
+        if event["call"] == "init_process_group" and event.get("device_id_index") is not None:
+            return event["device_id_index"], "init_process_group(device_id=...)"
+    first_use = next((e for e in events if e["call"] not in ("set_device", "init_process_group")), None)
+    if first_use is None:
+        return None, ""
+    use = "the grader's first collective after setup_ddp" if first_use["call"] == "setup_ddp returned" \
+        else f"its first collective, {first_use['call']}() in setup_ddp"
+    return first_use["device"], use
+
+
+def _judge_gpu(ctx: CheckContext, rank: int, facts: dict[str, Any], raised: bool) -> None:
+    events, local, gpus = facts["events"], facts["local_rank"], facts["gpus_per_node"]
+    place = f"rank {rank} (LOCAL_RANK {local} on a node of {gpus} GPU{'s' if gpus > 1 else ''})"
+    bindings = [e for e in events if e["call"] == "set_device"]
+    attempted = [e["device"] for e in bindings]
+    if rank != local and rank in attempted and local not in attempted:
+        raise ctx.fail(f"RANK used where LOCAL_RANK is needed: {place} bound GPU {rank}; GPUs are numbered per "
+                       "node: use int(os.environ['LOCAL_RANK']) (or rank % torch.cuda.device_count())", hint=3)
+    if raised:
+        return  # the rank's own error is the story: told by the generic failure below
+    used, decided_by = _gpu_used(events)
+    if used == local:
+        return
+    if not bindings:
+        raise ctx.fail(f"set_device missing under nccl: {place} never bound its GPU, so every rank of a node uses "
+                       "GPU 0; call torch.cuda.set_device(local_rank) (or torch.accelerator.set_device_index)",
+                       hint=3)
+    if local in attempted:
+        raise ctx.fail(f"{place} bound GPU {local} only after {decided_by}, which ran on GPU {used}: bind the GPU "
+                       "before the group is first used", hint=3)
+    raise ctx.fail(f"{place} used GPU {used} for {decided_by}; expected GPU {local}, its LOCAL_RANK "
+                   f"(it bound {attempted})", hint=3)
+
+
 @check("nccl_setup")
 def nccl_setup(ctx: CheckContext) -> None:
-    for rank, facts in enumerate(ctx.facts("simulated_gpu_node")):
-        events = facts["events"]
-        inits = [e for e in events if e["call"] == "init_process_group"]
-        devices = [e["device"] for e in events if e["call"] == "set_device"]
-        if not inits:
+    result = ctx.run("simulated_gpu_node")
+    for outcome in result.ranks:
+        facts, rank = outcome.facts, outcome.rank
+        if "events" not in facts:
+            continue  # the stub, or a crash before anything ran: the generic failure says which
+        inits = [e for e in facts["events"] if e["call"] == "init_process_group"]
+        backend = inits[0]["backend"] if inits else None
+        if inits and backend is not None and "nccl" not in backend:
+            raise ctx.fail(f"on a GPU node setup_ddp chose {backend!r} when no backend was given; default to nccl "
+                           "when a GPU is available (torch.cuda.is_available(), or "
+                           "dist.get_default_backend_for_device(...))", hint=2)
+        _judge_gpu(ctx, rank, facts, raised=outcome.error is not None)
+    for facts in ctx.require(result, "on a simulated GPU node"):
+        if not any(e["call"] == "init_process_group" for e in facts["events"]):
             raise ctx.fail("setup_ddp did not call dist.init_process_group")
-        if inits[0]["backend"] != "nccl":
-            raise ctx.fail(f"on a GPU node setup_ddp chose {inits[0]['backend']!r} when no backend was "
-                           "given; default to nccl when torch.cuda.is_available()", hint=2)
-        if not devices:
-            raise ctx.fail("set_device missing under nccl: without torch.cuda.set_device(local_rank) "
-                           "every rank uses GPU 0", hint=3)
-        if devices[-1] != rank:
-            raise ctx.fail(f"rank {rank} bound GPU {devices[-1]}, expected GPU {rank} (its local rank)", hint=3)
 
 
 @check("cleans_up")

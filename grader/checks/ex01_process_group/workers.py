@@ -9,7 +9,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from grader.checks.simulated_gpu import SimulatedGpuNode
 from grader.engine.rank_runtime import RankContext
+
+# The collectives a setup_ddp might issue itself; the first one fixes the GPU NCCL would use.
+COLLECTIVES = ("barrier", "all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
+               "monitored_barrier", "reduce", "gather", "scatter", "all_to_all")
+DEVICE_BINDERS = ((torch.cuda, "set_device"), (torch.accelerator, "set_device_index"),
+                  (torch.accelerator, "set_device_idx"))
+
+
+def gpus_per_node(world_size: int) -> int:
+    """The simulated layout: one node of two GPUs at W=2, two nodes from W=3 on (W=4: 2 x 2), so
+    that a rank that binds no GPU, and one that binds its global rank, both show."""
+    return world_size if world_size <= 2 else (world_size + 1) // 2
 
 
 def _init_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -19,18 +32,33 @@ def _init_arguments(original: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         "init_method": arguments.get("init_method"),
         "rank": arguments.get("rank"),
         "world_size": arguments.get("world_size"),
+        "store_port": getattr(arguments.get("store"), "port", None),  # a TCPStore's
         "master_addr": os.environ.get("MASTER_ADDR"),
         "master_port": os.environ.get("MASTER_PORT"),
     }
 
 
+def _spy_init(ctx: RankContext) -> list[dict[str, Any]]:
+    real_init = dist.init_process_group
+    return ctx.spy(dist, "init_process_group", lambda *a, **k: _init_arguments(real_init, a, k))
+
+
+def _spy_binding(ctx: RankContext, owner: Any, name: str) -> list[dict[str, Any]]:
+    """Record every GPU binding. Without GPUs (gloo) only record it, so that the code goes on to
+    show what it does next (ask for nccl, say), as it would on the GPU node it took this for."""
+    if ctx.backend != "gloo":
+        return ctx.spy(owner, name)
+    calls: list[dict[str, Any]] = []
+    setattr(owner, name, lambda *args, **kwargs: calls.append({}))
+    return calls
+
+
 def join_and_leave(ctx: RankContext) -> dict[str, Any]:
     """setup_ddp, two collectives, cleanup_ddp; every step recorded as it happens."""
-    real_init = dist.init_process_group
     ctx.facts["grader_port"] = os.environ["MASTER_PORT"]
-    ctx.facts["init_calls"] = ctx.spy(dist, "init_process_group",
-                                      lambda *a, **k: _init_arguments(real_init, a, k))
-    ctx.facts["set_device_calls"] = ctx.spy(torch.cuda, "set_device")
+    ctx.facts["init_calls"] = _spy_init(ctx)
+    ctx.facts["device_bindings"] = {f"{owner.__name__}.{name}": _spy_binding(ctx, owner, name)
+                                    for owner, name in DEVICE_BINDERS}
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
     setup(ctx.rank, ctx.world_size, "nccl" if ctx.backend == "nccl" else None)
     ctx.facts["initialized"] = dist.is_initialized()
@@ -39,6 +67,7 @@ def join_and_leave(ctx: RankContext) -> dict[str, Any]:
             "rank": dist.get_rank(),
             "world_size": dist.get_world_size(),
             "backend": str(dist.get_backend()),
+            "backend_config": str(dist.get_backend_config()),
         }
         total = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
         dist.all_reduce(total)
@@ -52,43 +81,51 @@ def join_and_leave(ctx: RankContext) -> dict[str, Any]:
     return {}
 
 
-def _device_index(device: Any) -> int | None:
-    if isinstance(device, int):
-        return device
-    try:
-        return torch.device(device).index
-    except (RuntimeError, TypeError):
-        return None
-
-
 def simulated_gpu_node(ctx: RankContext) -> dict[str, Any]:
-    """setup_ddp on a CPU process that believes it has one GPU per rank.
+    """setup_ddp on a CPU process that believes it sits on a node of GPUs, LOCAL_RANK set as a
+    launcher sets it, two nodes where the world allows (a global rank is then no GPU index).
 
-    CUDA queries are faked and the NCCL group is formed with Gloo underneath, so the order of
-    `set_device` and `init_process_group` can be checked on any laptop.
+    Device queries are answered by the simulated node and the NCCL group is formed with Gloo
+    underneath, so that which GPU each rank binds, and whether it binds it before its first
+    collective, can be checked on any laptop. Events are recorded in order; a rank that fails
+    still reports them.
     """
+    gpus = gpus_per_node(ctx.world_size)
+    os.environ.update(LOCAL_RANK=str(ctx.rank % gpus), LOCAL_WORLD_SIZE=str(gpus))
     events: list[dict[str, Any]] = []
-    ctx.facts["events"] = events
+    ctx.facts.update(events=events, gpus_per_node=gpus, local_rank=ctx.rank % gpus)
+    node = SimulatedGpuNode(gpus, events.append)
+    node.install()
     real_init = dist.init_process_group
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: ctx.world_size
-    torch.cuda.set_device = lambda device: events.append(
-        {"call": "set_device", "device": _device_index(device)}
-    )
+    keep = ("init_method", "rank", "world_size", "timeout", "store")
 
     def init_process_group(*args: Any, **kwargs: Any) -> None:
-        call = _init_arguments(real_init, args, kwargs)
-        events.append({"call": "init_process_group", **call})
         bound = inspect.signature(real_init).bind_partial(*args, **kwargs).arguments
-        keep = {k: v for k, v in bound.items() if k in ("init_method", "rank", "world_size", "timeout", "store")}
-        real_init("gloo", **keep)
+        device_id = bound.get("device_id")
+        events.append({"call": "init_process_group", **_init_arguments(real_init, args, kwargs),
+                       "device_id_index": node.index(device_id) if device_id is not None else None,
+                       "device": node.current})
+        real_init("gloo", **{k: v for k, v in bound.items() if k in keep})
 
     dist.init_process_group = init_process_group
+    for name in COLLECTIVES:
+        _record_collective(name, node, events)
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
     setup(ctx.rank, ctx.world_size)
+    events.append({"call": "setup_ddp returned", "device": node.current})
     if dist.is_initialized():
-        # Every rank must have finished connecting before any leaves: a rank that exits right
-        # after its own init can break a slower peer's gloo connection ("closed by peer").
+        # The group's first use, if setup_ddp made none; and every rank must have finished
+        # connecting before any leaves (a rank that exits at once can break a slower peer's gloo).
         dist.barrier()
     cleanup()
     return {}
+
+
+def _record_collective(name: str, node: SimulatedGpuNode, events: list[dict[str, Any]]) -> None:
+    original = getattr(dist, name)
+
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        events.append({"call": name, "device": node.current})
+        return original(*args, **kwargs)
+
+    setattr(dist, name, collective)

@@ -1,79 +1,235 @@
 """Rank side of exercise 4: one process calls the student's launcher on functions of ours.
 
-The launched functions leave evidence the launcher cannot fake: a marker file when they finish,
-their own pid, the arguments they received.
+The launched functions leave evidence the launcher cannot fake, as files in a folder of the run:
+their pid when they start, the time they finish or raise, and, if their process is still alive a
+while after they returned, the Python stacks of that process. They return a large result (more
+than a pipe holds) and finish in an order the grader chose, not in rank order.
+
+While the launcher runs, a watchdog thread looks for one deadlock: every function has returned,
+its process is still alive and blocked writing its result, and the launcher has been waiting in a
+join without a timeout throughout. It records what it saw and stops those processes, so that the
+run reports instead of hanging. It judges nothing.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import multiprocessing
 import os
+import sys
+import threading
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
+from grader.engine.processes import child_state, kill_process
 from grader.engine.rank_runtime import RankContext
 
 FAILING_RANK_MESSAGE = "planted failure on the last rank"
-SLOW_RANK_SECONDS = 8.0
+STALL_S = 4.0  # how long after every function returned a launcher still joining is looked at
+STACK_DUMP_FILE = "stack-{rank}.txt"
+_stack_file: TextIO | None = None  # kept open in a launched process for its delayed stack dump
 
 
-def report_identity(rank: int, world_size: int, token: str, marker_dir: str) -> dict[str, Any]:
-    time.sleep(0.1)
-    Path(marker_dir, f"done-{rank}").touch()
-    return {"rank": rank, "world_size": world_size, "token": token, "pid": os.getpid()}
+def _mark(marker_dir: str, name: str, text: str = "") -> None:
+    staged = Path(marker_dir, f".{name}")
+    staged.write_text(text)
+    staged.replace(Path(marker_dir, name))
 
 
-def fail_on_last_rank(rank: int, world_size: int) -> None:
+def report_identity(rank: int, world_size: int, token: str, marker_dir: str, delays: list[float],
+                    seed: int, size: int) -> dict[str, Any]:
+    """The launched function: who it ran as, where, with what; finishes after its rank's delay."""
+    global _stack_file
+    _mark(marker_dir, f"started-{rank}", str(os.getpid()))
+    result = {"rank": rank, "world_size": world_size, "token": token, "pid": os.getpid(),
+              "payload": payload(seed, rank, size)}
+    time.sleep(delays[rank] if 0 <= rank < len(delays) else 0.0)
+    _mark(marker_dir, f"done-{rank}", repr(time.time()))
+    # If this process is still alive well after returning, its stacks show what holds it.
+    _stack_file = open(Path(marker_dir, STACK_DUMP_FILE.format(rank=rank)), "w")
+    faulthandler.dump_traceback_later(STALL_S / 2, file=_stack_file)
+    return result
+
+
+def fail_on_last_rank(rank: int, world_size: int, marker_dir: str) -> None:
+    _mark(marker_dir, f"started-{rank}", str(os.getpid()))
     if rank == world_size - 1:
+        _mark(marker_dir, f"raised-{rank}", repr(time.time()))
         raise ValueError(FAILING_RANK_MESSAGE)
     time.sleep(SLOW_RANK_SECONDS)
+    _mark(marker_dir, f"slept-{rank}", repr(time.time()))
 
 
-def _children() -> list[int]:
-    """Processes whose parent is this one, running or not yet reaped."""
-    pids = []
-    for task in Path("/proc/self/task").iterdir():
+def _markers(folder: Path, prefix: str) -> dict[int, str]:
+    found = {}
+    for path in folder.glob(f"{prefix}-*"):
         try:
-            pids += [int(pid) for pid in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return pids
+            found[int(path.name.rsplit("-", 1)[1])] = path.read_text()
+        except (ValueError, OSError):
+            continue
+    return found
+
+
+def _left_behind(folder: Path) -> dict[str, list[int]]:
+    """The launched processes still there when the launcher returned: running, or exited but
+    never waited for (a zombie on POSIX). multiprocessing's own helpers are not among them."""
+    states: dict[str, list[int]] = {"running": [], "unreaped": []}
+    for rank, pid in sorted(_markers(folder, "started").items()):
+        state = child_state(int(pid))
+        if state in states:
+            states[state].append(rank)
+    return states
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        plain = {str(k): _plain(v) for k, v in value.items()}
+        if isinstance(plain.get("payload"), str):  # a digest travels, not the megabytes
+            text = plain.pop("payload")
+            plain.update(payload_chars=len(text), payload_digest=digest(text))
+        return plain
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    return repr(value)
+    return repr(value)[:300]
 
 
-def launch_identity(ctx: RankContext, world_size: int, start_method: str) -> dict[str, Any]:
+# Where a launcher waits for its processes to exit: Process.join and torch's ProcessContext.join.
+_JOINS = {("process.py", "join"), ("spawn.py", "join")}
+
+
+def _frames(thread_id: int) -> list[tuple[str, str, int]]:
+    frame = sys._current_frames().get(thread_id)
+    if frame is None:
+        return []
+    return [(summary.filename, summary.name, summary.lineno or 0) for summary in traceback.extract_stack(frame)]
+
+
+class StallWatch:
+    """Watches the launcher (the main thread) for the stall described in the module docstring."""
+
+    SAMPLES = 5
+
+    def __init__(self, folder: Path, world_size: int, student_file: str) -> None:
+        self.folder, self.world_size, self.student_file = folder, world_size, student_file
+        self.seen: dict[str, Any] | None = None
+        self._main = threading.main_thread().ident or 0
+        self._returned = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="grader-stall-watch", daemon=True)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._returned.set()
+        self._thread.join()
+
+    def _joining(self) -> bool:
+        """The launcher waits, with no timeout, for a process to exit."""
+        frame = sys._current_frames().get(self._main)
+        while frame is not None:
+            code = frame.f_code
+            if (Path(code.co_filename).name, code.co_name) in _JOINS and "multiprocessing" in code.co_filename:
+                return frame.f_locals.get("timeout", 0) is None
+            frame = frame.f_back
+        return False
+
+    def _watch(self) -> None:
+        while not self._returned.wait(0.1):
+            done = _markers(self.folder, "done")
+            if len(done) < self.world_size:
+                continue
+            waited = time.time() - max(float(t) for t in done.values())
+            if waited < STALL_S:
+                continue
+            started = _markers(self.folder, "started")
+            alive = [rank for rank, pid in started.items() if child_state(int(pid)) == "running"]
+            if not alive:
+                continue
+            samples = []
+            for _ in range(self.SAMPLES):
+                samples.append(self._joining())
+                if self._returned.wait(0.1):
+                    return
+            if all(samples) and self._record(waited, alive):
+                return
+
+    def _record(self, waited: float, alive: list[int]) -> bool:
+        """Record the stall and stop the processes, if some of them are blocked writing their result
+        (their stacks, dumped after they returned, are in multiprocessing's queue or connection code):
+        a process that is merely slow to exit (an interpreter with torch, on a loaded machine) is
+        left alone."""
+        stacks = {}
+        for rank in alive:
+            try:
+                stacks[str(rank)] = Path(self.folder, STACK_DUMP_FILE.format(rank=rank)).read_text()[-6000:]
+            except OSError:
+                stacks[str(rank)] = ""
+        writing = [rank for rank, stack in stacks.items() if "multiprocessing/queues.py" in stack
+                   or ("multiprocessing/connection.py" in stack and "send" in stack)]
+        if not writing:
+            return False
+        student = [f"{Path(file).name}:{line} in {name}()" for file, name, line in _frames(self._main)
+                   if file == self.student_file]
+        self.seen = {"seconds_after_return": round(waited, 2), "alive": alive, "writing": writing,
+                     "launcher_at": student[-1:]}
+        for rank, pid in _markers(self.folder, "started").items():
+            if rank in alive:
+                kill_process(int(pid))
+        return True
+
+
+def _warm_forkserver() -> None:
+    """A forkserver the launcher may start imports torch once, not once per rank: only faster."""
+    multiprocessing.set_forkserver_preload(["torch", "torch.multiprocessing"])
+
+
+def launch_identity(ctx: RankContext, world_size: int, start_method: str, delays: list[float], seed: int,
+                    size: int) -> dict[str, Any]:
     launch = ctx.student("launch_distributed")
     markers = ctx.run_dir / "markers"
     markers.mkdir()
+    _warm_forkserver()
     ctx.facts["launcher_pid"] = os.getpid()
     started = time.perf_counter()
-    results = launch(report_identity, world_size, ("token-42", str(markers)), start_method)
+    with StallWatch(markers, world_size, str(ctx.student_file)) as watch:
+        try:
+            results = launch(report_identity, world_size, ("token-42", str(markers), delays, seed, size), start_method)
+        except Exception:
+            if watch.seen is None:
+                raise
+            results = None  # the processes the watchdog stopped made the launcher raise
     ctx.facts["seconds"] = time.perf_counter() - started
-    ctx.facts["children_after_return"] = len(_children())
-    ctx.facts["finished_at_return"] = sorted(p.name for p in markers.iterdir())
+    ctx.facts["stalled"] = watch.seen
+    finished = _markers(markers, "done")
+    ctx.facts["left_behind"] = _left_behind(markers)
+    ctx.facts["finished_at_return"] = sorted(finished)
+    ctx.facts["finish_order"] = sorted(finished, key=lambda rank: float(finished[rank]))
     ctx.facts["results"] = _plain(results)
     return {}
 
 
 def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict[str, Any]:
     launch = ctx.student("launch_distributed")
-    started = time.perf_counter()
+    markers = ctx.run_dir / "markers"
+    markers.mkdir()
+    _warm_forkserver()
     try:
-        launch(fail_on_last_rank, world_size, (), start_method)
+        launch(fail_on_last_rank, world_size, (str(markers),), start_method)
         ctx.facts["raised"] = None
     except NotImplementedError:
         raise  # the untouched stub: "not implemented yet", not "an error without a traceback"
     except Exception as exc:
         ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:]}
-    ctx.facts["seconds"] = time.perf_counter() - started
-    ctx.facts["children_after_return"] = len(_children())
+    returned = time.time()
+    raised_at = _markers(markers, "raised").get(world_size - 1)
+    ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None
+    ctx.facts["slept_before_return"] = sorted(rank for rank, at in _markers(markers, "slept").items()
+                                              if float(at) <= returned)
+    ctx.facts["left_behind"] = _left_behind(markers)
     return {}

@@ -1,7 +1,7 @@
 """Judging exercise 7 from what every process of the torchrun launch recorded (workers.py, shim.py).
 
 One launch serves every check: three processes over two simulated nodes, RANK 0, 1, 2 with
-LOCAL_RANK 0, 1, 0.
+LOCAL_RANK 0, 1, 0. The number of steps is drawn per grading. Signatures: DIAGNOSES.md.
 """
 
 from __future__ import annotations
@@ -11,12 +11,19 @@ from typing import Any
 import numpy as np
 
 from grader.checks.api import CheckContext, check
-from grader.checks.diagnose import student_line
+from grader.checks.compare import ATOL, RTOL, near, scale_of
+from grader.checks.diagnose import student_line, stuck_frame
 
 NODES = [2, 1]
 WORLD = sum(NODES)
-STEPS = 3
-MAX_LAUNCH_S = 15.0  # a correct launch takes about a second
+LOCAL_RANKS = [local for size in NODES for local in range(size)]
+STEP_CHOICES = (2, 4, 5)  # never the 3 of the docstring's example: a hard-coded count shows
+BATCH, LR = 8, 0.1
+MAX_LAUNCH_S = 15.0  # a correct launch takes about a second, two on a loaded machine
+
+
+def _steps(ctx: CheckContext) -> int:
+    return STEP_CHOICES[ctx.seed % len(STEP_CHOICES)]
 
 
 def _at(error: dict[str, Any]) -> str:
@@ -25,29 +32,72 @@ def _at(error: dict[str, Any]) -> str:
 
 
 def _named_init_mistake(processes: list[dict[str, Any]]) -> str:
-    """A hard-coded rank, world size or rendezvous, read from init_process_group's arguments."""
-    for process in processes:
-        env, calls = process["env"], process["init_calls"]
-        if not calls:
-            continue
-        call, rank, world = calls[0], int(env["RANK"]), int(env["WORLD_SIZE"])
-        if call["rank"] is not None and call["rank"] != rank:
-            return (f"hard-coded rank: the process torchrun started with RANK={rank} called "
-                    f"init_process_group(rank={call['rank']}); read RANK from the environment, or pass no rank "
-                    "and let env:// read it")
-        if call["world_size"] is not None and call["world_size"] != world:
-            return (f"hard-coded world size: init_process_group(world_size={call['world_size']}) in a launch of "
-                    f"WORLD_SIZE={world} processes; read WORLD_SIZE from the environment")
+    """A rank, world size or rendezvous of the code's own, read from init_process_group's arguments
+    in every process: LOCAL_RANK or LOCAL_WORLD_SIZE where each process passed its own, else a
+    value that is not the launcher's."""
+    calls = [(p, {name: int(p["env"][name]) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")},
+              p["init_calls"][0]) for p in processes if p["init_calls"]]
+    wrong_rank = [(p, env, call) for p, env, call in calls if call["rank"] is not None and call["rank"] != env["RANK"]]
+    if wrong_rank:
+        if all(call["rank"] == env["LOCAL_RANK"] for _, env, call in calls):
+            _, env, call = wrong_rank[0]
+            return (f"LOCAL_RANK used as the global rank: the process with RANK={env['RANK']} (LOCAL_RANK="
+                    f"{env['LOCAL_RANK']}) called init_process_group(rank={call['rank']}); the rank is RANK")
+        _, env, call = wrong_rank[0]
+        return (f"hard-coded rank: the process torchrun started with RANK={env['RANK']} called "
+                f"init_process_group(rank={call['rank']}); read RANK from the environment, or pass no rank "
+                "and let env:// read it")
+    wrong_world = [(env, call) for _, env, call in calls
+                   if call["world_size"] is not None and call["world_size"] != env["WORLD_SIZE"]]
+    if wrong_world:
+        env, call = wrong_world[0]
+        if all(call["world_size"] == env["LOCAL_WORLD_SIZE"] for _, env, call in calls):
+            return (f"LOCAL_WORLD_SIZE used where WORLD_SIZE is meant: init_process_group(world_size="
+                    f"{call['world_size']}) in a launch of WORLD_SIZE={env['WORLD_SIZE']} processes "
+                    f"({env['LOCAL_WORLD_SIZE']} on the node of RANK={env['RANK']})")
+        return (f"hard-coded world size: init_process_group(world_size={call['world_size']}) in a launch of "
+                f"WORLD_SIZE={env['WORLD_SIZE']} processes; read WORLD_SIZE from the environment")
+    for process, env, call in calls:
         if call["init_method"] not in (None, "env://"):
             return (f"init_process_group(init_method={call['init_method']!r}): under torchrun use env:// (the "
                     "default), which reads MASTER_ADDR and MASTER_PORT from the launcher")
+        if call["backend"] and "nccl" in str(call["backend"]) and process["error"]:
+            return (f"the process with RANK={env['RANK']} asked for nccl on a machine without GPUs: choose gloo "
+                    "when no GPU is available (nccl only when pick_device() returned a GPU)")
     return ""
+
+
+def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
+    """Where each process of a launch that did not finish was, from the stacks it dumped."""
+    places = []
+    for process in launch["processes"]:
+        where = stuck_frame(process.get("stack", ""), ctx.student_file)
+        if where and not process.get("script_finished"):
+            places.append(f"the process with RANK={process['env']['RANK']} was at {where}")
+    finished = [p for p in launch["processes"] if p.get("script_finished")]
+    if finished:
+        places.append(f"RANK {', '.join(p['env']['RANK'] for p in finished)} had finished the script")
+    joining = [p["env"]["RANK"] for p in finished
+               if "multiprocessing/util.py" in p.get("stack", "") and "_exit_function" in p.get("stack", "")]
+    if joining:
+        places.append(f"the process{'es' if len(joining) > 1 else ''} of RANK {', '.join(joining)} did not exit: "
+                      "multiprocessing was waiting for a Process the script started and never joined (a Process that "
+                      "is not a daemon is joined at exit)")
+    located = ": " + "; ".join(places) if places else ""
+    return (f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. "
+            f"Node 0 ran `{launch['commands'][0]}`")
+
+
+def _launch(ctx: CheckContext) -> tuple[dict[str, Any], float]:
+    timeout = min(MAX_LAUNCH_S, ctx.deadline - 3.0)
+    [launch] = ctx.facts("torchrun", nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))],
+                         timeout=timeout)
+    return launch, timeout
 
 
 def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
     """Every process's facts after a launch in which all of them finished without error."""
-    timeout = min(MAX_LAUNCH_S, ctx.deadline - 3.0)
-    [launch] = ctx.facts("torchrun", nprocs=1, nodes=NODES, script_args=["--steps", str(STEPS)], timeout=timeout)
+    launch, timeout = _launch(ctx)
     processes = launch["processes"]
     errors = [p["error"] for p in processes if p["error"]]
     stub = next((e for e in errors if e.get("not_implemented")), None)
@@ -62,10 +112,8 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
         if error and error["stage"] == "running the script":
             raise ctx.fail(f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
                            f"{error['message']}{_at(error)}", details=error.get("traceback", ""))
-    command = launch["commands"][0]
     if launch["timed_out"]:
-        raise ctx.fail(f"the torchrun launch did not finish within {timeout:g} s (a hang?); node 0 ran `{command}`",
-                       details="\n".join(launch["agent_output"]))
+        raise ctx.fail(_hang(ctx, launch, timeout), details="\n".join(launch["agent_output"]))
     if len(processes) < WORLD or any(code != 0 for code in launch["exit_codes"]):
         raise ctx.fail(f"torchrun started {len(processes)} of {WORLD} processes and its agents exited with codes "
                        f"{launch['exit_codes']}", details="\n".join(launch["agent_output"]))
@@ -85,18 +133,62 @@ def joins_from_env(ctx: CheckContext) -> None:
                            f"as {group}", hint=2)
 
 
+def _close(a: list[list[float]], b: list[list[float]]) -> bool:
+    return len(a) == len(b) and all(np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b))
+
+
+def _arrays(values: list[list[float]]) -> dict[str, np.ndarray]:
+    return {str(i): np.asarray(v) for i, v in enumerate(values)}
+
+
+def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: dict[str, Any]) -> str:
+    """Why rank 0's weights after `step` (0-based; every earlier step matched) are not the reference's."""
+    got, expected = rank0["steps"][step], want["steps"][step]
+    number = step + 1
+    if _close(got["grads"], expected["grads"]):
+        before = rank0["steps"][step - 1]["params"] if step else rank0["start"]["values"]
+        moved = [np.subtract(a, b) for a, b in zip(got["params"], before)]
+        meant = [np.subtract(a, b) for a, b in zip(expected["params"], before)]
+        ratio = scale_of(_arrays(moved), _arrays(meant))
+        if step == 0:
+            return (f"step 1's gradient equals the reference's, but the update is {ratio:.3g} times plain SGD's: "
+                    f"a learning rate of {LR * ratio:.3g} where {LR:g} is asked")
+        return (f"the gradients equal the reference's and step 1 too, but step {number}'s update is {ratio:.3g} "
+                f"times plain SGD's (lr {LR:g}): not plain SGD from step 2 on (momentum? another optimizer?)")
+    ratio = scale_of(_arrays(got["grads"]), _arrays(expected["grads"]))
+    if step == 0 and near(ratio, BATCH):
+        return (f"loss summed, not averaged: the first gradient is {ratio:.3g} times the reference, the batch size "
+                f"{BATCH}; use the mean loss (F.mse_loss's default)")
+    if step == 0 and near(ratio, WORLD):
+        return (f"gradients summed over the processes, not averaged: the first gradient is {ratio:.3g} times the "
+                f"reference, the world size {WORLD}")
+    if step == 0:
+        local = ctx.reference("reference", start=rank0["start"], batch_ranks=LOCAL_RANKS, steps=1)
+        if _close(got["grads"], local["steps"][0]["grads"]):
+            return (f"two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
+                    f", step) (the process with RANK=2 used node 0's batch of LOCAL_RANK 0), not of make_batch(RANK, "
+                    f"step); pick the batch by the global rank")
+    spread = max(float(np.max(np.abs(np.subtract(a, b)))) for a, b in zip(got["params"], expected["params"]))
+    return (f"after step {number} the weights differ from one process training on the union of the ranks' batches "
+            f"by up to {spread:.3g} (the gradient of step {number} is {ratio:.3g} times the reference's)")
+
+
 @check("trains_in_sync")
 def trains_in_sync(ctx: CheckContext) -> None:
-    processes = _processes(ctx)
+    processes, steps = _processes(ctx), _steps(ctx)
     counts = [len(p["steps"]) for p in processes]
-    if counts != [STEPS] * WORLD:
-        raise ctx.fail(f"the processes took {counts} optimizer steps; the script was run with --steps {STEPS}", hint=4)
-    first = processes[0]["steps"]
+    if counts != [steps] * WORLD:
+        raise ctx.fail(f"the processes took {counts} optimizer steps; the script was run with --steps {steps}", hint=4)
+    rank0 = processes[0]
     for process in processes[1:]:
-        for step, (mine, theirs) in enumerate(zip(process["steps"], first), 1):
-            if any(not np.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(mine, theirs)):
+        for step, (mine, theirs) in enumerate(zip(process["steps"], rank0["steps"]), 1):
+            if not _close(mine["params"], theirs["params"]):
                 raise ctx.fail(f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
                                "than rank 0: train the DistributedDataParallel wrapper, not the plain model", hint=4)
+    want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
+    for step in range(steps):
+        if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
+            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint=4)
 
 
 @check("device_from_local_rank")
@@ -109,24 +201,40 @@ def device_from_local_rank(ctx: CheckContext) -> None:
         chosen = process.get("set_device") or []
         if error or process["device"] != f"cuda:{local}":
             picked = process["device"] or (f"cuda:{chosen[-1]}" if chosen else None)
-            if picked == f"cuda:{rank}":
-                raise ctx.fail(f"RANK used where LOCAL_RANK is needed: on a node with faked GPUs, {place} picked "
+            if picked == f"cuda:{rank}" and rank != local:
+                raise ctx.fail(f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {place} picked "
                                f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK", hint=3)
             shown = f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
-            raise ctx.fail(f"pick_device() on a node with faked GPUs, in {place}, {shown}; expected cuda:{local}",
+            raise ctx.fail(f"pick_device() on a node with simulated GPUs, in {place}, {shown}; expected cuda:{local}",
                            hint=3)
-        if chosen != [int(local)]:
-            raise ctx.fail(f"pick_device() in {place} called torch.cuda.set_device with {chosen or 'nothing'}; "
-                           f"bind the process to its GPU with torch.cuda.set_device({local})", hint=3)
+        if process.get("bound") != int(local):
+            bound = f"left GPU {process.get('bound')} bound" if chosen else "bound no GPU"
+            raise ctx.fail(f"pick_device() in {place} returned cuda:{local} but {bound}; bind the process to its GPU "
+                           f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)", hint=3)
 
 
 @check("logs_from_rank0")
 def logs_from_rank0(ctx: CheckContext) -> None:
     processes = _processes(ctx)
-    for process in processes[1:]:
-        if process["printed"].strip():
-            line = process["printed"].strip().splitlines()[0]
-            raise ctx.fail(f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
-                           f"{line!r}; print only where RANK is 0", hint=5)
+    printing = [p for p in processes[1:] if p["printed"].strip()]
+    per_node = {p["env"]["RANK"] for p in processes if p["env"]["LOCAL_RANK"] == "0"} - {"0"}
+    if printing and processes[0]["printed"].strip() and {p["env"]["RANK"] for p in printing} == per_node:
+        raise ctx.fail(f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
+                       f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
+                       "rank, RANK == 0", hint=5)
+    if printing:
+        process = printing[0]
+        line = process["printed"].strip().splitlines()[0]
+        raise ctx.fail(f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
+                       f"{line!r}; print (or log) only where RANK is 0", hint=5)
     if not processes[0]["printed"].strip():
-        raise ctx.fail("rank 0 printed nothing: log one line per step from rank 0", hint=5)
+        raise ctx.fail("rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from "
+                       "rank 0", hint=5)
+
+
+@check("destroys_group")
+def destroys_group(ctx: CheckContext) -> None:
+    for process in _processes(ctx):
+        if process["initialized_at_end"]:
+            raise ctx.fail(f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
+                           "process group; call dist.destroy_process_group() when training is done", hint=6)

@@ -1,31 +1,40 @@
 """Runs inside every process torchrun starts, around the student's script.
 
 `run(SCRIPT, *ARGS)` is torchrun's entrypoint (see workers.py). It records raw facts (the
-environment torchrun set, the arguments of init_process_group, what was printed, the weights after
-every optimizer step, and the device `pick_device()` picks on a node with faked GPUs), runs SCRIPT
-as `python SCRIPT ARGS...` would (`__name__ == "__main__"`, sys.argv, its folder first on
-sys.path; sys.exit(0) is a normal end), and writes the facts as JSON to
-$GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash. Nothing
-is judged here.
+environment torchrun set, the arguments of init_process_group, what the script printed or logged
+on either stream, the weights before the first optimizer step and the gradients and weights of
+every step, whether the group was destroyed, and the device `pick_device()` picks on a node with
+simulated GPUs), runs SCRIPT as `python SCRIPT ARGS...` would (`__name__ == "__main__"`,
+sys.argv, its folder first on sys.path; sys.exit(0) is a normal end), and writes the facts as JSON
+to $GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash. On
+STACK_DUMP_SIGNAL it writes its Python stacks beside them. Nothing is judged here.
 """
 
 from __future__ import annotations
 
 import ctypes
 import datetime
+import faulthandler
 import functools
 import inspect
 import json
+import logging
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
+
+from grader.engine.processes import STACK_DUMP_SIGNAL
 
 FACTS_ENV = "GRADER_EX07_FACTS"
 TIMEOUT_ENV = "GRADER_EX07_GROUP_TIMEOUT"
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 MAX_PRINTED = 4000  # characters of output kept
+STACK_FILE = "stack-rank{rank}.txt"
+_LOGGING_FILE = logging.__file__
+_WARNINGS_FILE = warnings.__file__
 
 
 class Facts:
@@ -33,7 +42,9 @@ class Facts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.data: dict[str, Any] = {"printed": "", "init_calls": [], "steps": [], "device": None, "error": None}
+        self.data: dict[str, Any] = {"printed": "", "init_calls": [], "start": None, "steps": [], "device": None,
+                                     "error": None, "destroy_calls": 0, "initialized_at_end": None,
+                                     "script_finished": False}
 
     def update(self, **values: Any) -> None:
         self.data.update(values)
@@ -45,15 +56,31 @@ class Facts:
         temporary.replace(self.path)
 
 
-class CountingStream:
-    """A stdout that keeps a copy of what the script prints."""
+class EmittedStream:
+    """stdout or stderr, keeping a copy of what the script itself emits: its prints, and the
+    records its own loggers write (a warning torch shows, or a record of torch's logger, is not
+    the script's output)."""
 
-    def __init__(self, stream: TextIO, facts: Facts) -> None:
-        self._stream, self._facts = stream, facts
+    def __init__(self, stream: TextIO, facts: Facts, script: str) -> None:
+        self._stream, self._facts, self._script = stream, facts, script
+
+    def _from_script(self) -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == _WARNINGS_FILE:
+                return False
+            if code.co_filename == _LOGGING_FILE and code.co_name == "handle":
+                record = frame.f_locals.get("record")
+                return getattr(record, "pathname", None) == self._script
+            if code.co_filename == self._script:
+                return True
+            frame = frame.f_back
+        return False
 
     def write(self, text: str) -> int:
         printed = self._facts.data["printed"]
-        if len(printed) < MAX_PRINTED:
+        if text and len(printed) < MAX_PRINTED and self._from_script():
             self._facts.update(printed=printed + text[: MAX_PRINTED - len(printed)])
         return self._stream.write(text)
 
@@ -97,36 +124,86 @@ def _spy_init(facts: Facts) -> None:
     dist.init_process_group = init_process_group
 
 
+def _count_destroy(facts: Facts) -> None:
+    import torch.distributed as dist
+
+    destroy = dist.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        facts.update(destroy_calls=facts.data["destroy_calls"] + 1)
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = destroy_process_group
+
+
+def _clear_of_teardown_deadlock() -> None:
+    """Keep a torch 2.13 deadlock at the end of a DDP script from failing correct code.
+
+    Every backward stashes a Python object (a contextvars.Context, for compiled autograd's device
+    threads) in torch's thread-local state; the gloo work items DDP issues during backward capture
+    that state, and the gloo thread that destroys the last of them needs the GIL to drop it. When
+    the process group is freed meanwhile (DDP's reducer freed after destroy_process_group), the
+    main thread waits for that gloo thread while holding the GIL, for ever. It happens whenever the
+    gloo thread runs late, as on a loaded machine (measured: half of the launches of two sandboxed
+    gradings side by side). Eager training on the CPU never reads the stash: here it stays empty.
+    """
+    import torch
+
+    if hasattr(torch._C, "_stash_obj_in_tls"):
+        torch._C._stash_obj_in_tls = lambda key, value: None
+
+
+def _flat(params: list[Any]) -> list[list[float]]:
+    return [p.detach().cpu().reshape(-1).tolist() for p in params]
+
+
 def _record_steps(facts: Facts) -> None:
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    """The weights the first step starts from, and each step's gradients and resulting weights."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def parameters(optimizer: Any) -> list[Any]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def before_step(optimizer: Any, *_: Any) -> None:
+        params = parameters(optimizer)
+        if facts.data["start"] is None:
+            facts.data["start"] = {"values": _flat(params), "shapes": [list(p.shape) for p in params]}
+        grads = [p.grad if p.grad is not None else p.new_zeros(p.shape) for p in params]
+        facts.data["steps"].append({"grads": _flat(grads)})
 
     def after_step(optimizer: Any, *_: Any) -> None:
-        params = [p.detach().cpu().reshape(-1).tolist() for g in optimizer.param_groups for p in g["params"]]
-        facts.data["steps"].append(params)
+        if facts.data["steps"]:
+            facts.data["steps"][-1]["params"] = _flat(parameters(optimizer))
         facts.save()
 
+    register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
 
 
-def _device_on_fake_gpu_node(script: dict[str, Any], facts: Facts) -> str | None:
-    """What pick_device() returns on a node with LOCAL_WORLD_SIZE (faked) GPUs."""
+def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str | None:
+    """What pick_device() returns on a node with LOCAL_WORLD_SIZE (simulated) GPUs, and the GPU bound
+    when it returns; "cuda" alone means that bound GPU, as it would for a tensor."""
     import torch
+
+    from grader.checks.simulated_gpu import SimulatedGpuNode
 
     pick_device = script.get("pick_device")
     if not callable(pick_device):
         return None
-    gpus = int(os.environ["LOCAL_WORLD_SIZE"])
-
-    def set_device(device: Any) -> None:
-        index = device if isinstance(device, int) else torch.device(device).index
-        facts.update(set_device=[*facts.data.get("set_device", []), index])
-        if index is None or not 0 <= index < gpus:
-            raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{index} on a node with {gpus} GPUs)")
-
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: gpus
-    torch.cuda.set_device = set_device
-    return str(pick_device())
+    bindings: list[int | None] = []
+    node = SimulatedGpuNode(int(os.environ["LOCAL_WORLD_SIZE"]),
+                            lambda event: (bindings.append(event["device"]), facts.update(set_device=bindings)))
+    node.install()
+    chosen = pick_device()
+    facts.update(bound=node.current)
+    try:
+        device = torch.device(chosen)
+    except (RuntimeError, TypeError):
+        return repr(chosen)[:80]
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{node.current}"
+    return str(device)
 
 
 def _describe(exc: BaseException, script: str) -> dict[str, Any]:
@@ -138,13 +215,26 @@ def _describe(exc: BaseException, script: str) -> dict[str, Any]:
     return describe_exception(exc, Path(script))
 
 
+def _arm_stack_dump(folder: Path, rank: str) -> None:
+    if hasattr(faulthandler, "register"):
+        stacks = open(folder / STACK_FILE.format(rank=rank), "w")  # noqa: SIM115 - open for the process's life
+        faulthandler.register(STACK_DUMP_SIGNAL, file=stacks, all_threads=True)
+
+
 def run(script: str, *script_args: str) -> None:
     """torchrun's entrypoint in every process: the student's script as __main__, under the spies."""
+    import torch.distributed as dist
+
     die_with_parent()
-    facts = Facts(Path(os.environ[FACTS_ENV]) / f"rank{os.environ['RANK']}.json")
+    folder = Path(os.environ[FACTS_ENV])
+    _arm_stack_dump(folder, os.environ["RANK"])
+    facts = Facts(folder / f"rank{os.environ['RANK']}.json")
     facts.update(env={name: os.environ.get(name) for name in TORCHRUN_VARIABLES}, pid=os.getpid())
-    sys.stdout = CountingStream(sys.stdout, facts)
+    sys.stdout = EmittedStream(sys.stdout, facts, script)
+    sys.stderr = EmittedStream(sys.stderr, facts, script)
     _spy_init(facts)
+    _count_destroy(facts)
+    _clear_of_teardown_deadlock()
     _record_steps(facts)
     sys.argv = [script, *script_args]
     sys.path.insert(0, str(Path(script).parent))
@@ -160,7 +250,9 @@ def run(script: str, *script_args: str) -> None:
         raise
     finally:
         sys.stdout.flush()
+        sys.stderr.flush()
+    facts.update(script_finished=True, initialized_at_end=dist.is_initialized())
     try:
-        facts.update(device=_device_on_fake_gpu_node(names, facts))
+        facts.update(device=_device_on_simulated_gpu_node(names, facts))
     except Exception as exc:  # a fact about pick_device, not a failure of the launch
-        facts.update(error={**_describe(exc, script), "stage": "pick_device() on a node with faked GPUs"})
+        facts.update(error={**_describe(exc, script), "stage": "pick_device() on a node with simulated GPUs"})
