@@ -66,9 +66,14 @@ def _epoch_sets(batches: Batches, per_epoch: int, epochs: int) -> list[set[int]]
     return [set(sum(batches[e * per_epoch:(e + 1) * per_epoch], [])) for e in range(epochs)]
 
 
+def _follows(got: Batches, want: Batches) -> bool:
+    """Whether `got` is `want` or its beginning (a loop may stop early; the step count says if that is wrong)."""
+    return len(got) <= len(want) and got == want[:len(got)]
+
+
 def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | None:
-    """None if every rank drew exactly the expected batches; else what is wrong with the data."""
-    ranks = [r for r, (got, want) in enumerate(zip(observed, pipeline.expected)) if got != want]
+    """None if every rank drew the expected batches (or their beginning); else what is wrong with the data."""
+    ranks = [r for r, (got, want) in enumerate(zip(observed, pipeline.expected)) if not _follows(got, want)]
     if not ranks:
         return None
     rank = ranks[0]
@@ -92,7 +97,7 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
         return Finding("partial_batch_used", f"rank {rank} trained on a partial batch of {len(partial)} samples; "
                        "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))")
     for name, batches in pipeline.mistakes.items():
-        if observed[rank] == batches[rank] and name in _NAMED_ORDERS:
+        if got and _follows(got, batches[rank]) and name in _NAMED_ORDERS:
             headline, why = _NAMED_ORDERS[name]
             first = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
             return Finding(name, f"{headline}: rank {rank}'s batch {first + 1} held samples {got[first][:6]}..., "

@@ -226,6 +226,10 @@ class _Diagnosis:
                 return Finding("adam_like", f"another optimizer: {context}{at} every weight with a gradient moved by "
                                f"exactly lr = {lr:g}, whatever its gradient: Adam's first step, not SGD's", step)
         named = self._exact_factor(update, expected, _UPDATE_SCALES)
+        if len(named) > 1:
+            names = " = ".join(name for name, _, _ in named)
+            return Finding("ambiguous_scale", f"{headline}: it is exactly {_fraction(scale_of(update, expected))} the "
+                           f"reference's ({names} here, so the numbers cannot tell which)", step)
         if len(named) == 1:
             name, power, value = named[0]
             cause, headline_scale = _UPDATE_SCALES[(name, power)]
