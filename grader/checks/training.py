@@ -144,6 +144,56 @@ class StepRecorder:
         return {"initial": self.initial, "start": self.start, "steps": self.steps}
 
 
+class ShardStepRecorder:
+    """For every optimizer step: each parameter's gradient before the step and its value after, as
+    the flat piece this rank holds (a DTensor's local shard, an FSDP1 view into the flat shard, or
+    the whole tensor), named after `model`'s parameters as they are named at that step. Joined in
+    rank order, the pieces of all ranks are the whole tensors: FSDP2 shards along dim 0, FSDP1 in
+    contiguous flat ranges (grader.checks.trajectory.gathered_steps)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._names = {id(p): name for name, p in model.named_parameters()}
+        self.steps: list[dict[str, Any]] = []
+        self.layouts: dict[str, list[list[Any]]] = {}  # an FSDP1 flat parameter's [name or None, numel] segments
+        self._handles = [register_optimizer_step_pre_hook(self._before),
+                         register_optimizer_step_post_hook(self._after)]
+
+    @staticmethod
+    def _piece(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        if tensor is None:
+            return None
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return local.detach().cpu().reshape(-1).clone()
+
+    def _named(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+        from torch.distributed.fsdp._common_utils import clean_tensor_name
+
+        self._names.update({id(p): clean_tensor_name(name) for name, p in self._model.named_parameters()})
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        named = [(self._names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
+        for name, p in named:
+            if hasattr(p, "_numels_with_padding") and name not in self.layouts:
+                inner = iter(p._fqns)
+                self.layouts[name] = [[None if padding else next(inner), numel]
+                                      for numel, padding in zip(p._numels_with_padding, p._is_padding_mask)]
+        return named
+
+    def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        grads = {}
+        for name, p in self._named(optimizer):
+            piece = self._piece(p.grad)
+            grads[name] = piece if piece is not None else torch.zeros_like(self._piece(p))
+        self.steps.append({"grads": grads})
+
+    def _after(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.steps[-1]["params"] = {name: self._piece(p) for name, p in self._named(optimizer)}
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
 def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[], Any],
                     inputs: torch.Tensor | None = None) -> None:
     """Run `train()` (the student's loop on `model`) under a StepRecorder, and a ForwardRecorder

@@ -59,9 +59,9 @@ _GRADIENT_SCALES = {
     ("b", -1): ("divided_by_b", "loss divided by the batch size twice",
                 "1/b for b = {v}: the mean loss already divides by the batch size"),
     ("W", 1): ("summed_over_ranks", "gradients summed across ranks, not averaged",
-               "the world size W = {v}: DDP already averages the gradients over the ranks"),
-    ("W", -1): ("divided_by_world_size", "gradient divided by the world size on top of DDP's average",
-                "1/W for W = {v}: DDP already averages over the ranks"),
+               "the world size W = {v}: DDP and FSDP already average the gradients over the ranks"),
+    ("W", -1): ("divided_by_world_size", "gradient divided by the world size on top of the average over ranks",
+                "1/W for W = {v}: DDP and FSDP already average the gradients over the ranks"),
     ("k", 1): ("loss_not_divided_by_k", "loss not divided by k",
                "k = {v}: the k micro-batch gradients add up; divide each micro-batch loss by k"),
     ("k", -1): ("divided_by_k_twice", "loss divided by k twice",
@@ -258,3 +258,45 @@ def diagnose(steps: list[dict], start: Arrays, reference: list[dict], reference_
         if first_difference(got["params"], want["params"]) is not None:
             return diagnosis.update(number)
     return None
+
+
+def _joined(per_rank: list[dict], number: int, kind: str, layouts: dict[str, list]) -> dict[str, np.ndarray] | None:
+    """Every named tensor of one step, its pieces joined in rank order; an FSDP1 flat parameter is
+    split into the parameters it holds (its layout: [name or None for padding, numel] in order)."""
+    names = per_rank[0][number].get(kind, {})
+    joined: dict[str, np.ndarray] = {}
+    for name in names:
+        pieces = [steps[number].get(kind, {}).get(name) for steps in per_rank]
+        if any(piece is None for piece in pieces):
+            return None
+        whole = np.concatenate([np.asarray(piece).ravel() for piece in pieces])
+        if name not in layouts:
+            joined[name] = whole
+            continue
+        prefix = name.rpartition(".")[0]
+        offset = 0
+        for inner, numel in layouts[name]:
+            if inner is not None:
+                joined[f"{prefix}.{inner}" if prefix else inner] = whole[offset:offset + numel]
+            offset += numel
+    return joined
+
+
+def gathered_steps(per_rank: list[list[dict]], shapes: dict[str, tuple[int, ...]],
+                   layouts: dict[str, list] | None = None) -> list[dict] | None:
+    """Whole-tensor steps from the flat pieces every rank recorded (training.ShardStepRecorder),
+    joined in rank order; None when the pieces do not make the whole tensors."""
+    counts = {len(steps) for steps in per_rank}
+    if len(counts) != 1:
+        return None
+    whole = []
+    for number in range(counts.pop()):
+        step = {}
+        for kind in ("grads", "params"):
+            joined = _joined(per_rank, number, kind, layouts or {})
+            if joined is None or any(name not in joined or joined[name].size != int(np.prod(shape))
+                                     for name, shape in shapes.items()):
+                return None
+            step[kind] = {name: joined[name].reshape(shape) for name, shape in shapes.items()}
+        whole.append(step)
+    return whole

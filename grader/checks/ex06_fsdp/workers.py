@@ -22,7 +22,8 @@ from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
-from grader.checks.training import TinyTransformer, make_regression, make_transformer, state, train_reference
+from grader.checks.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, state, \
+    train_reference
 from grader.engine.rank_runtime import RankContext
 
 UNIT_TYPES = (FSDPModule, FullyShardedDataParallel)
@@ -97,6 +98,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str,
     ctx.facts["optimizer_steps"] = optimizer_steps = []
     handle = register_optimizer_step_pre_hook(
         lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model)))
+    shard_steps = ShardStepRecorder(model)  # every step's pieces, for matches_reference
+    ctx.facts.update(shard_steps=shard_steps.steps, flat_layouts=shard_steps.layouts)
     train_fsdp = ctx.student("train_fsdp")
     saved = train_fsdp(ctx.rank, ctx.world_size, model, batches, lr)
     handle.remove()
@@ -140,6 +143,8 @@ def reference(ctx: RankContext, world_size: int, steps: int, batch_size: int, lr
     dataset: TensorDataset = make_regression(steps * union)
     losses: list[float] = []
     initial = state(model)
-    train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,
-                    losses=losses)
-    return {"losses": losses, "initial": initial, "final": state(model)}
+    recorder = train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,
+                               losses=losses)
+    every = recorder.facts()  # every step, for the trajectory diagnosis of matches_reference
+    return {"losses": losses, "initial": initial, "final": state(model), "steps": every["steps"],
+            "start": every["start"], "momentum": MOMENTUM}
