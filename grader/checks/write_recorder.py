@@ -16,8 +16,9 @@ path, and when it landed (grader.checks.writes). Nothing here judges.
 waits for rank 0 (it entered a barrier that rank 0 has not entered yet) or has moved on without
 waiting (called `torch.load`, or returned from the function under test). A rank that does not wait
 for the checkpoint then reaches it before the file lands, every time, while code that waits costs
-nothing. The times of loads and returns are taken before their waypoint is marked, so that "before
-the file landed" is decided by causality, not by how the machine happened to schedule the ranks.
+nothing. The held save records which ranks had moved on before it began: proof by causality that
+they did not wait, whatever the clocks say. Times of loads and returns are also taken before their
+waypoint is marked, for comparisons on one host.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import io
 import inspect
 import os
+import secrets
 import sys
 import time
 from typing import Any
@@ -55,6 +57,16 @@ class Waypoints:
         self._barriers = 0
         self._moved_on = False
 
+    @classmethod
+    def for_this_run(cls, folder: str) -> Waypoints:
+        """Waypoints under a tag rank 0 draws and broadcasts (a collective: every rank calls it), so
+        that markers of another run in the same folder, a retried one say, are never read."""
+        import torch.distributed as dist
+
+        tag = [secrets.token_hex(8)]
+        dist.broadcast_object_list(tag, src=0)
+        return cls(folder, tag[0], dist.get_rank(), dist.get_world_size())
+
     def _touch(self, marker: str) -> None:
         os.close(os.open(marker, os.O_CREAT | os.O_WRONLY, 0o600))
 
@@ -73,7 +85,8 @@ class Waypoints:
             self._moved_on = True
             self._touch(self._moved_marker(self._rank))
 
-    def wait_for_others(self, limit: float = HOLD_LIMIT) -> None:
+    def wait_for_others(self, limit: float = HOLD_LIMIT) -> list[int]:
+        """Wait until every other rank waits for this one or has moved on; the ranks that had moved on."""
         give_up = time.monotonic() + limit
         pending = [r for r in range(self._world_size) if r != self._rank]
         while pending and time.monotonic() < give_up:
@@ -81,6 +94,7 @@ class Waypoints:
                                                    or os.path.exists(self._barrier_marker(self._barriers + 1, r)))]
             if pending:
                 time.sleep(0.002)
+        return [r for r in range(self._world_size) if r != self._rank and os.path.exists(self._moved_marker(r))]
 
 
 class WriteRecorder:
@@ -153,7 +167,7 @@ class WriteRecorder:
             if self._hold and self._waypoints is not None:
                 self._quiet += 1
                 try:
-                    self._waypoints.wait_for_others()
+                    event["moved_on_before"] = self._waypoints.wait_for_others()
                 finally:
                     self._quiet -= 1
             event["start"] = time.time()

@@ -99,3 +99,16 @@ def writers_problem(ranks_events: list[Events], path: str, exists: bool, once: b
     if once and len(found) > 1:
         return f"rank 0 wrote the checkpoint {name} {len(found)} times; it is written once"
     return ""
+
+
+def went_on_early(ranks_events: list[Events], path: str, hosts: list[str], moments: list[list[float]]) -> list[int]:
+    """The ranks that went on (returned, loaded) before the file at `path` landed: those a held save
+    of rank 0 saw move on before it began (causal proof), and those whose clock shows one of their
+    `moments` before the landing, when they ran on the host that wrote it (other clocks may be skewed)."""
+    early = {rank for event in ranks_events[0] if event["op"] == "save" for rank in event.get("moved_on_before", [])}
+    found = landings(ranks_events, path)
+    if found:
+        last = found[-1]
+        early |= {rank for rank, times in enumerate(moments)
+                  if rank != last.rank and hosts[rank] == hosts[last.rank] and any(t < last.time for t in times)}
+    return sorted(early)

@@ -9,7 +9,7 @@ from grader.checks.api import CheckContext, check
 from grader.checks.compare import first_difference
 from grader.checks.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.checks.trajectory import Finding, Probe, Setting, diagnose
-from grader.checks.writes import landed_at, writers_problem
+from grader.checks.writes import landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 
@@ -162,10 +162,10 @@ def checkpoint_rank0_only(ctx: CheckContext) -> None:
 @check("waits_for_checkpoint")
 def waits_for_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    landed = landed_at([f["writes"] for f in ranks], _checkpoint_path(ctx))
-    if landed is None:
+    writes = [f["writes"] for f in ranks]
+    if landed_at(writes, _checkpoint_path(ctx)) is None:
         raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint=4)
-    early = [rank for rank, facts in enumerate(ranks) if facts["returned_at"] < landed]
+    early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], [[f["returned_at"]] for f in ranks])
     if early:
         raise ctx.fail(f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
                        "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "

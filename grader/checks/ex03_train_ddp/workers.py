@@ -5,6 +5,7 @@ the checkpoint back."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
@@ -22,10 +23,10 @@ def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, 
     model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
     dataset = make_regression(size)
     ctx.facts["ddp_wraps"] = ctx.spy(DistributedDataParallel, "__init__")
-    waypoints = Waypoints(os.path.dirname(checkpoint_path), os.path.basename(checkpoint_path), ctx.rank,
-                          ctx.world_size)
+    waypoints = Waypoints.for_this_run(os.path.dirname(checkpoint_path))
     writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
     ctx.facts["writes"] = writes.events
+    ctx.facts["host"] = socket.gethostname()
     train_ddp = ctx.student("train_ddp")
 
     def run() -> Any:

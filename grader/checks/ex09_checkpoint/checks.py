@@ -8,7 +8,7 @@ from typing import Any
 from grader.checks.api import CheckContext, check
 from grader.checks.compare import first_difference
 from grader.checks.trajectory import Setting, diagnose
-from grader.checks.writes import landed_at, writers_problem
+from grader.checks.writes import went_on_early, writers_problem
 from grader.engine import RunResult
 
 SIZE, BATCH, LR = 96, 4, 0.05
@@ -23,12 +23,13 @@ def _path(ctx: CheckContext) -> str:
 
 def _early_load(result: RunResult, path: str) -> str:
     """'rank r ...' if some rank read the checkpoint before the file rank 0 wrote had landed."""
-    landed = landed_at([outcome.facts.get("writes", []) for outcome in result.ranks], path)
-    for outcome in result.ranks[1:]:
-        loads = [e for e in outcome.facts.get("writes", []) if e["op"] == "load"]
-        missing = (outcome.error or {}).get("type") == "FileNotFoundError" and loads
-        if missing or (landed is not None and any(e["start"] < landed for e in loads)):
-            return f"rank {outcome.rank} called torch.load before rank 0 had finished writing the checkpoint"
+    facts = [outcome.facts for outcome in result.ranks]
+    loads = [[e["start"] for e in f.get("writes", []) if e["op"] == "load"] for f in facts]
+    early = went_on_early([f.get("writes", []) for f in facts], path, [f.get("host", "") for f in facts], loads)
+    missing = [o.rank for o in result.ranks if (o.error or {}).get("type") == "FileNotFoundError" and loads[o.rank]]
+    for rank in sorted({*early, *missing} - {0}):
+        if loads[rank]:
+            return f"rank {rank} called torch.load before rank 0 had finished writing the checkpoint"
     return ""
 
 

@@ -9,6 +9,7 @@ lands, every time rather than now and then, and code that waits loses no time.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
@@ -41,9 +42,10 @@ def _train(ddp_model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
 def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, steps_after: int, lr: float,
            path: str) -> dict[str, Any]:
     ctx.init_group()
-    waypoints = Waypoints(os.path.dirname(path), os.path.basename(path), ctx.rank, ctx.world_size)
+    waypoints = Waypoints.for_this_run(os.path.dirname(path))
     writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
     ctx.facts["writes"] = writes.events
+    ctx.facts["host"] = socket.gethostname()
     save_checkpoint, load_checkpoint = ctx.student("save_checkpoint"), ctx.student("load_checkpoint")
     dataset = make_regression(size)
     batches = rank_batches(size, ctx.world_size, ctx.rank, batch_size, epoch=0)[: steps_before + steps_after]
