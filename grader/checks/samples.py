@@ -3,7 +3,7 @@
 Ranks record the dataset rows of every forward pass (grader.checks.training.ForwardRecorder). A
 data mistake is named only from its signature in those samples: every rank going through the
 whole dataset, batches of another size, partial batches dropped or kept, the first epoch's order
-repeated (no set_epoch), an unshuffled sampler, ranks whose shards overlap. Otherwise the message
+repeated (no set_epoch), epochs counted from 1, an unshuffled sampler, ranks whose shards overlap. Otherwise the message
 says which batch differs and what it should have held. This is evidence for a failure the numbers
 already show, never a failure by itself.
 """
@@ -35,6 +35,8 @@ _NAMED_ORDERS = {
                      "sampler.set_epoch(epoch) at the start of each epoch"),
     "unshuffled": ("DistributedSampler with shuffle=False", "the batches come in dataset order; the reference "
                    "shuffles (shuffle=True, seed=0)"),
+    "epochs_from_one": ("set_epoch given epoch + 1", "every epoch draws the order of the next one, as with epochs "
+                        "counted from 1; call sampler.set_epoch(epoch) with epochs counted from 0"),
 }
 
 
@@ -60,6 +62,14 @@ def eval_mode_passes(forwards: list[dict]) -> tuple[int, int]:
     """(forward passes that trained in eval mode, forward passes that trained)."""
     training = [call for call in forwards if _trains(call)]
     return sum(not call["training"] for call in training), len(training)
+
+
+def _where(index: int, want: Batches, pipeline: Pipeline) -> str:
+    """' (the first of epoch e)' for a batch that starts an epoch after the first."""
+    per_epoch = len(want) // pipeline.epochs if pipeline.epochs else 0
+    if per_epoch and index % per_epoch == 0 and index:
+        return f" (the first of epoch {index // per_epoch + 1})"
+    return ""
 
 
 def _epoch_sets(batches: Batches, per_epoch: int, epochs: int) -> list[set[int]]:
@@ -100,8 +110,8 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
         if got and _follows(got, batches[rank]) and name in _NAMED_ORDERS:
             headline, why = _NAMED_ORDERS[name]
             first = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-            return Finding(name, f"{headline}: rank {rank}'s batch {first + 1} held samples {got[first][:6]}..., "
-                           f"{pipeline.sampler} gives {want[first][:6]}...; {why}")
+            return Finding(name, f"{headline}: rank {rank}'s batch {first + 1}{_where(first, want, pipeline)} held "
+                           f"samples {got[first][:6]}..., {pipeline.sampler} gives {want[first][:6]}...; {why}")
     per_epoch = len(want) // pipeline.epochs if pipeline.epochs else len(want)
     sets = [_epoch_sets(batches, per_epoch, 1)[0] for batches in observed]
     for other in range(len(observed)):

@@ -225,15 +225,15 @@ def rank_batches(size: int, world_size: int, rank: int, batch_size: int, epoch: 
 
 
 def loader_batches(size: int, world_size: int, batch_size: int, epochs: int, shuffle: bool = True,
-                   set_epoch: bool = True, seed: int = 0) -> list[list[list[int]]]:
+                   set_epoch: bool = True, seed: int = 0, first_epoch: int = 0) -> list[list[list[int]]]:
     """Per rank, every index batch a DataLoader over DistributedSampler yields, epoch after epoch;
-    shuffle=False or set_epoch=False give what those mistakes yield."""
+    shuffle=False, set_epoch=False or epochs counted from first_epoch=1 give what those mistakes yield."""
     per_rank = []
     for rank in range(world_size):
         sampler = DistributedSampler(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
         batches = []
         for epoch in range(epochs):
-            sampler.set_epoch(epoch if set_epoch else 0)
+            sampler.set_epoch(first_epoch + epoch if set_epoch else 0)
             indices = list(sampler)
             batches += [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
         per_rank.append(batches)

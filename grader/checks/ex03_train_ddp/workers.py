@@ -55,6 +55,7 @@ def reference(ctx: RankContext, world_size: int, size: int, epochs: int, batch_s
     facts["mistaken_batches"] = {
         "no_set_epoch": loader_batches(size, world_size, batch_size, epochs, set_epoch=False),
         "unshuffled": loader_batches(size, world_size, batch_size, epochs, shuffle=False),
+        "epochs_from_one": loader_batches(size, world_size, batch_size, epochs, first_epoch=1),
     }
     facts["own_batch_grads"] = own
     facts["momentum"] = MOMENTUM
