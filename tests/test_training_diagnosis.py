@@ -41,8 +41,9 @@ def test_the_reference_itself_has_no_finding(run) -> None:
     assert diagnose(_sgd(start, grads), start, _sgd(start, grads), start, SETTING) is None
 
 
-@pytest.mark.parametrize(("factor", "cause"), [(8, "loss_summed"), (2, "summed_over_ranks"), (0.5, "divided_by_world_size"),
-                                               (1 / 8, "divided_by_b"), (3.0, "measured")])
+@pytest.mark.parametrize(("factor", "cause"), [(8, "loss_summed"), (2, "summed_over_ranks"),
+                                               (0.5, "divided_by_world_size"), (1 / 8, "divided_by_b"),
+                                               (3.0, "measured")])
 def test_an_exact_gradient_ratio_is_named_only_after_a_number_of_the_run(run, factor, cause) -> None:
     start, grads = run
     scaled = [{k: factor * g for k, g in grad.items()} for grad in grads]
@@ -83,7 +84,8 @@ def test_a_right_gradient_with_a_wrong_update_is_named_from_the_update(run, vari
 
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
-    setting = Setting(lr=LR, momentum=0.0, factors={}, reference="the reference", labels={3: "the first step of epoch 2"})
+    setting = Setting(lr=LR, momentum=0.0, factors={}, reference="the reference",
+                      labels={3: "the first step of epoch 2"})
     want = _sgd(start, grads, momentum=0.0)
     mine = want[:2] + _sgd(want[1]["params"], [{k: 2 * g for k, g in grads[2].items()}], momentum=0.0)
     assert "at step 3 (the first step of epoch 2)" in diagnose(mine, start, want, start, setting).message

@@ -216,7 +216,8 @@ class _Diagnosis:
                            "the reference uses plain momentum", step)
         decayed = self._weights_in_buffer(step)  # what weight decay adds to the buffer, per unit of decay
         decay = scale_of(_minus(_scaled(update, -1 / lr), new_buffer), decayed)
-        if np.isfinite(decay) and decay > 0 and _close(update, _scaled(_plus(new_buffer, _scaled(decayed, decay)), -lr)):
+        decayed_update = _scaled(_plus(new_buffer, _scaled(decayed, decay)), -lr)
+        if np.isfinite(decay) and decay > 0 and _close(update, decayed_update):
             return Finding("weight_decay", f"weight decay {decay:.3g}: {context}the update {at} fits SGD with "
                            f"weight_decay={decay:.3g}; the reference has no weight decay", step)
         if step == 1:

@@ -165,7 +165,8 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
     writes = [f["writes"] for f in ranks]
     if landed_at(writes, _checkpoint_path(ctx)) is None:
         raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint=4)
-    early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], [[f["returned_at"]] for f in ranks])
+    returns = [[f["returned_at"]] for f in ranks]
+    early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
     if early:
         raise ctx.fail(f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
                        "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "

@@ -64,16 +64,17 @@ def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: in
                 return Finding("micro_batches_per_step", f"stepping every micro-step: with k={k} each optimizer step "
                                f"came after one micro-batch; call optimizer.step() once per {k} micro-batches")
             wrong = next(s for s, count in enumerate(counts, 1) if count != k)
-            return Finding("micro_batches_per_step", f"with k={k}, optimizer step {wrong} came after {counts[wrong - 1]} "
-                           f"micro-batch(es) instead of {k} (micro-batches per step: "
-                           f"{[len(batches) for batches in step_batches(facts)][:6]}...): the "
-                           "accumulation counter is off; step when (i + 1) % k == 0")
+            every = [len(batches) for batches in step_batches(facts)]
+            return Finding("micro_batches_per_step", f"with k={k}, optimizer step {wrong} came after "
+                           f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
+                           f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0")
         return diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline) or Finding(
             "data", f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches")
     return None
 
 
-def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
+def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]],
+                want: dict[str, Any]) -> Finding | None:
     expected, micro = len(want["steps"]), want["micro_batches"]
     if len(mine) == expected:
         return None

@@ -22,8 +22,8 @@ from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
-from grader.checks.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, state, \
-    train_reference
+from grader.checks.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, \
+    state, train_reference
 from grader.engine.rank_runtime import RankContext
 
 UNIT_TYPES = (FSDPModule, FullyShardedDataParallel)
