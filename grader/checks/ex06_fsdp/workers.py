@@ -103,6 +103,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str,
     train_fsdp = ctx.student("train_fsdp")
     saved = train_fsdp(ctx.rank, ctx.world_size, model, batches, lr)
     handle.remove()
+    shard_steps.close()
     root = roots[-1] if roots and isinstance(roots[-1], nn.Module) else model
     ctx.facts["losses"] = [F.mse_loss(out, target).item() for out, (_, target) in zip(outputs, batches)]
     ctx.facts["units"] = [name or "(root)" for name, m in root.named_modules() if isinstance(m, UNIT_TYPES)]
