@@ -16,6 +16,18 @@ from grader.checks.trajectory import Finding, Setting, diagnose, gathered_steps
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
 
 
+def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
+    """The shared diagnosis of the training steps, on the whole tensors joined from every rank's shards;
+    None where they cannot be joined (the losses and final weights are compared instead)."""
+    shapes = {name: tuple(np.shape(tensor)) for name, tensor in want["initial"].items()}
+    steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
+    if steps is None or len(steps) != len(want["steps"]):
+        return None
+    setting = Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size},
+                      reference="one process on all ranks' batches of the step")
+    return diagnose(steps, want["start"], want["steps"], want["start"], setting)
+
+
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR)
     if not result.ok:
@@ -98,18 +110,6 @@ def matches_reference(ctx: CheckContext) -> None:
     if difference:
         raise ctx.fail(f"after {STEPS} steps the weights differ from one process training on all ranks' batches: "
                        f"{difference}", hint=2)
-
-
-def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
-    """The shared diagnosis of the training steps, on the whole tensors joined from every rank's shards;
-    None where they cannot be joined (the losses and final weights are compared instead)."""
-    shapes = {name: tuple(np.shape(tensor)) for name, tensor in want["initial"].items()}
-    steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
-    if steps is None or len(steps) != len(want["steps"]):
-        return None
-    setting = Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size},
-                      reference="one process on all ranks' batches of the step")
-    return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
 
 @check("full_checkpoint")
