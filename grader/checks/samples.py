@@ -107,7 +107,7 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
         return Finding("partial_batch_used", f"rank {rank} trained on a partial batch of {len(partial)} samples; "
                        "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))")
     for name, batches in pipeline.mistakes.items():
-        if got and _follows(got, batches[rank]) and name in _NAMED_ORDERS:
+        if got and name in _NAMED_ORDERS and all(_follows(g, m) for g, m in zip(observed, batches)):
             headline, why = _NAMED_ORDERS[name]
             first = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
             return Finding(name, f"{headline}: rank {rank}'s batch {first + 1}{_where(first, want, pipeline)} held "

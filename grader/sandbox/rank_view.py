@@ -21,6 +21,7 @@ RANK_SIDE = (
     "engine/*.py",
     "checks/__init__.py",
     "checks/training.py",
+    "checks/write_recorder.py",
     "checks/*/*.py",  # an exercise's workers and their helpers, less the judge modules below
 )
 NEVER = frozenset((*JUDGE_MODULES, *SECRET_MODULES))
