@@ -120,7 +120,7 @@ def test_data_signatures() -> None:
     assert diagnose_samples([[[0, 5, 2, 7]], [[1, 6, 3, 0]]], pipeline).cause == "batch_size"
     overlapping = [expected[0], [[0, 6], [3, 5], [7, 1], [2, 4]]]
     assert diagnose_samples(overlapping, pipeline).cause == "shards_overlap"
-    one_rank_repeats = [expected[0], [[1, 6], [3, 0], [1, 6], [3, 0]]]  # an order is named only if every rank has it
+    one_rank_repeats = [expected[0], [[1, 6], [3, 4], [1, 6], [3, 4]]]  # an order is named only if every rank has it
     assert diagnose_samples(one_rank_repeats, pipeline).cause == "measured"
     everything = [[[i, i + 1] for i in range(0, 8, 2)] * 2] * 2
     assert diagnose_samples(everything, pipeline).cause == "no_sampler"
