@@ -13,7 +13,9 @@ of b samples is exactly the gradient of the mean loss over all W*b samples: DDP 
 like one process on a W-times larger batch. The grader checks that, number by number.
 
 Your `train_ddp` runs on every rank. The grader has already formed the process group and gives each
-rank a model initialised *differently* on purpose (only DDP's broadcast makes them agree). Train:
+rank a model initialised *differently* on purpose (only DDP's broadcast makes them agree), and a
+dataset whose items are `(x, y)` pairs: an input row of 8 features and its target, one value. A
+DataLoader over it yields batches `(inputs, targets)` of shapes (batch, 8) and (batch, 1). Train:
 
 * data: `DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)`,
   a `DataLoader` with `batch_size` and that sampler, and `sampler.set_epoch(epoch)` every epoch;

@@ -21,7 +21,10 @@ model in DDP again and continues training.
 
 The grader forms the group, trains with DDP, calls your `save_checkpoint`, builds a *fresh* model
 and optimizer on every rank, calls your `load_checkpoint`, and compares the continued run with an
-uninterrupted one, step by step. To expose races, the grader makes rank 0's `torch.save` slow.
+uninterrupted one, step by step. To expose races, the grader holds rank 0's `torch.save` until every
+other rank either waits for it (in a barrier) or goes on without waiting. Any way of writing the
+file is fine (a path, an open handle, a temporary file then `os.replace`): the grader judges the
+file that lands at `path` and which rank put it there.
 
 Run `grader check ex09` to test, `grader hint ex09` when stuck.
 """

@@ -1,5 +1,6 @@
 """Rank-side building blocks shared by the training exercises: a toy model, synthetic data,
-a recorder of every optimizer step, and the trusted single-process reference.
+recorders of every optimizer step and of every forward pass, and the trusted single-process
+reference.
 
 The reference replays exactly the batches the ranks drew (same DistributedSampler permutation),
 concatenated per step: DDP's averaged gradient on W batches of b samples is the gradient of the
@@ -8,6 +9,7 @@ mean loss over those W*b samples, so the two must agree to fp32 precision.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -50,12 +52,64 @@ def state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
 
 
+class ForwardRecorder:
+    """For every forward pass of `model`: the dataset samples it was given (their indices, found by
+    their values; -1 for a row that is not in the dataset), whether the model was in training mode
+    with autograd on, whether the pass ran inside a DDP forward, and if so whether that DDP was set
+    to all-reduce the gradients of the coming backward (False inside no_sync).
+
+    These are evidence for naming a mistake (which batches, how many micro-batches per step),
+    never a reason to fail code whose numbers are right."""
+
+    def __init__(self, model: nn.Module, inputs: torch.Tensor) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._rows = {row.numpy().tobytes(): index for index, row in enumerate(inputs)}
+        self._ddp: list[DistributedDataParallel] = []  # the DDP forwards in progress
+        self._handle = model.register_forward_pre_hook(self._before, with_kwargs=True)
+        self._original = original = DistributedDataParallel.forward
+        recorder = self
+
+        @functools.wraps(original)
+        def forward(ddp: DistributedDataParallel, *args: Any, **kwargs: Any) -> Any:
+            recorder._ddp.append(ddp)
+            try:
+                return original(ddp, *args, **kwargs)
+            finally:
+                recorder._ddp.pop()
+
+        DistributedDataParallel.forward = forward
+
+    def _samples(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if first is None or first.dim() != 2:
+            return []
+        rows = first.detach().to("cpu", torch.float32).contiguous().numpy()
+        return [self._rows.get(row.tobytes(), -1) for row in rows]
+
+    def _before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ddp = self._ddp[-1] if self._ddp else None
+        self.calls.append({
+            "samples": self._samples(args, kwargs),
+            "training": module.training,
+            "grad": torch.is_grad_enabled(),
+            "ddp": ddp is not None,
+            "sync": bool(ddp.require_backward_grad_sync) if ddp is not None else None,
+        })
+
+    def close(self) -> None:
+        self._handle.remove()
+        DistributedDataParallel.forward = self._original
+
+
 class StepRecorder:
     """Records, for every optimizer step anywhere in the process, the gradients before the step
-    and the parameters after it, named after `model`'s parameters."""
+    and the parameters after it, named after `model`'s parameters (a tensor that is not one of
+    them is named paramN), the parameters that had no gradient at all, and how many forward passes
+    `forwards` had recorded by then."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, forwards: ForwardRecorder | None = None) -> None:
         self._names = {id(p): name for name, p in model.named_parameters()}
+        self._forwards = forwards
         self.initial = state(model)
         self.start: dict[str, torch.Tensor] = {}  # the weights the first step started from
         self.steps: list[dict[str, Any]] = []
@@ -69,11 +123,15 @@ class StepRecorder:
         return [(self._names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
 
     def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        named = self._named(optimizer)
         if not self.steps:
-            self.start = {name: p.detach().cpu().clone() for name, p in self._named(optimizer)}
+            self.start = {name: p.detach().cpu().clone() for name, p in named}
         grads = {name: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu())
-                 for name, p in self._named(optimizer)}
-        self.steps.append({"grads": grads})
+                 for name, p in named}
+        step: dict[str, Any] = {"grads": grads, "no_grad": [name for name, p in named if p.grad is None]}
+        if self._forwards is not None:
+            step["forwards"] = len(self._forwards.calls)
+        self.steps.append(step)
 
     def _after(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.steps[-1]["params"] = {name: p.detach().cpu().clone() for name, p in self._named(optimizer)}
@@ -86,15 +144,72 @@ class StepRecorder:
         return {"initial": self.initial, "start": self.start, "steps": self.steps}
 
 
-def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[], Any]) -> None:
-    """Run `train()` (the student's loop on `model`) under a StepRecorder; record every step, the
-    type it returned and the final weights of the plain model it returned (unwrapping DDP)."""
-    recorder = StepRecorder(model)
+class ShardStepRecorder:
+    """For every optimizer step: each parameter's gradient before the step and its value after, as
+    the flat piece this rank holds (a DTensor's local shard, an FSDP1 view into the flat shard, or
+    the whole tensor), named after `model`'s parameters as they are named at that step. Joined in
+    rank order, the pieces of all ranks are the whole tensors: FSDP2 shards along dim 0, FSDP1 in
+    contiguous flat ranges (grader.checks.trajectory.gathered_steps)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._names = {id(p): name for name, p in model.named_parameters()}
+        self.steps: list[dict[str, Any]] = []
+        self.layouts: dict[str, list[list[Any]]] = {}  # an FSDP1 flat parameter's [name or None, numel] segments
+        self._handles = [register_optimizer_step_pre_hook(self._before),
+                         register_optimizer_step_post_hook(self._after)]
+
+    @staticmethod
+    def _piece(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        if tensor is None:
+            return None
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return local.detach().cpu().reshape(-1).clone()
+
+    def _named(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+        from torch.distributed.fsdp._common_utils import clean_tensor_name
+
+        self._names.update({id(p): clean_tensor_name(name) for name, p in self._model.named_parameters()})
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        named = [(self._names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
+        for name, p in named:
+            if hasattr(p, "_numels_with_padding") and name not in self.layouts:
+                inner = iter(p._fqns)
+                self.layouts[name] = [[None if padding else next(inner), numel]
+                                      for numel, padding in zip(p._numels_with_padding, p._is_padding_mask)]
+        return named
+
+    def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        grads = {}
+        for name, p in self._named(optimizer):
+            piece = self._piece(p.grad)
+            grads[name] = piece if piece is not None else torch.zeros_like(self._piece(p))
+        self.steps.append({"grads": grads})
+
+    def _after(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.steps[-1]["params"] = {name: self._piece(p) for name, p in self._named(optimizer)}
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[], Any],
+                    inputs: torch.Tensor | None = None) -> None:
+    """Run `train()` (the student's loop on `model`) under a StepRecorder, and a ForwardRecorder
+    over the dataset's `inputs` when given; record every step and forward pass, the type it
+    returned and the final weights of the plain model it returned (unwrapping DDP)."""
+    forwards = ForwardRecorder(model, inputs) if inputs is not None else None
+    recorder = StepRecorder(model, forwards)
     try:
         trained = train()
     finally:
         recorder.close()
+        if forwards is not None:
+            forwards.close()
     facts.update(recorder.facts())
+    if forwards is not None:
+        facts["forwards"] = forwards.calls
     facts["returned"] = type(trained).__name__
     if isinstance(trained, DistributedDataParallel):
         trained = trained.module
@@ -107,6 +222,22 @@ def rank_batches(size: int, world_size: int, rank: int, batch_size: int, epoch: 
     sampler.set_epoch(epoch)
     indices = list(sampler)
     return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
+
+
+def loader_batches(size: int, world_size: int, batch_size: int, epochs: int, shuffle: bool = True,
+                   set_epoch: bool = True, seed: int = 0, first_epoch: int = 0) -> list[list[list[int]]]:
+    """Per rank, every index batch a DataLoader over DistributedSampler yields, epoch after epoch;
+    shuffle=False, set_epoch=False or epochs counted from first_epoch=1 give what those mistakes yield."""
+    per_rank = []
+    for rank in range(world_size):
+        sampler = DistributedSampler(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+        batches = []
+        for epoch in range(epochs):
+            sampler.set_epoch(first_epoch + epoch if set_epoch else 0)
+            indices = list(sampler)
+            batches += [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
+        per_rank.append(batches)
+    return per_rank
 
 
 def union_batches(size: int, world_size: int, batch_size: int, epochs: int, seed: int = 0) -> list[list[int]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "hostile-7f3a"  # in the command line of every process an attack leaves, so a test can look for it
 EX01, EX02, EX03 = "ex01_process_group.py", "ex02_data_sharding.py", "ex03_train_ddp.py"
-FULL = {EX01: 5.0, EX02: 5.0, EX03: 7.0}  # points of the exercises the submissions below hold
+FULL = {EX01: 5.0, EX02: 5.0, EX03: 8.0}  # points of the exercises the submissions below hold
 
 
 @dataclass

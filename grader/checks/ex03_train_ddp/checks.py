@@ -1,15 +1,28 @@
-"""Judging exercise 3: sync across ranks, equality with the large-batch reference, checkpoint."""
+"""Judging exercise 3: sync across ranks, equality with the large-batch reference, and the
+checkpoint: who wrote it, whether the others waited for it, what it holds."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference, near, scale_of
+from grader.checks.compare import first_difference
+from grader.checks.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
+from grader.checks.trajectory import Finding, Probe, Setting, diagnose
+from grader.checks.writes import landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
+
+# the hint (1-based, catalog order) that addresses each cause a diagnosis can name
+_HINTS = {
+    **dict.fromkeys(("no_sampler", "batch_size", "dropped_partial_batch", "no_set_epoch", "unshuffled",
+                     "shards_overlap", "data"), 6),
+    **dict.fromkeys(("loss_summed", "divided_by_b", "summed_over_ranks", "divided_by_world_size"), 3),
+    "not_averaged": 2,
+    **dict.fromkeys(("optimizer_parameters", "gradients_not_cleared", "no_momentum", "other_momentum", "nesterov",
+                     "weight_decay", "adam_like", "lr_times_world_size", "lr_over_world_size", "lr_times_batch",
+                     "learning_rate", "no_update", "zero_gradient", "no_gradient", "steps_per_batch"), 7),
+}
 
 
 def _checkpoint_path(ctx: CheckContext) -> str:
@@ -28,7 +41,15 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
-def _differs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR)
+
+
+def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
+    return ctx.fail(prefix + finding.message, hint=_HINTS.get(finding.cause))
+
+
+def _differs(a: dict, b: dict) -> bool:
     return first_difference(a, b, rtol=1e-6, atol=1e-7) is not None
 
 
@@ -38,67 +59,118 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
     wrapped = all(f["ddp_wraps"] for f in ranks)
     for rank, facts in enumerate(ranks[1:], 1):
         if _differs(facts["start"], ranks[0]["start"]):
-            raise ctx.fail(
-                f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader seeds "
-                "each rank differently; DDP's constructor broadcasts rank 0's weights)", hint=1)
+            if not wrapped:
+                raise ctx.fail(f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader "
+                               "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)", hint=1)
+            raise ctx.fail(f"rank {rank}'s first optimizer step started from other weights than rank 0's "
+                           f"({first_difference(facts['start'], ranks[0]['start'])}), although a DDP was built: "
+                           "the optimizer does not step the parameters of the wrapped model")
         for step, (mine, first) in enumerate(zip(facts["steps"], ranks[0]["steps"]), 1):
-            if _differs(mine["params"], first["params"]):
-                difference = first_difference(mine["params"], first["params"], rtol=1e-6, atol=1e-7)
-                if not wrapped:
-                    raise ctx.fail(f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
-                                   "are never averaged across ranks", hint=1)
-                raise ctx.fail(
-                    f"ranks diverge at step {step}: rank {rank}'s {difference} from rank 0's. The model is wrapped "
-                    "in DDP but the gradients were not synchronized: is the forward pass going through the "
-                    "unwrapped model instead of the DDP wrapper?", hint=2)
+            if not _differs(mine["params"], first["params"]):
+                continue
+            difference = first_difference(mine["params"], first["params"], rtol=1e-6, atol=1e-7)
+            if not wrapped:
+                raise ctx.fail(f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
+                               "are never averaged across ranks", hint=1)
+            outside = [r for r, f in enumerate(ranks) if any(c["grad"] and not c["ddp"] for c in f["forwards"])]
+            if outside:
+                raise ctx.fail(f"forward through the unwrapped model: rank {outside[0]}'s forward passes did not go "
+                               f"through the DDP wrapper, so its gradients were never averaged; the ranks diverge at "
+                               f"step {step} (rank {rank}'s {difference})", hint=2)
+            gradient = first_difference(mine["grads"], first["grads"], rtol=1e-6, atol=1e-7)
+            if gradient:
+                raise ctx.fail(f"ranks diverge at step {step}: rank {rank}'s gradient differs from rank 0's "
+                               f"({gradient}): the gradients were not averaged across ranks before the step")
+            raise ctx.fail(f"ranks diverge at step {step}: rank {rank}'s gradient equals rank 0's, but its weights "
+                           f"after the step differ ({difference}): the ranks applied different updates")
+
+
+def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
+    per_epoch = len(reference["batches"][0]) // EPOCHS
+    labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch + 1}" for epoch in range(1, EPOCHS)}
+    not_averaged = Probe(1, reference["own_batch_grads"], "not_averaged",
+                         "gradients not averaged across ranks: rank 0's first gradient is that of its own batch "
+                         "alone; run the forward pass through the DDP wrapper")
+    return Setting(lr=LR, momentum=reference["momentum"], factors={"b": BATCH, "W": ctx.world_size},
+                   reference="one process on the union of the ranks' batches", labels=labels, probes=(not_averaged,))
+
+
+def _pipeline(reference: dict[str, Any]) -> Pipeline:
+    return Pipeline(SIZE, BATCH, EPOCHS, reference["batches"], reference["mistaken_batches"],
+                    "DistributedSampler(shuffle=True, seed=0) with set_epoch(epoch)")
+
+
+def _data_before(ranks: list[dict[str, Any]], reference: dict[str, Any], steps: int) -> Finding | None:
+    """A data mistake, if some rank's first `steps` steps did not train on one expected batch each."""
+    pipeline = _pipeline(reference)
+    for facts, expected in zip(ranks, pipeline.expected):
+        got = step_batches(facts)[:steps]
+        if got == [[batch] for batch in expected[:steps]]:
+            continue
+        found = diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline)
+        if found:
+            return found
+        many = next((s for s, batches in enumerate(got, 1) if len(batches) != 1), None)
+        if many is not None:
+            return Finding("data", f"step {many} came after {len(got[many - 1])} forward passes with autograd on, "
+                           "where one batch makes one step")
+    return None
 
 
 @check("matches_large_batch")
 def matches_large_batch(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, epochs=EPOCHS,
-                              batch_size=BATCH, lr=LR)
+    reference = _reference(ctx)
     mine, want = ranks[0]["steps"], reference["steps"]
     if len(mine) != len(want):
-        ratio = len(mine) / len(want)
-        why = (" (each rank went through the whole dataset: is the DistributedSampler missing?)"
-               if near(ratio, ctx.world_size, 0.2) else "")
-        raise ctx.fail(f"{len(mine)} optimizer steps instead of {len(want)} ({EPOCHS} epochs of {SIZE} samples, "
-                       f"batches of {BATCH} per rank){why}")
-    scale = scale_of(mine[0]["grads"], want[0]["grads"])
-    if near(scale, BATCH):
-        raise ctx.fail(f"loss summed, not averaged: the first gradient is {scale:.3g} times the reference, the "
-                       f"batch size {BATCH}; use the mean loss", hint=3)
-    if near(scale, ctx.world_size) and ctx.world_size > 1:
-        raise ctx.fail(f"the first gradient is {scale:.3g} times the reference, the world size: gradients are "
-                       "summed across ranks instead of averaged")
-    for step, (got, expected) in enumerate(zip(mine, want), 1):
-        difference = first_difference(got["grads"], expected["grads"]) or first_difference(
-            got["params"], expected["params"])
-        if difference:
-            raise ctx.fail(
-                f"step {step} differs from one process training on the union of the ranks' batches: {difference} "
-                f"(gradient scale {scale_of(got['grads'], expected['grads']):.3g}x). Check the sampler (seed 0, "
-                "set_epoch), the mean loss, and SGD(lr, momentum=0.9)")
+        batches = trained_batches(ranks[0]["forwards"])
+        if batches == reference["batches"][0] and len(mine) % len(batches) == 0:
+            found: Finding | None = Finding("steps_per_batch", f"{len(mine) // len(batches)} optimizer steps per "
+                                            "batch: optimizer.step() is called once per batch")
+        else:
+            found = _data_before(ranks, reference, len(mine))
+        counted = (f"{len(mine)} optimizer steps instead of {len(want)} ({EPOCHS} epochs of {SIZE} samples, batches "
+                   f"of {BATCH} per rank)")
+        if found is None:
+            raise ctx.fail(counted)
+        raise _fail(ctx, found, f"{counted}: ")
+    finding = diagnose(mine, ranks[0]["start"], want, reference["start"], _setting(ctx, reference))
+    if finding:
+        raise _fail(ctx, _data_before(ranks, reference, finding.step) or finding)
     final = ranks[0]["final"]
     difference = first_difference(final, want[-1]["params"])
     if difference:
         raise ctx.fail(f"train_ddp returned a model ({ranks[0]['returned']}) whose weights are not the trained "
                        f"ones: {difference}")
+    in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
+    if in_eval:
+        raise ctx.fail(f"the model trained in eval mode: {in_eval} of the {passes} forward passes that trained ran "
+                       "with model.training False (layers such as dropout and batch norm then behave as in "
+                       "evaluation); call model.train() before training")
 
 
 @check("checkpoint_rank0_only")
 def checkpoint_rank0_only(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     path = _checkpoint_path(ctx)
-    for rank, facts in enumerate(ranks[1:], 1):
-        if facts["saves"]:
-            raise ctx.fail(f"every rank saving: rank {rank} also called torch.save({facts['saves'][0]['path']!r}); "
-                           "only rank 0 should write, then all ranks meet at a barrier", hint=4)
-    paths = [save["path"] for save in ranks[0]["saves"]]
-    if path not in paths:
-        raise ctx.fail(f"rank 0 did not save the checkpoint to checkpoint_path (torch.save calls: {paths or 'none'})",
-                       hint=4)
+    exists = ctx.inspect("inspect_checkpoint", path=path)["exists"]
+    problem = writers_problem([f["writes"] for f in ranks], path, exists, once=False)
+    if problem:
+        raise ctx.fail(problem, hint=4)
+
+
+@check("waits_for_checkpoint")
+def waits_for_checkpoint(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    writes = [f["writes"] for f in ranks]
+    if landed_at(writes, _checkpoint_path(ctx)) is None:
+        raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint=4)
+    returns = [[f["returned_at"]] for f in ranks]
+    early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
+    if early:
+        raise ctx.fail(f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
+                       "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "
+                       "move on); every rank waits at dist.barrier() after rank 0's torch.save", hint=4)
 
 
 @check("checkpoint_loads_plain")

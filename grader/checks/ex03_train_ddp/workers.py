@@ -1,21 +1,21 @@
-"""Rank side of exercise 3: run the student's training loop under a step recorder; trusted
-workers for the single-process reference and for reading the checkpoint back."""
+"""Rank side of exercise 3: run the student's training loop under a step recorder, a forward
+recorder and a write recorder; trusted workers for the single-process reference and for reading
+the checkpoint back."""
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from grader.checks.training import TinyRegressor, make_model, make_regression, record_training, train_reference, \
-    union_batches
+from grader.checks.training import MOMENTUM, TinyRegressor, gradient_on, loader_batches, make_model, make_regression, \
+    record_training, train_reference, union_batches
+from grader.checks.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
-
-
-def _describe_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    return {"path": str(f), "keys": [str(k) for k in obj][:64] if isinstance(obj, dict) else None}
 
 
 def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, checkpoint_path: str) -> dict[str, Any]:
@@ -23,18 +23,43 @@ def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, 
     model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
     dataset = make_regression(size)
     ctx.facts["ddp_wraps"] = ctx.spy(DistributedDataParallel, "__init__")
-    ctx.facts["saves"] = ctx.spy(torch, "save", _describe_save)
+    waypoints = Waypoints.for_this_run(os.path.dirname(checkpoint_path))
+    writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
+    ctx.facts["writes"] = writes.events
+    ctx.facts["host"] = socket.gethostname()
     train_ddp = ctx.student("train_ddp")
-    record_training(ctx.facts, model, lambda: train_ddp(ctx.rank, ctx.world_size, model, dataset, epochs,
-                                                        batch_size, lr, checkpoint_path))
+
+    def run() -> Any:
+        trained = train_ddp(ctx.rank, ctx.world_size, model, dataset, epochs, batch_size, lr, checkpoint_path)
+        ctx.facts["returned_at"] = time.time()  # before this rank says it moved on: see write_recorder
+        writes.move_on()
+        return trained
+
+    try:
+        record_training(ctx.facts, model, run, inputs=dataset.tensors[0])
+    finally:
+        writes.stop()
     return {}
 
 
 def reference(ctx: RankContext, world_size: int, size: int, epochs: int, batch_size: int, lr: float) -> dict[str, Any]:
-    """Trusted: one process, rank 0's initial weights, the union of the ranks' batches per step."""
+    """Trusted: one process, rank 0's initial weights, the union of the ranks' batches per step;
+    the batches each rank should draw and those of known data mistakes; rank 0's first gradient
+    from its own batch alone (what a gradient never averaged across ranks is)."""
     model = make_model(seed=1000)
-    steps = union_batches(size, world_size, batch_size, epochs)
-    return train_reference(model, make_regression(size), steps, lr).facts()
+    dataset = make_regression(size)
+    expected = loader_batches(size, world_size, batch_size, epochs)
+    own = gradient_on(model, dataset, expected[0][0])
+    facts = train_reference(model, dataset, union_batches(size, world_size, batch_size, epochs), lr).facts()
+    facts["batches"] = expected
+    facts["mistaken_batches"] = {
+        "no_set_epoch": loader_batches(size, world_size, batch_size, epochs, set_epoch=False),
+        "unshuffled": loader_batches(size, world_size, batch_size, epochs, shuffle=False),
+        "epochs_from_one": loader_batches(size, world_size, batch_size, epochs, first_epoch=1),
+    }
+    facts["own_batch_grads"] = own
+    facts["momentum"] = MOMENTUM
+    return facts
 
 
 def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:

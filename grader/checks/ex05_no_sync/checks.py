@@ -6,13 +6,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference, near, scale_of
+from grader.checks.compare import first_difference
+from grader.checks.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
+from grader.checks.trajectory import Finding, Probe, Setting, diagnose
 
-SIZE, BATCH, LR = 150, 4, 0.05  # 150 is no multiple of k*b*W: the sampler pads, the loader and the loop drop
+# 151 samples, batches of 3: the sampler pads, the loader drops a partial micro-batch, and at W=2 a
+# trailing group of fewer than k micro-batches makes no step. b = 3 is neither a world size nor a k,
+# so a gradient ratio of b, W or k names one cause.
+SIZE, BATCH, LR = 151, 3, 0.05
 KS = (2, 4)
+
+_HINTS = {
+    **dict.fromkeys(("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"), 5),
+    "loss_not_divided_by_k": 2, "divided_by_k_twice": 2,
+    "zero_grad_every_micro_step": 3, "gradients_not_cleared": 3,
+    "micro_batches_per_step": 4,
+    **dict.fromkeys(("optimizer_parameters", "no_momentum", "other_momentum", "nesterov", "weight_decay", "adam_like",
+                     "lr_times_world_size", "lr_over_world_size", "lr_times_k", "lr_over_k", "lr_times_batch",
+                     "learning_rate", "no_update", "measured"), 5),
+    "never_synchronized": 1,
+}
 
 
 def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
@@ -32,58 +46,105 @@ def _reference(ctx: CheckContext, k: int) -> dict[str, Any]:
     return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR)
 
 
-def _step_count(ctx: CheckContext, k: int, mine: int, want: dict[str, Any]) -> None:
+def _pipeline(reference: dict[str, Any]) -> Pipeline:
+    return Pipeline(SIZE, BATCH, 1, reference["batches"], reference["mistaken_batches"],
+                    "DistributedSampler(shuffle=True, seed=0) with a drop_last loader")
+
+
+def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: int, steps: int) -> Finding | None:
+    """A mistake in what the first `steps` steps were made of: their samples, or how many micro-batches each."""
+    pipeline = _pipeline(reference)
+    for facts, expected in zip(ranks, pipeline.expected):
+        got = step_batches(facts)[:steps]
+        if got == [expected[i * k:(i + 1) * k] for i in range(len(got))]:
+            continue
+        counts = [len(batches) for batches in got]
+        if trained_batches(facts["forwards"])[:sum(counts)] == expected[:sum(counts)]:
+            if all(len(batches) == 1 for batches in step_batches(facts)):
+                return Finding("micro_batches_per_step", f"stepping every micro-step: with k={k} each optimizer step "
+                               f"came after one micro-batch; call optimizer.step() once per {k} micro-batches")
+            wrong = next(s for s, count in enumerate(counts, 1) if count != k)
+            every = [len(batches) for batches in step_batches(facts)]
+            return Finding("micro_batches_per_step", f"with k={k}, optimizer step {wrong} came after "
+                           f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
+                           f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0")
+        return diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline) or Finding(
+            "data", f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches")
+    return None
+
+
+def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]],
+                want: dict[str, Any]) -> Finding | None:
     expected, micro = len(want["steps"]), want["micro_batches"]
-    if mine == expected:
-        return
+    if len(mine) == expected:
+        return None
     setting = f"with k={k}: {micro} full micro-batches of {BATCH} per rank"
-    if mine in (micro, micro + 1):
-        raise ctx.fail(f"stepping every micro-step: {mine} optimizer steps instead of {expected} ({setting}); call "
-                       f"optimizer.step() once per {k} micro-batches", hint=4)
-    if mine == expected + 1:
-        raise ctx.fail(f"{mine} optimizer steps instead of {expected} ({setting}): the trailing group of "
-                       f"{micro % k} micro-batch(es) made a step; drop a group of fewer than k", hint=4)
-    raise ctx.fail(f"{mine} optimizer steps instead of {expected} ({setting}, one step per {k}; a trailing "
-                   "partial group makes none)", hint=4)
+    if len(mine) in (micro, micro + 1):
+        return Finding("micro_batches_per_step", f"stepping every micro-step: {len(mine)} optimizer steps instead of "
+                       f"{expected} ({setting}); call optimizer.step() once per {k} micro-batches")
+    if len(mine) == expected + 1 and len(step_batches(ranks[0])[-1]) < k:
+        return Finding("micro_batches_per_step", f"{len(mine)} optimizer steps instead of {expected} ({setting}): the "
+                       f"trailing group of {micro % k} micro-batch(es) made a step; drop a group of fewer than k")
+    found = _micro_batches(ranks, want, k, len(mine))
+    counted = f"{len(mine)} optimizer steps instead of {expected} ({setting}, one step per {k}; a trailing partial " \
+              "group makes none)"
+    if found is None:
+        return Finding("micro_batches_per_step", counted)
+    return Finding(found.cause, f"{counted}: {found.message}")
 
 
-def _close(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
-    return first_difference(a, b) is None
+def _setting(ctx: CheckContext, k: int, want: dict[str, Any]) -> Setting:
+    last_micro = want["last_micro_grads"]
+    zeroed = "zero_grad on every micro-step: with k={k} the first step's gradient is that of the last micro-batch " \
+             "alone; clear the gradients only after optimizer.step()".format(k=k)
+    probes = (Probe(1, last_micro, "zero_grad_every_micro_step", zeroed),
+              Probe(1, {n: g * k for n, g in last_micro.items()}, "zero_grad_every_micro_step", zeroed))
+    return Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size, "k": k},
+                   reference=f"one process on the k*b*W = {k * BATCH * ctx.world_size} samples of the step",
+                   context=f"with k={k}, ", probes=probes)
+
+
+def _problem(ctx: CheckContext, k: int) -> Finding | None:
+    ranks, want = _ranks(ctx, k), _reference(ctx, k)
+    mine = ranks[0]["steps"]
+    counted = _step_count(k, mine, ranks, want)
+    if counted:
+        return counted
+    finding = diagnose(mine, ranks[0]["start"], want["steps"], want["start"], _setting(ctx, k, want))
+    if finding is not None:
+        if sum(ranks[0]["all_reduces_per_step"]) == 0:
+            return Finding("never_synchronized", f"with k={k}, step {finding.step} differs from the large-batch step "
+                           "and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]))
+        return _micro_batches(ranks, want, k, finding.step) or finding
+    difference = first_difference(ranks[0]["final"], want["steps"][-1]["params"])
+    if difference:
+        return Finding("returned", f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not "
+                       f"the trained ones: {difference}")
+    in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
+    if in_eval:
+        return Finding("eval_mode", f"the model trained in eval mode: {in_eval} of the {passes} forward passes that "
+                       "trained ran with model.training False; call model.train() before training")
+    return None
 
 
 @check("matches_large_batch")
 def matches_large_batch(ctx: CheckContext) -> str:
-    for k in KS:
-        ranks, want = _ranks(ctx, k), _reference(ctx, k)
-        mine = ranks[0]["steps"]
-        _step_count(ctx, k, len(mine), want)
-        first, expected = mine[0]["grads"], want["steps"][0]["grads"]
-        last_micro = want["last_micro_grads"]
-        if not _close(first, expected):
-            if _close(first, last_micro) or _close(first, {n: g * k for n, g in last_micro.items()}):
-                raise ctx.fail(f"zero_grad on every micro-step: with k={k} the first step's gradient is that of the "
-                               "last micro-batch alone; clear the gradients only after optimizer.step()", hint=3)
-            scale = scale_of(first, expected)
-            if near(scale, k):
-                raise ctx.fail(f"loss not divided by k: with k={k} the gradient is {scale:.3g} times the large-batch "
-                               f"gradient, k times too large; divide each micro-batch loss by {k}", hint=2)
-        for step, (got, reference) in enumerate(zip(mine, want["steps"]), 1):
-            difference = first_difference(got["grads"], reference["grads"]) or first_difference(
-                got["params"], reference["params"])
-            if difference and sum(ranks[0]["all_reduces_per_step"]) == 0:
-                raise ctx.fail(f"with k={k}, step {step} differs from the large-batch step ({difference}) and no "
-                               "gradient was ever all-reduced: no_sync also on the last micro-step?", hint=1)
-            if difference:
-                raise ctx.fail(
-                    f"with k={k}, step {step} differs from one process on the k*b*W = {k * BATCH * ctx.world_size} "
-                    f"samples of the step: {difference} (gradient scale "
-                    f"{scale_of(got['grads'], reference['grads']):.3g}x). Check the sampler (seed 0), drop_last, the "
-                    f"mean loss divided by k, and SGD(lr, momentum=0.9)", hint=5)
-        difference = first_difference(ranks[0]["final"], want["steps"][-1]["params"])
-        if difference:
-            raise ctx.fail(f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not the "
-                           f"trained ones: {difference}")
+    found = [finding for k in KS if (finding := _problem(ctx, k))]
+    if found:
+        # a ratio equal to two of the run's numbers (k = W = 2) names nothing; the other k may
+        chosen = next((f for f in found if f.cause != "ambiguous_scale"), found[0])
+        raise ctx.fail(chosen.message, hint=_HINTS.get(chosen.cause))
     return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
+
+
+def _why_never_synchronized(facts: dict[str, Any]) -> str:
+    """Why DDP never all-reduced, from how the forward passes ran."""
+    training = [call for call in facts["forwards"] if call["grad"]]
+    if any(not call["ddp"] for call in training):
+        return ("forward through the unwrapped model: the forward passes did not go through the DDP wrapper, whose "
+                "forward arms the all-reduce of the coming backward")
+    return ("every forward pass ran inside no_sync, the last micro-batch's too (DDP decides in the forward pass "
+            "whether the coming backward all-reduces); run the k-th forward and backward outside no_sync")
 
 
 @check("ranks_stay_in_sync")
@@ -96,29 +157,37 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                 if difference is None:
                     continue
                 if sum(ranks[0]["all_reduces_per_step"]) == 0:
-                    raise ctx.fail(f"no_sync also on the last micro-step: with k={k} the gradients were never "
-                                   f"all-reduced and the ranks diverge at step {step} (rank {rank}'s {difference} from "
-                                   "rank 0's); run the k-th backward outside no_sync", hint=1)
+                    raise ctx.fail(f"no gradient was ever all-reduced: with k={k} the ranks diverge at step {step} "
+                                   f"(rank {rank}'s {difference} from rank 0's): {_why_never_synchronized(ranks[0])}",
+                                   hint=1)
                 raise ctx.fail(f"with k={k} the ranks diverge at step {step}: rank {rank}'s {difference} from "
-                               "rank 0's", hint=1)
+                               f"rank 0's (all-reduces per step on rank 0: {ranks[0]['all_reduces_per_step'][:6]})",
+                               hint=1)
 
 
 @check("one_allreduce_per_step")
 def one_allreduce_per_step(ctx: CheckContext) -> str:
     for k in KS:
         ranks, want = _ranks(ctx, k), _reference(ctx, k)
-        _step_count(ctx, k, len(ranks[0]["steps"]), want)
+        counted = _step_count(k, ranks[0]["steps"], ranks, want)
+        if counted:
+            raise ctx.fail(counted.message, hint=4)
         counts = ranks[0]["all_reduces_per_step"]
         if all(count == 1 for count in counts):
             continue
         if all(count == k for count in counts):
-            raise ctx.fail(f"correct but k times the communication: with k={k} every optimizer step all-reduced the "
-                           f"gradients {k} times, once per micro-batch; run the first k-1 backward passes inside "
-                           "ddp_model.no_sync()", hint=1)
+            if not ranks[0]["no_sync_entries"]:
+                raise ctx.fail(f"correct but k times the communication: with k={k} every optimizer step all-reduced "
+                               f"the gradients {k} times, once per micro-batch, and no_sync was never used; run the "
+                               "first k-1 micro-batches inside ddp_model.no_sync()", hint=1)
+            raise ctx.fail(f"no_sync had no effect: with k={k} every optimizer step all-reduced the gradients {k} "
+                           f"times, although no_sync was entered {len(ranks[0]['no_sync_entries'])} times; the forward "
+                           "passes ran outside it (DDP decides in the forward pass whether the coming backward "
+                           "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too", hint=1)
         if all(count == 0 for count in counts):
-            raise ctx.fail(f"no gradient all-reduce at all with k={k}: is the last micro-step under no_sync too?",
-                           hint=1)
+            raise ctx.fail(f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}", hint=1)
         raise ctx.fail(f"with k={k} the gradient all-reduces per optimizer step were {counts}; expected exactly one "
                        "per step, on the last micro-batch", hint=1)
     size = 4 * ranks[0]["parameters"]  # fp32 gradients
     return f"one all-reduce of {size} bytes per optimizer step, where accumulating without no_sync sends k times that"
+

@@ -11,8 +11,21 @@ import numpy as np
 
 from grader.checks.api import CheckContext, check
 from grader.checks.compare import first_difference
+from grader.checks.trajectory import Finding, Setting, diagnose, gathered_steps
 
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
+
+
+def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
+    """The shared diagnosis of the training steps, on the whole tensors joined from every rank's shards;
+    None where they cannot be joined (the losses and final weights are compared instead)."""
+    shapes = {name: tuple(np.shape(tensor)) for name, tensor in want["initial"].items()}
+    steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
+    if steps is None or len(steps) != len(want["steps"]):
+        return None
+    setting = Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size},
+                      reference="one process on all ranks' batches of the step")
+    return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -142,6 +155,9 @@ def matches_reference(ctx: CheckContext) -> None:
     steps = len(facts["optimizer_steps"])
     if steps != STEPS:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
+    finding = _trajectory_finding(ctx, ranks, want)
+    if finding is not None:
+        raise ctx.fail(finding.message, hint=2)
     if first_difference(facts["final"], want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (" The optimizer was built before wrapping: it holds the original tensors, which fully_shard replaced "

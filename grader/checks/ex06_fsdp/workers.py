@@ -25,7 +25,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
-from grader.checks.training import TinyTransformer, make_regression, make_transformer, state, train_reference
+from grader.checks.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, \
+    state, train_reference
 from grader.engine.rank_runtime import RankContext
 
 
@@ -155,9 +156,12 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str,
     ctx.facts["optimizer_steps"] = optimizer_steps = []
     handle = register_optimizer_step_pre_hook(
         lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model)))
+    shard_steps = ShardStepRecorder(model)  # every step's pieces, for matches_reference
+    ctx.facts.update(shard_steps=shard_steps.steps, flat_layouts=shard_steps.layouts)
     train_fsdp = ctx.student("train_fsdp")
     saved = train_fsdp(ctx.rank, ctx.world_size, model, batches, lr)
     handle.remove()
+    shard_steps.close()
     root = roots[-1] if roots and isinstance(roots[-1], nn.Module) else model
     ctx.facts["losses"] = [F.mse_loss(out, target).item() for out, (_, target) in zip(outputs, batches)]
     ctx.facts["blocks"] = len(model.blocks)
@@ -196,6 +200,8 @@ def reference(ctx: RankContext, world_size: int, steps: int, batch_size: int, lr
     dataset: TensorDataset = make_regression(steps * union)
     losses: list[float] = []
     initial = state(model)
-    train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,
-                    losses=losses)
-    return {"losses": losses, "initial": initial, "final": state(model)}
+    recorder = train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,
+                               losses=losses)
+    every = recorder.facts()  # every step, for the trajectory diagnosis of matches_reference
+    return {"losses": losses, "initial": initial, "final": state(model), "steps": every["steps"],
+            "start": every["start"], "momentum": MOMENTUM}

@@ -3,31 +3,33 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from grader.checks.api import CheckContext, check
 from grader.checks.compare import first_difference
+from grader.checks.trajectory import Setting, diagnose
+from grader.checks.writes import went_on_early, writers_problem
 from grader.engine import RunResult
 
 SIZE, BATCH, LR = 96, 4, 0.05
 STEPS_BEFORE, STEPS_AFTER = 3, 3
 PARAMETERS = 4  # TinyRegressor: two weights, two biases
+MODEL_KEYS = "hidden.weight, hidden.bias, out.weight, out.bias"
 
 
 def _path(ctx: CheckContext) -> str:
     return str(ctx.scratch / f"checkpoint-w{ctx.world_size}.pt")
 
 
-def _early_load(result: RunResult) -> str:
-    """'rank r ...' if some rank read the checkpoint before rank 0 had finished writing it."""
-    saves = [e for e in result.ranks[0].facts.get("events", []) if e["call"] == "save"]
-    written = max((e.get("end", math.inf) for e in saves), default=None)
-    for outcome in result.ranks[1:]:
-        loads = [e for e in outcome.facts.get("events", []) if e["call"] == "load"]
-        missing = (outcome.error or {}).get("type") == "FileNotFoundError" and loads
-        if missing or (written is not None and any(e["start"] < written for e in loads)):
-            return f"rank {outcome.rank} called torch.load before rank 0 had finished writing the checkpoint"
+def _early_load(result: RunResult, path: str) -> str:
+    """'rank r ...' if some rank read the checkpoint before the file rank 0 wrote had landed."""
+    facts = [outcome.facts for outcome in result.ranks]
+    loads = [[e["start"] for e in f.get("writes", []) if e["op"] == "load"] for f in facts]
+    early = went_on_early([f.get("writes", []) for f in facts], path, [f.get("host", "") for f in facts], loads)
+    missing = [o.rank for o in result.ranks if (o.error or {}).get("type") == "FileNotFoundError" and loads[o.rank]]
+    for rank in sorted({*early, *missing} - {0}):
+        if loads[rank]:
+            return f"rank {rank} called torch.load before rank 0 had finished writing the checkpoint"
     return ""
 
 
@@ -36,10 +38,11 @@ def _run(ctx: CheckContext) -> RunResult:
     result = ctx.run("resume", size=SIZE, batch_size=BATCH, steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER,
                      lr=LR, path=_path(ctx))
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
-    race = "" if stub else _early_load(result)
+    race = "" if stub else _early_load(result, _path(ctx))
     if race:
-        raise ctx.fail(f"no barrier between save and load: {race} (the grader makes rank 0's save slow). "
-                       "Every rank must wait at dist.barrier() after rank 0's torch.save", hint=3)
+        raise ctx.fail(f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
+                       "ranks wait for it or move on). Every rank must wait at dist.barrier() after rank 0's "
+                       "torch.save", hint=3)
     return result
 
 
@@ -49,22 +52,23 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
 
 @check("saves_once_rank0")
 def saves_once_rank0(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
-    for rank, facts in enumerate(ranks[1:], 1):
-        saves = [e for e in facts["events"] if e["call"] == "save"]
-        if saves:
-            raise ctx.fail(f"every rank saving: rank {rank} also called torch.save({saves[0].get('path')!r}); only "
-                           "rank 0 writes, the weights are the same everywhere", hint=2)
-    paths = [e.get("path") for e in ranks[0]["events"] if e["call"] == "save"]
-    if _path(ctx) not in paths:
-        raise ctx.fail(f"rank 0 did not save to the path it was given (torch.save calls: {paths or 'none'})", hint=2)
+    """Judged as soon as every rank has returned from save_checkpoint, whatever happened after."""
+    result = _run(ctx)
+    ranks = [outcome.facts for outcome in result.ranks]
+    if not all("save_returned_at" in facts for facts in ranks):
+        ranks = ctx.require(result)
+    exists = ctx.inspect("inspect_checkpoint", path=_path(ctx))["exists"]
+    problem = writers_problem([facts["writes"] for facts in ranks], _path(ctx), exists, once=True)
+    if problem:
+        raise ctx.fail(problem, hint=2)
+    ctx.require(result)
 
 
 @check("waits_for_save")
 def waits_for_save(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
-        if not any(e["call"] == "load" for e in facts["events"]):
+        if not any(e["op"] == "load" for e in facts["writes"]):
             raise ctx.fail(f"rank {rank} never called torch.load: every rank restores from the file", hint=4)
 
 
@@ -78,17 +82,22 @@ def checkpoint_contents(ctx: CheckContext) -> None:
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be read: {saved['problem']}")
     if "model" not in saved:
-        raise ctx.fail(f"the checkpoint has no 'model' state dict (its keys: {saved['keys']})", hint=1)
+        raise ctx.fail(f"the checkpoint holds no state dict of the model (its {MODEL_KEYS}, with no `module.` "
+                       f"prefix); its keys: {saved['keys']}", hint=1)
     prefixed = [key for key in saved["model"] if key.startswith("module.")]
     if prefixed:
         raise ctx.fail(f"`module.` prefix in the saved model (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
                        "state_dict; save ddp_model.module.state_dict()", hint=1)
+    if saved.get("only_model"):
+        raise ctx.fail("optimizer state not saved: the checkpoint is the model's state dict alone, with no "
+                       "optimizer state (momentum buffers) and no step; save a dict of all three", hint=5)
     if saved.get("momentum_buffers", 0) < PARAMETERS:
         raise ctx.fail(f"optimizer state not saved: the checkpoint holds {saved.get('momentum_buffers', 0)} momentum "
                        f"buffers for {PARAMETERS} parameters (its keys: {saved['keys']}); save optimizer.state_dict()",
                        hint=5)
-    if saved["step"] != STEPS_BEFORE:
-        raise ctx.fail(f"the checkpoint's 'step' is {saved['step']}, not the step it was saved at ({STEPS_BEFORE})")
+    if STEPS_BEFORE not in saved["integers"].values():
+        raise ctx.fail(f"the checkpoint holds no step equal to the step it was saved at ({STEPS_BEFORE}): its "
+                       f"integers are {saved['integers'] or 'none'}", hint=4)
     ranks = ctx.require(result)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
     if difference:
@@ -108,13 +117,18 @@ def resume_matches(ctx: CheckContext) -> None:
         if facts["returned_step"] != STEPS_BEFORE:
             raise ctx.fail(f"load_checkpoint returned {facts['returned_step']!r} on rank {rank}, not the saved step "
                            f"{STEPS_BEFORE}", hint=4)
-    for step, (got, want, restarted) in enumerate(
-            zip(ranks[0]["resumed"], reference["uninterrupted"], reference["restarted"]), STEPS_BEFORE + 1):
-        difference = first_difference(got, want)
-        if difference is None:
+    resumed = STEPS_BEFORE + 1
+    setting = Setting(lr=LR, momentum=reference["momentum"], factors={"W": ctx.world_size},
+                      reference="uninterrupted training", labels={resumed: "the first step after resuming"})
+    for rank, facts in enumerate(ranks):
+        finding = diagnose(facts["steps"], facts["start"], reference["steps"], reference["start"], setting)
+        if finding is None:
             continue
-        if first_difference(got, restarted) is None:
-            raise ctx.fail(f"momentum lost: step {step} after resuming equals a run whose SGD momentum restarted "
-                           f"from zero at the checkpoint ({difference} from the uninterrupted run). Save "
-                           "optimizer.state_dict() and load it on every rank", hint=5)
-        raise ctx.fail(f"step {step} after resuming differs from uninterrupted training: {difference}")
+        where = f"on rank {rank}, " if rank else ""
+        if finding.cause in ("no_momentum", "other_momentum") and finding.step == resumed:
+            restored = facts["momentum_restored"]
+            raise ctx.fail(f"momentum lost: {where}step {resumed}, the first after resuming, is -lr * gradient, as if "
+                           f"SGD's momentum buffer restarted from zero (after load_checkpoint the optimizer held "
+                           f"{restored} momentum buffers for {PARAMETERS} parameters). Save optimizer.state_dict() "
+                           "and load it on every rank", hint=5)
+        raise ctx.fail(f"{where}resumed training differs from uninterrupted training: {finding.message}")
