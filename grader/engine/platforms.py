@@ -62,7 +62,8 @@ def chosen_launcher(requested: str | None = None) -> tuple[str, str]:
         return forced, source
     if fork_is_safe():
         return "fork", f"{sys.platform}: ranks are forked from a warm zygote"
-    return "portable", f"{sys.platform}: forking after importing torch is unsafe or impossible here"
+    return "portable", f"{sys.platform}: forking after importing torch is unsafe or impossible here, so ranks " \
+                       "come from a warm pool of interpreters"
 
 
 # --- the portable launcher's pool host: starting, signalling and ending members -------------------
