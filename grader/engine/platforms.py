@@ -172,6 +172,11 @@ def rank_fds(streams: Sequence[Any]) -> tuple[list[int], Callable[[], None]]:
     """
     if not IS_WINDOWS:
         return [sock.detach() for sock in streams], lambda: None
+    return relayed_fds(streams)
+
+
+def relayed_fds(streams: Sequence[Any]) -> tuple[list[int], Callable[[], None]]:
+    """Windows' way (see `rank_fds`): a pipe per stream and a thread copying it into the socket."""
     fds, relays = [], []
     for sock in streams:
         read_end, write_end = os.pipe()
