@@ -81,9 +81,12 @@ class Member:
 
 
 def become_reaper() -> None:
-    """The pool host adopts what its members leave behind (Linux), and dies with the grader."""
-    processes.prctl(processes.PR_SET_CHILD_SUBREAPER, 1)
-    processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
+    """The pool host adopts what its members leave behind, and dies with the grader (Linux; elsewhere
+    it ends when its line to the grader closes). Ctrl-C is the grader's to handle, as the zygote's."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if IS_LINUX:
+        processes.prctl(processes.PR_SET_CHILD_SUBREAPER, 1)
+        processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def start_member(argv: list[str], env: dict[str, str]) -> Member:
@@ -147,9 +150,10 @@ def release_member(member: Member) -> None:
 def die_with_parent(parent: int) -> None:
     """A member never outlives its pool host: on Linux the kernel sees to it; elsewhere the member
     ends when its command pipe closes (see `end_self`)."""
-    processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
-    if IS_LINUX and os.getppid() != parent:
-        os._exit(1)  # the host died before the line above took effect
+    if IS_LINUX:
+        processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)  # the host died before the line above took effect
 
 
 def end_self() -> None:

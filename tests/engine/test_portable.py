@@ -206,3 +206,30 @@ def test_a_run_larger_than_the_pool_waits_for_more_members_not_against_its_deadl
     assert result.ok, [r.error or r.report_problem for r in result.ranks]
     assert [float(r.facts["sum"][0]) for r in result.ranks] == [world_size * (world_size + 1) / 2] * world_size
     assert len({r.pid for r in result.ranks}) == world_size
+
+
+AS_ON_WINDOWS = """
+import os, signal, sys, tempfile
+from pathlib import Path
+import ctypes, multiprocessing.util, numpy, selectors, socket, subprocess  # the real ones, before the disguise
+sys.platform = "win32"
+for owner, names in ((os, ("fork", "register_at_fork", "posix_spawn", "posix_spawnp", "killpg", "setsid")),
+                     (signal, ("SIGUSR1", "SIGKILL", "SIGCHLD"))):
+    for name in names:
+        delattr(owner, name)
+sys.modules["resource"] = None  # no such module on Windows
+from grader.engine import launchers, platforms, pool, pool_member, rank_runtime, spawn_log, supervisor
+from grader import cli, doctor
+assert platforms.chosen_launcher()[0] == "portable" and platforms.STACK_DUMP_SIGNAL is None
+assert supervisor.Engine().launcher == "portable"
+spawn_log.install(Path(tempfile.mkdtemp()), None)
+platforms.die_with_parent(os.getppid())
+print("imported")
+"""
+
+
+def test_the_portable_launchers_modules_load_without_posix_names():
+    """Not Windows, but what a Windows Python lacks at import: no fork, no SIGUSR1, no resource."""
+    done = subprocess.run([sys.executable, "-c", AS_ON_WINDOWS], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout == "imported\n", done.stderr
