@@ -19,10 +19,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from grader.engine import loopback
 from grader.engine.processes import FDS_PER_RANK
+
+if TYPE_CHECKING:
+    from grader.engine.supervisor import Confinement
 
 MAX_CONTROL_BYTES = 1 << 20
 ROLES = ("output", "report", "stack")
@@ -80,10 +83,12 @@ class RunStreams:
 
 
 class Link(Protocol):
+    """What the supervisor needs of a launcher process's line (see the module docstring)."""
+
     name: str
     start_timeout: float  # how long a spawn may wait for its ranks (a pool may have to warm one)
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Any) -> subprocess.Popen[bytes]: ...
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]: ...
 
     def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None: ...
 
@@ -115,7 +120,7 @@ class ZygoteLink:
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Any) -> subprocess.Popen[bytes]:
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = _python_module("grader.engine.zygote", str(theirs.fileno()), *argv)
         if wrap is not None:
@@ -186,7 +191,7 @@ class PoolLink:
         self._token = loopback.new_token()
         self._framed: loopback.Framed | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Any) -> subprocess.Popen[bytes]:
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]:
         assert wrap is None, "a sandbox confines the fork launcher only"
         self._listener = self._listener or loopback.listen()
         port = str(self._listener.getsockname()[1])
@@ -249,5 +254,5 @@ class PoolLink:
             self._listener = None
 
 
-def new_link(launcher: str) -> ZygoteLink | PoolLink:
+def new_link(launcher: str) -> Link:
     return PoolLink() if launcher == "portable" else ZygoteLink()

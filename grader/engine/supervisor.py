@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.engine import wire
-from grader.engine.launchers import RunStreams, new_link
+from grader.engine.launchers import Link, RunStreams, new_link
 from grader.engine.platforms import LauncherError, chosen_launcher
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
@@ -252,7 +252,7 @@ class Engine:
         self.launcher = "fork" if confinement is not None else chosen_launcher(launcher)[0]
         self._preload = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
         self._confinement = confinement
-        self._link = new_link(self.launcher)
+        self._link: Link = new_link(self.launcher)
         self._process: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._lost = False  # the control channel broke or the zygote stopped answering

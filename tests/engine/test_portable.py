@@ -18,7 +18,9 @@ import pytest
 
 from conftest import REPO
 from grader.engine import Engine, Job, loopback, platforms, pool, wire
+from grader.checks.runner import GradeOptions
 from grader.engine.launchers import RunStreams
+from grader.session import GradingSession
 from test_faults import FAULTS, HERE
 
 
@@ -51,6 +53,14 @@ def test_a_sandbox_always_forks():
     assert Engine(confinement=Sandbox()).launcher == "fork"  # type: ignore[arg-type]
     with pytest.raises(platforms.LauncherError, match="sandboxed grading starts ranks with the fork launcher"):
         Engine(confinement=Sandbox(), launcher="portable")  # type: ignore[arg-type]
+
+
+def test_grader_check_takes_the_launcher_asked_for(catalog, monkeypatch):
+    monkeypatch.delenv(platforms.LAUNCHER_VARIABLE, raising=False)
+    default = platforms.chosen_launcher()[0]
+    for asked, expected in (("portable", "portable"), ("fork", "fork"), ("grader", default)):
+        with GradingSession(catalog, GradeOptions(), launcher=asked) as session:
+            assert session.engine.launcher == expected
 
 
 def test_grade_refuses_the_portable_launcher_in_a_sandbox(tmp_path):
