@@ -158,5 +158,6 @@ def test_doctor_on_this_machine_passes_and_says_why_in_json():
 def test_a_bad_launcher_setting_fails_with_exit_status_1_and_the_fix():
     done = _doctor(GRADER_LAUNCHER="spawn")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert re.search(r"^FAIL +launcher +GRADER_LAUNCHER=spawn: the launchers are fork, portable", done.stdout, re.M), done.stdout
+    assert re.search(r"^FAIL +launcher +GRADER_LAUNCHER=spawn: the launchers are fork, portable", done.stdout,
+                     re.M), done.stdout
     assert "fix: unset GRADER_LAUNCHER" in done.stdout and "cannot run the course yet" in done.stdout

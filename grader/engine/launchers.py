@@ -88,7 +88,8 @@ class Link(Protocol):
     name: str
     start_timeout: float  # how long a spawn may wait for its ranks (a pool may have to warm one)
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]: ...
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
+               wrap: Confinement | None) -> subprocess.Popen[bytes]: ...
 
     def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None: ...
 
@@ -120,7 +121,8 @@ class ZygoteLink:
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]:
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
+               wrap: Confinement | None) -> subprocess.Popen[bytes]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = _python_module("grader.engine.zygote", str(theirs.fileno()), *argv)
         if wrap is not None:
@@ -191,7 +193,8 @@ class PoolLink:
         self._token = loopback.new_token()
         self._framed: loopback.Framed | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None) -> subprocess.Popen[bytes]:
+    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
+               wrap: Confinement | None) -> subprocess.Popen[bytes]:
         assert wrap is None, "a sandbox confines the fork launcher only"
         self._listener = self._listener or loopback.listen()
         port = str(self._listener.getsockname()[1])

@@ -10,7 +10,7 @@ impossible (native Windows), the portable launcher starts a warm pool of interpr
 | a member's processes | its own session | its own session | a job object of its own |
 | stack dump on request | SIGUSR1 (faulthandler) | SIGUSR1 (faulthandler) | a command line, read by a thread |
 | stop a rank | SIGKILL to its group | SIGKILL to its group | TerminateJobObject |
-| strays found | subreaper: all, however detached | its group + what Python started | the job: all, unless they broke away |
+| strays found | subreaper: all, however detached | its group + what Python started | the job: all |
 | launcher gone | PDEATHSIG, and its commands end | its commands end | the job closes (kill on close) |
 """
 
