@@ -178,6 +178,7 @@ class RunResult:
     strays: list[StrayProcess] = field(default_factory=list)
     stray_count: int = 0  # all of them, where `strays` lists at most the first fifty
     memory_exceeded: bool = False  # the sandbox's memory limit killed a process during the run
+    queued: float = 0.0  # seconds it waited for its ranks to start (a portable pool warming interpreters)
 
     @property
     def ok(self) -> bool:
@@ -399,6 +400,7 @@ class Engine:
         self.wait_ready()
         run_id = f"run{next(self._ids)}"
         oom_before = self._oom_kills()
+        asked = time.monotonic()
         state, streams = self._spawn(run_id, job)
         try:
             self._await_start(state)
@@ -410,7 +412,7 @@ class Engine:
             self._finish(live)
         strays, count = _strays(state.ended)
         return RunResult(job, [live.outcome for live in state.ranks], time.monotonic() - started,
-                         state.timed_out, strays, count, self._oom_kills() > oom_before)
+                         state.timed_out, strays, count, self._oom_kills() > oom_before, started - asked)
 
     def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, RunStreams]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}
