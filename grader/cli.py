@@ -7,7 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from grader import commands
+from grader import commands, doctor
+from grader.engine.platforms import LauncherError
 from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound
 
@@ -47,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
-    check.add_argument("--launcher", choices=("grader", "torchrun"), default="grader",
-                       help="who starts the ranks: the grader's warm launcher (default), or torchrun")
+    check.add_argument("--launcher", choices=("grader", "fork", "portable", "torchrun"), default="grader",
+                       help="who starts the ranks: the grader's warm launcher (default: fork on Linux, portable "
+                            "elsewhere, or $GRADER_LAUNCHER), one of those two by name, or torchrun")
     _add_cluster_options(check, "with --launcher torchrun: this node is node 0 of N (the one that grades)")
     _add_grading_options(check)
     check.set_defaults(func=commands.cmd_check)
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     quiz_cli.register(commands_)
     instructor_cli.register(commands_)
+    doctor.register(commands_)
     return parser
 
 
@@ -85,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound) as exc:
+    except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound, LauncherError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -164,7 +164,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     if args.nnodes != 1 and args.launcher != "torchrun":
         raise UsageError("--nnodes is for --launcher torchrun")
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
-    with GradingSession(catalog, _options(args), engine) as session:
+    with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
         results = _grade(session, terminal, exercises, folder, source_maps)
     if folder == catalog.root / "exercises":
         for exercise in exercises:

@@ -9,6 +9,7 @@ from pathlib import Path
 from grader.catalog import Catalog, Exercise
 from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
 from grader.engine import Engine, Job
+from grader.engine.platforms import LAUNCHERS
 from grader.engine.torchrun_launch import TorchrunEngine
 
 
@@ -40,10 +41,14 @@ class BackendProbe:
 
 
 class GradingSession:
-    def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None) -> None:
+    """`engine` None: a warm engine of `launcher` ("fork" or "portable"; else the platform's)."""
+
+    def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None,
+                 launcher: str | None = None) -> None:
         self.catalog = catalog
         self.options = options
-        self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises])
+        self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises],
+                                       launcher=launcher if launcher in LAUNCHERS else None)
         self.engine.start()  # warms up while the caller parses and validates
         cluster = self.engine.cluster if isinstance(self.engine, TorchrunEngine) else None
         self._probe = BackendProbe(options.backend, cluster.nnodes if cluster else 1)

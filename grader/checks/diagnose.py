@@ -20,14 +20,21 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
 _GRADER_PARTS = ("/grader/engine/", "/grader/checks/", "<frozen ", "/runpy.py")
 
-_SIGNAL_MEANING = {
-    signal.SIGABRT: "aborted (SIGABRT); inside gloo this is most likely a collective called with "
+_SIGNAL_MEANING = {  # by name: Windows has neither SIGKILL nor SIGBUS
+    "SIGABRT": "aborted (SIGABRT); inside gloo this is most likely a collective called with "
     "mismatched tensor shapes or dtypes on different ranks",
-    signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",
-    signal.SIGKILL: "was killed (SIGKILL), possibly for running out of memory",
-    signal.SIGBUS: "crashed with a bus error (SIGBUS)",
-    signal.SIGFPE: "crashed with a floating point exception (SIGFPE)",
+    "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
+    "SIGKILL": "was killed (SIGKILL), possibly for running out of memory",
+    "SIGBUS": "crashed with a bus error (SIGBUS)",
+    "SIGFPE": "crashed with a floating point exception (SIGFPE)",
 }
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _source_line(path: str, line: int) -> str:
@@ -143,15 +150,11 @@ def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float,
         return f"did not finish within the {deadline:g} s deadline (a hang?){at}", outcome.stack_dump
     if outcome.stopped == "peer failure":
         return f"was stopped because another rank had failed{at}", outcome.stack_dump
-    if outcome.status == -signal.SIGKILL and memory_exceeded:
-        return f"{MEMORY_LIMIT}{at}", outcome.stack_dump
     if outcome.status is not None and outcome.status < 0:
-        signum = -outcome.status
-        try:
-            meaning = _SIGNAL_MEANING.get(signal.Signals(signum), f"died from {signal.Signals(signum).name}")
-        except ValueError:
-            meaning = f"died from signal {signum}"
-        return f"{meaning}{at}", outcome.stack_dump
+        name = _signal_name(-outcome.status)
+        if name == "SIGKILL" and memory_exceeded:
+            return f"{MEMORY_LIMIT}{at}", outcome.stack_dump
+        return f"{_SIGNAL_MEANING.get(name, f'died from {name}')}{at}", outcome.stack_dump
     if outcome.report_problem and outcome.report_problem != "no report":
         return f"sent a damaged report ({outcome.report_problem})", ""
     code = outcome.status

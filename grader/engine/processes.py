@@ -4,6 +4,8 @@ A rank may start processes that leave its process group (`start_new_session=True
 double fork). Whoever starts ranks is a child subreaper, so such processes are re-parented to it
 when their parent dies; `sweep` then finds them among its own children, names them, and kills
 them, over and over until none is left (killing a stray re-parents its own children).
+
+Linux only (prctl, /proc); what other systems do instead is in platforms.py.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +24,6 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 COMMAND_CHARS = 200
 SWEEP_ROUNDS = 200
-STACK_DUMP_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks (faulthandler) on it
 FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
 MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
                            "from multiprocessing.forkserver import main")
@@ -39,7 +42,9 @@ class Stray:
 
 
 def prctl(option: int, value: int) -> None:
-    """Linux prctl; a no-op where it is unavailable."""
+    """Linux prctl; a no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
@@ -180,25 +185,42 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
-def sweep(grace: float, poll: float = 0.01) -> list[Stray]:
-    """Kill every process this (subreaper) process still has below it; return what was running.
+def _reap(spare: Collection[int]) -> None:
+    """Collect exited children, never one of `spare` (whose owner waits for it itself)."""
+    if not spare:
+        reap_all()
+        return
+    for pid in children():
+        if pid not in spare:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def sweep(grace: float, poll: float = 0.01, spare: Collection[int] = frozenset()) -> list[Stray]:
+    """Kill every process this (subreaper) process still has below it, except its children in
+    `spare` and what is below them; return what was running.
 
     Processes that end by themselves within `grace` seconds are not strays, nor are the helpers
     multiprocessing itself starts and ends (its resource tracker, its forkserver), which exit once
     their parent has, but may take longer than the grace on a loaded machine: killed, not named.
     Command lines are read before the grace, while no process is half-way through exiting. Every
-    child that exits is reaped here, so call this only when no child of interest is still
-    expected to report.
+    other child that exits is reaped here, so call this only when no such child is still expected
+    to report.
     """
-    commands = {pid: command_line(pid) for pid in _descendants(children()) if _alive(pid)}
+    def below() -> list[int]:
+        return [pid for pid in children() if pid not in spare]
+
+    commands = {pid: command_line(pid) for pid in _descendants(below()) if _alive(pid)}
     give_up = time.monotonic() + grace
-    while any(_alive(pid) for pid in children()) and time.monotonic() < give_up:
-        reap_all()
+    while any(_alive(pid) for pid in below()) and time.monotonic() < give_up:
+        _reap(spare)
         time.sleep(poll)
-    reap_all()
+    _reap(spare)
     strays: dict[int, Stray] = {}
     for _ in range(SWEEP_ROUNDS):
-        living = [pid for pid in _descendants(children()) if _alive(pid)]
+        living = [pid for pid in _descendants(below()) if _alive(pid)]
         if not living:
             break
         for pid in living:
@@ -207,6 +229,6 @@ def sweep(grace: float, poll: float = 0.01) -> list[Stray]:
                 strays.setdefault(pid, Stray(pid, command))
             send_signal(pid, signal.SIGKILL)
         time.sleep(poll)  # their children are re-parented to us: the next round finds them
-        reap_all()
-    reap_all()
+        _reap(spare)
+    _reap(spare)
     return list(strays.values())

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from grader.engine import spawn_log, wire
-from grader.engine.processes import STACK_DUMP_SIGNAL
+from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 # Bound before any student code is imported: patching `grader.engine.wire.encode` from a student
 # module does not change what this rank sends.
@@ -192,7 +192,8 @@ def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
     os.chdir(spec["run_dir"])
     os.environ.update(spec["env"])
     faulthandler.enable(file=stack_fd, all_threads=True)
-    faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
+    if STACK_DUMP_SIGNAL is not None:  # elsewhere (Windows) the launcher asks in another way (platforms.py)
+        faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
 
 
 def _host_rendezvous(spec: dict[str, Any]) -> Any:
@@ -301,8 +302,10 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
         dist.set_debug_level(dist.DebugLevel.DETAIL)
 
 
-def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int) -> None:
-    """Run the spec's worker on this rank and send back its report. Never returns."""
+def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int,
+             before_exit: Callable[[], None] = lambda: None) -> None:
+    """Run the spec's worker on this rank and send back its report. Never returns.
+    `before_exit` lets a launcher flush what it relays (platforms.rank_fds)."""
     os.set_inheritable(report_fd, False)
     _isolate(spec, out_fd, stack_fd)  # stack_fd stays open: faulthandler writes to it on a signal
     spawn_log.install(Path(spec["run_dir"]), spec.get("student_file"))
@@ -337,6 +340,7 @@ def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int) -
     os.close(report_fd)
     sys.stdout.flush()
     sys.stderr.flush()
+    before_exit()
     os._exit(0)
 
 

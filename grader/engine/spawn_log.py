@@ -68,7 +68,8 @@ def install(run_dir: Path, student_file: str | None) -> None:
     def before_fork() -> None:
         log.pending = log.origin(sys._getframe(1))
 
-    os.register_at_fork(before=before_fork, after_in_child=lambda: log.append(os.getpid(), log.pending))
+    if hasattr(os, "register_at_fork"):  # not on Windows
+        os.register_at_fork(before=before_fork, after_in_child=lambda: log.append(os.getpid(), log.pending))
     popen_init = subprocess.Popen.__init__
 
     def popen(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
@@ -77,8 +78,9 @@ def install(run_dir: Path, student_file: str | None) -> None:
         log.append(self.pid, origin)
 
     subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
-    os.posix_spawn = _recorded(log, os.posix_spawn, int)
-    os.posix_spawnp = _recorded(log, os.posix_spawnp, int)
+    if hasattr(os, "posix_spawn"):
+        os.posix_spawn = _recorded(log, os.posix_spawn, int)
+        os.posix_spawnp = _recorded(log, os.posix_spawnp, int)
     multiprocessing.util.spawnv_passfds = _recorded(log, multiprocessing.util.spawnv_passfds, int)
 
 

@@ -1,6 +1,8 @@
 """The grader's side of the engine: start ranks, collect what they report, enforce the deadline.
 
-One `Engine` owns one zygote. `Engine.run(job)` has the zygote fork `job.world_size` fresh ranks,
+One `Engine` owns one launcher process: a zygote that forks ranks (Linux) or the portable warm pool
+(pool.py; macOS, Windows, or forced), chosen in platforms.py and reached through launchers.py.
+`Engine.run(job)` has it start `job.world_size` fresh ranks,
 drains their output (capped, so a flood cannot stall anything), reads their reports, and returns a
 `RunResult` of raw outcomes. It fails closed: a deadline, a rank that dies or raises, and its peers
 stuck waiting for it all end in a result that says which rank, at which stage, and where. A run
@@ -10,7 +12,8 @@ never waited on.
 
 The zygote may run inside a sandbox (`Confinement`): then its PIDs and paths are not the grader's,
 so the grader never signals a rank or reads a rank's files itself; it asks the zygote, and reads
-only the pipes it handed over.
+only the streams of the run. A sandbox always uses the fork launcher: it is Linux-only, and its
+network namespace could not reach the grader's loopback listener.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.engine import wire
-from grader.engine.processes import FDS_PER_RANK
+from grader.engine.launchers import Link, RunStreams, new_link
+from grader.engine.platforms import LauncherError, chosen_launcher
 
 # Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
 BASE_PRELOAD = (
@@ -51,7 +54,7 @@ EXIT_WAIT_S = 5.0  # after the ranks were killed, how long the zygote may take t
 OUTPUT_GRACE_S = 0.5  # after a run ended, how long output still held open by a stray is read
 OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024
 STACK_DUMP_CHARS = 20000
-MAX_CONTROL_BYTES = 1 << 20
+WARM_UP_S = 120.0  # the launcher's first import of torch, on a loaded machine
 
 
 class EngineError(RuntimeError):
@@ -175,6 +178,7 @@ class RunResult:
     strays: list[StrayProcess] = field(default_factory=list)
     stray_count: int = 0  # all of them, where `strays` lists at most the first fifty
     memory_exceeded: bool = False  # the sandbox's memory limit killed a process during the run
+    queued: float = 0.0  # seconds it waited for its ranks to start (a portable pool warming interpreters)
 
     @property
     def ok(self) -> bool:
@@ -234,15 +238,23 @@ class _RunState:
 
 
 class Engine:
-    """Runs jobs on fresh rank processes forked from one warm zygote."""
+    """Runs jobs on fresh rank processes from one warm launcher (forked or from the portable pool).
+
+    `launcher` ("fork" or "portable") overrides GRADER_LAUNCHER and the platform's default; a
+    confined engine (a sandbox) always forks.
+    """
 
     _ids = itertools.count()
 
-    def __init__(self, preload: Iterable[str] = (), confinement: Confinement | None = None) -> None:
+    def __init__(self, preload: Iterable[str] = (), confinement: Confinement | None = None,
+                 launcher: str | None = None) -> None:
+        if confinement is not None and launcher == "portable":
+            raise LauncherError("sandboxed grading starts ranks with the fork launcher (the sandbox is Linux-only)")
+        self.launcher = "fork" if confinement is not None else chosen_launcher(launcher)[0]
         self._preload = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
         self._confinement = confinement
+        self._link: Link = new_link(self.launcher)
         self._process: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
         self._ready = False
         self._lost = False  # the control channel broke or the zygote stopped answering
         self._log = tempfile.TemporaryFile()
@@ -252,42 +264,50 @@ class Engine:
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        """Start the zygote in the background; the first run waits for it to be warm."""
+        """Start the launcher in the background; the first run waits for it to be warm."""
         if self._process is not None:
             return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", "1")
-        argv = [sys.executable, "-P", "-m", "grader.engine.zygote", str(theirs.fileno()),
-                json.dumps(self._preload), self.scratch_root]
-        if self._confinement is not None:
-            argv, env = self._confinement.command(argv), self._confinement.environment(env)
         try:
-            self._process = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                             stdout=self._log, stderr=self._log, env=env)
+            self._process = self._link.launch([json.dumps(self._preload), self.scratch_root], env, self._log,
+                                              self._confinement)
         except OSError as exc:
             raise EngineError(f"cannot start the rank launcher: {exc}") from exc
-        finally:
-            theirs.close()
-        self._sock = ours
 
     def wait_ready(self) -> None:
         if self._lost or (self._process is not None and self._process.poll() is not None):
-            self.close(keep_scratch=True)  # the zygote died (killed by code under test?): a new one
+            self.close(keep_scratch=True)  # the launcher died (killed by code under test?): a new one
         self.start()
         if not self._ready:
-            message = self._receive(timeout=120.0)
+            assert self._process is not None
+            try:
+                self._link.connect(self._process, WARM_UP_S)
+            except (TimeoutError, EOFError) as exc:
+                self._lost = True
+                raise EngineError(f"the rank launcher never connected{self._how_it_ended()}:\n"
+                                  f"{self._zygote_log()}") from exc
+            message = self._receive(timeout=WARM_UP_S)
             if message.get("event") != "ready":
                 raise EngineError(f"unexpected first message from the rank launcher: {message}")
             self.preload_errors = message.get("preload_errors", {})
             self._ready = True
 
+    def wait_warm(self, timeout: float = 600.0) -> None:
+        """Return once a run can start without waiting for its ranks: the zygote is ready, or the
+        portable pool is full (benchmarks and timing tests measure runs, not refills)."""
+        self.wait_ready()
+        if self.launcher != "portable":
+            return
+        self._request({"op": "warm"})
+        give_up = time.monotonic() + timeout
+        while self._receive(timeout=max(0.0, give_up - time.monotonic())).get("event") != "warm":
+            pass  # a late message about an earlier run
+
     def close(self, keep_scratch: bool = False) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._link.close()
         if self._process is not None:
             if not self._ready or self._lost:  # importing torch, or not answering: no need to wait
                 self._process.kill()
@@ -300,6 +320,7 @@ class Engine:
         self._ready = False
         self._lost = False
         if not keep_scratch:
+            self._link.shutdown()
             if self._confinement is not None:
                 self._confinement.close()
             if self._own_scratch:
@@ -318,7 +339,7 @@ class Engine:
         return f"{self.scratch_root}/grading-{next(self._ids)}"
 
     def discard_scratch(self, path: str) -> None:
-        if self._ready and not self._lost and self._sock is not None:
+        if self._ready and not self._lost:
             self._request({"op": "discard", "path": path})
 
     # --- control channel -------------------------------------------------------------
@@ -338,32 +359,25 @@ class Engine:
         return f" (exit code {code})" if code else ""
 
     def _request(self, message: dict[str, Any], fds: list[int] = ()) -> None:
-        assert self._sock is not None
         try:
-            socket.send_fds(self._sock, [json.dumps(message).encode()], list(fds))
+            self._link.send(message, fds)
         except OSError as exc:
             self._lost = True
             raise EngineError(f"the rank launcher is gone: {exc}\n{self._zygote_log()}") from exc
 
     def _receive(self, timeout: float | None = None) -> dict[str, Any]:
-        assert self._sock is not None
-        self._sock.settimeout(timeout)
         try:
-            data = self._sock.recv(MAX_CONTROL_BYTES)
+            message = self._link.receive(timeout)
         except TimeoutError as exc:
             self._lost = True
             raise EngineError("the rank launcher did not answer in time") from exc
+        except EOFError as exc:
+            self._lost = True
+            raise EngineError(f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n"
+                              f"{self._zygote_log()}") from exc
         except OSError as exc:
             self._lost = True
             raise EngineError(f"the rank launcher's channel broke: {exc}") from exc
-        finally:
-            if self._sock is not None:
-                self._sock.settimeout(None)
-        if not data:
-            self._lost = True
-            raise EngineError(f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n{self._zygote_log()}")
-        try:
-            message = json.loads(data)
         except ValueError as exc:
             self._lost = True
             raise EngineError(f"the rank launcher sent a malformed message: {exc}") from exc
@@ -385,47 +399,40 @@ class Engine:
     def _run_once(self, job: Job) -> RunResult:
         self.wait_ready()
         run_id = f"run{next(self._ids)}"
-        started = time.monotonic()
         oom_before = self._oom_kills()
-        state, pipes = self._spawn(run_id, job)
+        asked = time.monotonic()
+        state, streams = self._spawn(run_id, job)
         try:
             self._await_start(state)
-            self._supervise(job, state, pipes, started)
+            started = time.monotonic()  # the deadline counts from here: a pool may have had to warm ranks
+            self._supervise(job, state, streams, started)
         finally:
-            for fd in pipes:
-                _close_quietly(fd)
+            streams.close()
         for live in state.ranks:
             self._finish(live)
         strays, count = _strays(state.ended)
         return RunResult(job, [live.outcome for live in state.ranks], time.monotonic() - started,
-                         state.timed_out, strays, count, self._oom_kills() > oom_before)
+                         state.timed_out, strays, count, self._oom_kills() > oom_before, started - asked)
 
-    def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, dict[int, tuple[str, int]]]:
+    def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, RunStreams]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}
         host_store = "MASTER_PORT" not in job.env  # rank 0 hosts the env:// store (rank_runtime)
-        specs, child_ends = [], []
-        pipes: dict[int, tuple[str, int]] = {}
-        for rank in range(job.world_size):
-            for role in ("output", "report", "stack"):
-                read_end, write_end = os.pipe()
-                pipes[read_end] = (role, rank)
-                child_ends.append(write_end)
-            specs.append({**job.rank_spec(env), "rank": rank, "host_store": host_store})
+        specs = [{**job.rank_spec(env), "rank": rank, "host_store": host_store} for rank in range(job.world_size)]
+        streams = self._link.open_run(job.world_size)
         try:
-            self._request({"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch}, child_ends)
+            self._request({"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch,
+                           **streams.spawn_fields}, streams.to_pass)
         except EngineError:
-            for fd in pipes:
-                os.close(fd)
+            streams.close()
             raise
-        finally:
-            for fd in child_ends:
-                os.close(fd)
-        assert len(child_ends) == FDS_PER_RANK * job.world_size
-        return _RunState(run_id, [_Live(RankOutcome(rank)) for rank in range(job.world_size)]), pipes
+        for fd in streams.to_pass:
+            os.close(fd)
+        streams.to_pass.clear()
+        return _RunState(run_id, [_Live(RankOutcome(rank)) for rank in range(job.world_size)]), streams
 
     def _await_start(self, state: _RunState) -> None:
         while True:
-            message = self._receive(timeout=30.0)
+            message = self._receive(timeout=self._link.start_timeout)
             if message.get("event") == "started" and message.get("run") == state.run_id:
                 pids = message.get("pids")
                 if isinstance(pids, list):
@@ -436,17 +443,30 @@ class Engine:
                 raise EngineError(f"unexpected message from the rank launcher: {message}")
             # else: a late message about an earlier run; nothing waits for it any more
 
-    def _supervise(self, job: Job, state: _RunState, pipes: dict[int, tuple[str, int]], started: float) -> None:
+    def _supervise(self, job: Job, state: _RunState, streams: RunStreams, started: float) -> None:
+        """Read the run's streams and the launcher's events until the run has ended and its
+        streams are drained (a report until it is complete, output until its end)."""
         selector = selectors.DefaultSelector()
-        for fd, role in pipes.items():
-            selector.register(fd, selectors.EVENT_READ, role)
-        selector.register(self._sock, selectors.EVENT_READ, ("control", -1))
-        open_streams = sum(role in ("output", "stack") for role, _ in pipes.values())
+        open_streams: set[Any] = set()
+
+        def admit(sources: dict[Any, tuple[str, int]]) -> None:
+            for source, role in sources.items():
+                selector.register(source, selectors.EVENT_READ, role)
+                open_streams.add(source)
+
+        admit(dict(streams.sources))
+        if streams.listener is not None:
+            selector.register(streams.listener, selectors.EVENT_READ, ("accept", -1))
+        selector.register(self._link.selectable(), selectors.EVENT_READ, ("control", -1))
         deadline = started + job.deadline
         try:
             while True:
+                while self._link.pending():
+                    self._on_control(state)
                 now = time.monotonic()
-                if state.ended is not None and (open_streams == 0 or now >= state.ended_at + OUTPUT_GRACE_S):
+                if state.ended is not None:
+                    admit(streams.admit())  # a rank that connected, wrote and exited before we looked
+                if state.ended is not None and (not open_streams or now >= state.ended_at + OUTPUT_GRACE_S):
                     return
                 if state.ended is None:
                     if state.killed_at is not None and now >= state.killed_at + EXIT_WAIT_S:
@@ -457,15 +477,19 @@ class Engine:
                         self._stop(state, "deadline")
                     elif state.killed_at is None and state.stop_at is not None and now >= state.stop_at:
                         self._stop(state, "peer failure")
-                for key, _ in selector.select(max(0.0, self._next_wake(state, deadline) - time.monotonic())):
+                wait = 0.0 if self._link.pending() else max(0.0, self._next_wake(state, deadline) - time.monotonic())
+                for key, _ in selector.select(wait):
                     role, rank = key.data
                     if role == "control":
                         self._on_control(state)
                         continue
-                    data = _read(key.fd)
+                    if role == "accept":
+                        admit(streams.admit())
+                        continue
+                    data = streams.read(key.fileobj)
                     if not data:
-                        selector.unregister(key.fd)
-                        open_streams -= role != "report"
+                        selector.unregister(key.fileobj)
+                        open_streams.discard(key.fileobj)
                         continue
                     live = state.ranks[rank]
                     if role == "output":
@@ -474,6 +498,8 @@ class Engine:
                         live.stack += data[: STACK_DUMP_CHARS * 2]
                     else:
                         live.report.add(data)
+                        if live.report.complete:
+                            open_streams.discard(key.fileobj)  # a stray holding it cannot hold the run
                         self._note_failure(state, live)
         finally:
             selector.close()
@@ -567,20 +593,6 @@ def _lost_port_race(result: RunResult) -> bool:
     rendezvous) or chosen by the code under test. The grader's own env:// store cannot collide."""
     texts = [f"{(rank.error or {}).get('message', '')} {rank.output}" for rank in result.ranks]
     return any("EADDRINUSE" in text or "ddress already in use" in text for text in texts)
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, 1 << 16)
-    except OSError:
-        return b""
-
-
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def free_port() -> int:

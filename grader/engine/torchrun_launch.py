@@ -28,7 +28,8 @@ from typing import IO
 
 from grader.engine import wire
 from grader.engine.cluster import Announcer, Cluster, ClusterError
-from grader.engine.processes import STACK_DUMP_SIGNAL, killpg, send_signal
+from grader.engine.platforms import STACK_DUMP_SIGNAL
+from grader.engine.processes import killpg, send_signal
 from grader.engine.reaper import read_strays
 from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult, StrayProcess
 

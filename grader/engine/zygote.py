@@ -26,25 +26,22 @@ kills every process below it and exits.
 from __future__ import annotations
 
 import array
-import importlib
 import json
 import os
 import resource
 import selectors
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from grader.engine import processes, spawn_log
+from grader.engine import preload, processes, run_folders
+from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 _MAX_FDS = 3 * 256
 STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
-MAX_STRAYS_REPORTED = 50
 
 
 @dataclass
@@ -57,16 +54,6 @@ class _Run:
 
 def _send(sock: socket.socket, message: dict) -> None:
     sock.send(json.dumps(message).encode())
-
-
-def _preload(modules: list[str]) -> dict[str, str]:
-    errors = {}
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # reported to the grader; the rank will fail on it visibly
-            errors[name] = f"{type(exc).__name__}: {exc}"
-    return errors
 
 
 def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int]) -> int:
@@ -115,9 +102,7 @@ class Zygote:
         self.run: _Run | None = None
 
     def spawn(self, request: dict, fds: array.array) -> None:
-        run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch_root))
-        if request.get("scratch"):
-            os.makedirs(request["scratch"], exist_ok=True)
+        run_dir = run_folders.new_run(self.scratch_root, request.get("scratch", ""))
         run = _Run(request["run"], run_dir)
         pids = []
         for rank, spec in enumerate(request["ranks"]):
@@ -140,7 +125,7 @@ class Zygote:
             return  # a late request for a run that has already ended
         if request.get("action") == "stack":
             for pid in run.ranks:
-                processes.send_signal(pid, processes.STACK_DUMP_SIGNAL)
+                processes.send_signal(pid, STACK_DUMP_SIGNAL)
         elif request.get("action") == "kill":
             for pid in run.ranks:
                 processes.send_signal(pid, signal.SIGKILL)
@@ -157,18 +142,7 @@ class Zygote:
     def _end(self, run: _Run) -> None:
         """Every rank has exited: stop what they left behind, say what it was, clean up."""
         self.run = None
-        strays = processes.sweep(STRAY_GRACE_S)
-        origins = spawn_log.read(run.run_dir)
-        shutil.rmtree(run.run_dir, ignore_errors=True)
-        reported = [{**stray.to_json(), "origin": origins.get(stray.pid, "")} for stray in strays]
-        _send(self.sock, {"event": "ended", "run": run.run_id, "strays": reported[:MAX_STRAYS_REPORTED],
-                          "stray_count": len(reported)})
-
-    def discard(self, path: str) -> None:
-        """Remove a grading's scratch folder (only ever one below the scratch root)."""
-        folder = Path(path).resolve()
-        if folder.is_relative_to(self.scratch_root.resolve()) and folder != self.scratch_root.resolve():
-            shutil.rmtree(folder, ignore_errors=True)
+        _send(self.sock, run_folders.ended(run.run_id, run.run_dir, processes.sweep(STRAY_GRACE_S)))
 
     def kill_everything(self) -> None:
         processes.sweep(0.0)
@@ -183,7 +157,7 @@ def serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> NoRetu
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    _send(sock, {"event": "ready", "preload_errors": _preload(modules)})
+    _send(sock, {"event": "ready", "preload_errors": preload.import_all(modules)})
 
     zygote = Zygote(sock, scratch_root, (wake_r, wake_w))
     selector = selectors.DefaultSelector()
@@ -210,7 +184,7 @@ def serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> NoRetu
             elif request.get("op") == "signal":
                 zygote.signal(request)
             elif request.get("op") == "discard":
-                zygote.discard(request.get("path", ""))
+                run_folders.discard(scratch_root, request.get("path", ""))
 
 
 def main() -> None:

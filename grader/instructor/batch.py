@@ -73,6 +73,7 @@ class BatchOptions:
     backend: str = "gloo"
     visibilities: frozenset[str] = field(default=ALL_CHECKS)
     seed: int | None = None  # the batch's random inputs; None: drawn once for the batch
+    launcher: str | None = None  # engines outside a sandbox: "fork" or "portable"; None: the platform's
 
 
 class _Budget:
@@ -100,7 +101,9 @@ class _Budget:
     def run(self, job: Job) -> RunResult:
         if self.left <= 0:
             raise CheckFailed(Verdict("failed", self.used_up))
-        return self._engine.run(replace(job, deadline=min(job.deadline, self.left)))
+        result = self._engine.run(replace(job, deadline=min(job.deadline, self.left)))
+        self._ends += result.queued  # a portable pool warming interpreters: not the submission's time
+        return result
 
 
 @dataclass
@@ -124,15 +127,16 @@ class _EnginePool:
     """Without a sandbox: warm engines lent to one submission at a time; one that broke is
     replaced, never lent again."""
 
-    def __init__(self, size: int, preload: list[str]) -> None:
+    def __init__(self, size: int, preload: list[str], launcher: str | None) -> None:
         self._preload = preload
+        self._launcher = launcher
         self._idle: queue.Queue[Engine] = queue.Queue()
         self._all: list[Engine] = []
         for _ in range(size):
             self._idle.put(self._new())
 
     def _new(self) -> Engine:
-        engine = Engine(preload=self._preload)
+        engine = Engine(preload=self._preload, launcher=self._launcher)
         engine.start()
         self._all.append(engine)
         return engine
@@ -272,9 +276,10 @@ def grade_batch(
     preload = [e.workers_module for e in catalog.exercises]
     workers = max(1, min(options.jobs if sandbox is None or sandbox.concurrent else 1, len(paths)))
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
-    trusted = Engine(preload=preload)
+    trusted = Engine(preload=preload, launcher=options.launcher)
     trusted.start()
-    pool = _SandboxPool(workers, sandbox, preload) if sandbox is not None else _EnginePool(workers, preload)
+    pool = (_SandboxPool(workers, sandbox, preload) if sandbox is not None
+            else _EnginePool(workers, preload, options.launcher))
     references = References(trusted)
     probe = BackendProbe(options.backend)
 

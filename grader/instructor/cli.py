@@ -27,6 +27,7 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.paths import course_root
+from grader.engine.platforms import LAUNCHERS
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
 
@@ -94,6 +95,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                               "user when run as root, else refuse); see docs/SECURITY.md")
     confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
                          help="grade without a sandbox: only for submissions you trust")
+    grade.add_argument("--launcher", choices=LAUNCHERS,
+                       help="how ranks start (default: fork on Linux, portable elsewhere, or $GRADER_LAUNCHER); "
+                            "a sandbox always forks, so portable needs --no-sandbox")
     grade.set_defaults(func=cmd_grade)
 
     book = commands.add_parser("gradebook", help="gradebooks of several runs")
@@ -188,9 +192,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
         args.out / manifest.FILENAME)
+    if args.launcher == "portable" and args.sandbox != "none":
+        raise InstructorError("--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
+                              "the sandbox is Linux-only and starts ranks with the fork launcher")
     options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
                            world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
-                           visibilities=ALL_CHECKS)
+                           visibilities=ALL_CHECKS, launcher=args.launcher)
     try:
         sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
     except SandboxError as exc:

@@ -75,3 +75,16 @@ def leaves_strays(ctx: RankContext, kind: str, pid_dir: str) -> dict[str, Any]:
 
     start_stray(kind, pid_dir)
     return {"done": True}
+
+
+def intrudes(ctx: RankContext, port: int) -> dict[str, Any]:
+    """Connect to the grader's listener as another run would, and with garbage; then report."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port)) as wrong_token:
+        wrong_token.sendall(b"0" * 32 + f"o{ctx.rank:06d}".encode() + b"forged output\n")
+        with socket.create_connection(("127.0.0.1", port)) as garbage:
+            garbage.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            time.sleep(0.2)
+    print(f"rank {ctx.rank} says hello")
+    return {"rank": ctx.rank}

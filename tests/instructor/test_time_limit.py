@@ -30,3 +30,14 @@ def test_nothing_runs_once_the_time_is_used_up() -> None:
     with pytest.raises(CheckFailed, match="used up its time limit of 0s"):
         _Budget(engine, 0.0).run(Job("m:f", 2))  # type: ignore[arg-type]
     assert engine.deadlines == []
+
+
+def test_waiting_for_the_launcher_to_start_ranks_is_not_the_submissions_time() -> None:
+    class Queued(_Recorder):
+        def run(self, job: Job) -> RunResult:
+            super().run(job)
+            return RunResult(job, [], 0.0, False, queued=3.0)
+
+    budget = _Budget(Queued(), 5.0)  # type: ignore[arg-type]
+    budget.run(Job("m:f", 2))
+    assert 7.0 < budget.left <= 8.0
