@@ -87,8 +87,8 @@ def test_a_hang_on_two_nodes_is_named_on_both_and_leaves_nothing(tmp_path: Path)
         follower.kill()
     assert [r.status for r in results] == ["failed"]
     both = results[0].message + results[0].details
-    assert "rank 0 did not finish" in both and "rank 1 did not finish" in both
-    assert both.count("it was at ex02_data_sharding.py") == 2, both  # each node dumped its rank's stack
+    # one sentence for both ranks: each node dumped its rank's stack, stuck at the same line
+    assert "every rank did not finish within the 2 s deadline (a hang?)\n  it was at ex02_data_sharding.py" in both, both
     assert not _left_behind(shared), _left_behind(shared)
 
 
