@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from grader.engine.processes import STACK_DUMP_SIGNAL
+from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 FACTS_ENV = "GRADER_EX07_FACTS"
 TIMEOUT_ENV = "GRADER_EX07_GROUP_TIMEOUT"
@@ -216,7 +216,7 @@ def _describe(exc: BaseException, script: str) -> dict[str, Any]:
 
 
 def _arm_stack_dump(folder: Path, rank: str) -> None:
-    if hasattr(faulthandler, "register"):
+    if STACK_DUMP_SIGNAL is not None and hasattr(faulthandler, "register"):
         stacks = open(folder / STACK_FILE.format(rank=rank), "w")  # noqa: SIM115 - open for the process's life
         faulthandler.register(STACK_DUMP_SIGNAL, file=stacks, all_threads=True)
 

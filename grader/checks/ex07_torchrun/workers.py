@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.checks.ex07_torchrun import shim
-from grader.engine.processes import STACK_DUMP_SIGNAL, send_signal
+from grader.engine.platforms import STACK_DUMP_SIGNAL
+from grader.engine.processes import send_signal
 from grader.engine.rank_runtime import RankContext
 
 OUTPUT_TAIL = 6000
@@ -111,7 +112,10 @@ def _wait(pids: list[int], until: float) -> dict[int, int]:
 
 
 def _dump_stacks(facts_dir: Path) -> None:
-    """Ask every process of the launch still running for its Python stacks (see shim.py)."""
+    """Ask every process of the launch still running for its Python stacks (see shim.py); Windows
+    has no signal for it."""
+    if STACK_DUMP_SIGNAL is None:
+        return
     for path in facts_dir.glob("rank*.json"):
         try:
             pid = json.loads(path.read_text()).get("pid")
