@@ -176,9 +176,9 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str,
 
 
 def _gather(root: nn.Module) -> dict[str, torch.Tensor]:
-    """The whole trained weights, by plain names (a collective: every rank calls it). FSDP1's full
-    state dict fails on CPU in torch 2.13 (setStorage ... out of bounds), so FSDP1 is gathered
-    with summon_full_params."""
+    """The whole trained weights, by plain names (a collective: every rank calls it). FSDP1 is
+    gathered with summon_full_params, which reads the parameters whatever state-dict type the
+    student configured on the model; FSDP2 through the distributed checkpoint API."""
     if isinstance(root, FullyShardedDataParallel):
         with FullyShardedDataParallel.summon_full_params(root, writeback=False):
             return {clean_tensor_name(name): p.detach().cpu().clone() for name, p in root.named_parameters()}
