@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -183,7 +184,10 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
 
 
 def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
-    """Own output, own folder, the grader's environment; stacks dumped on a crash or on request."""
+    """Own output, own folder, the grader's environment; stacks dumped on a crash or on request.
+    Temporary files land in the run's folder, removed when the run ends: torch's elastic launcher
+    and multiprocessing's error files would otherwise pile up in the system's temp folder, one per
+    run, on a machine that runs checks all day."""
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
@@ -191,6 +195,10 @@ def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
     sys.stderr.reconfigure(line_buffering=True)
     os.chdir(spec["run_dir"])
     os.environ.update(spec["env"])
+    temp = Path(spec["run_dir"]) / "tmp"
+    temp.mkdir(exist_ok=True)
+    os.environ.update({"TMPDIR": str(temp), "TEMP": str(temp), "TMP": str(temp)})
+    tempfile.tempdir = None  # forget the folder the launcher's process looked up before the fork
     faulthandler.enable(file=stack_fd, all_threads=True)
     if STACK_DUMP_SIGNAL is not None:  # elsewhere (Windows) the launcher asks in another way (platforms.py)
         faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)

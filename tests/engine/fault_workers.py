@@ -88,3 +88,14 @@ def intrudes(ctx: RankContext, port: int) -> dict[str, Any]:
             time.sleep(0.2)
     print(f"rank {ctx.rank} says hello")
     return {"rank": ctx.rank}
+
+
+def leaves_temp_files(ctx: RankContext) -> dict[str, Any]:
+    """Make a temporary folder and file the way libraries do (torch's elastic launcher, spawn's
+    error files) and never remove them."""
+    import tempfile  # noqa: PLC0415
+
+    folder = tempfile.mkdtemp(prefix="left-")
+    handle, name = tempfile.mkstemp(prefix="left-")
+    os.close(handle)
+    return {"folder": folder, "file": name}

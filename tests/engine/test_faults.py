@@ -113,3 +113,11 @@ def test_code_that_kills_the_zygote_fails_its_run_and_the_next_run_gets_a_new_on
         fault_engine.run(Job("fault_workers:kills_the_launcher", 2, student_file=FAULTS, deadline=DEADLINE))
     result = fault_engine.run(Job("fault_workers:healthy", 2, student_file=FAULTS))  # includes a new warm-up
     assert result.ok
+
+
+def test_temporary_files_a_rank_leaves_go_with_its_run(fault_engine):
+    result, verdict, _ = run_fault(fault_engine, "leaves_temp_files")
+    assert result.ok and not verdict
+    left = [rank.facts[kind] for rank in result.ranks for kind in ("folder", "file")]
+    assert all(str(fault_engine.scratch_root) in path for path in left), left  # not the system's temp folder
+    assert not any(os.path.exists(path) for path in left), left
