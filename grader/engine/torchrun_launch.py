@@ -5,8 +5,9 @@
 `python -m torch.distributed.run --standalone --nproc-per-node W -m grader.engine.torchrun_launch SPEC`;
 inside each rank this module's `main` reads RANK/WORLD_SIZE from torchrun and hands over to the same
 `rank_runtime.run_rank` as a zygote rank, its output and report going to files in the run folder
-(there is no zygote to pass pipes). Each run pays torchrun's start-up (about 3 s), so the deadline
-of a job gets START_ALLOWANCE_S on top.
+(there is no zygote to pass pipes). Each run pays torchrun's start-up (about 3 s, far more on a
+loaded node): a job's deadline counts from the moment every rank has imported torch, which may take
+up to START_ALLOWANCE_S.
 
 With a `Cluster` (several nodes, see cluster.py) the run folder is in the shared folder, the
 followers start their agents on the announced spec, and the ranks form their group at torchrun's
@@ -34,6 +35,7 @@ from grader.engine.reaper import read_strays
 from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult, StrayProcess
 
 START_ALLOWANCE_S = 20.0
+READY_POLL_S = 0.05
 STACK_DUMP_WAIT_S = 0.25
 FOLLOWER_STACK_WAIT_S = 1.0  # followers poll for the request to dump their ranks' stacks
 REAPER_WAIT_S = 5.0
@@ -156,7 +158,8 @@ class TorchrunEngine:
         spec_file = run_dir / "spec.json"
         spec_file.write_text(json.dumps(self._spec(job, run_dir, name is not None)))
         if name is not None and self._announcer is not None:
-            self._announcer.announce(name, spec_file, nproc, job.deadline + self.start_allowance)
+            # the latest node 0 can end it: ready just before allowance + deadline, then a deadline more
+            self._announcer.announce(name, spec_file, nproc, self.start_allowance + 2 * job.deadline)
         with open(run_dir / "torchrun.log", "wb") as log:
             launcher = start_agent(torchrun_args, nproc, spec_file, 0, log)
             timed_out = self._wait(launcher, job, run_dir, name)
@@ -183,18 +186,26 @@ class TorchrunEngine:
                 f"node 0's torchrun said:\n{log_text}")
 
     def _wait(self, launcher: subprocess.Popen[bytes], job: Job, run_dir: Path, name: str | None) -> bool:
-        try:
-            launcher.wait(timeout=job.deadline + self.start_allowance)
-            if name is not None:
+        """Wait for the launch; the job's deadline counts from the moment every rank has imported
+        torch (its `.ready` file), so a loaded node's slow start-up is never a hang. A rank not
+        ready within the start allowance is: the run then ends at allowance + deadline."""
+        end = time.monotonic() + self.start_allowance + job.deadline
+        ready = False
+        while launcher.poll() is None:
+            now = time.monotonic()
+            if not ready and all((run_dir / f"rank{r}.ready").exists() for r in range(job.world_size)):
+                ready, end = True, now + job.deadline
+            if now >= end:
+                if name is not None and self._announcer is not None:
+                    self._announcer.ask_for_stacks(name)
+                dump_stacks(run_dir, 0)
+                time.sleep(STACK_DUMP_WAIT_S if name is None else FOLLOWER_STACK_WAIT_S)
                 end_run(launcher, ranks_of_node(run_dir, 0))
-            return False
-        except subprocess.TimeoutExpired:
-            if name is not None and self._announcer is not None:
-                self._announcer.ask_for_stacks(name)
-            dump_stacks(run_dir, 0)
-            time.sleep(STACK_DUMP_WAIT_S if name is None else FOLLOWER_STACK_WAIT_S)
+                return True
+            time.sleep(READY_POLL_S)
+        if name is not None:
             end_run(launcher, ranks_of_node(run_dir, 0))
-            return True
+        return False
 
     @staticmethod
     def _outcome(rank: int, run_dir: Path, timed_out: bool) -> RankOutcome:
@@ -230,6 +241,8 @@ def main(spec_file: str) -> None:
         raise SystemExit(f"torchrun started {os.environ['WORLD_SIZE']} ranks, the job wants {spec['world_size']}")
     run_dir = Path(spec["run_dir"])
     (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
+    import torch.distributed  # noqa: F401, PLC0415 - the start-up the allowance covers, before the deadline runs
+    (run_dir / f"rank{rank}.ready").touch()
     out_fd = os.open(run_dir / f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     report_fd = os.open(run_dir / f"rank{rank}.report", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     stack_fd = os.open(run_dir / f"rank{rank}.stack", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
