@@ -78,7 +78,8 @@ def test_strays_in_an_exercise_are_named_and_stopped(grade, engine, catalog, tmp
     clean = grade(exercise_id, REPO / "solutions" / exercise.file, world_sizes=(2,))
     engine.wait_warm()
     results = grade(exercise_id, path, world_sizes=(2,))
-    assert max(r.seconds for r in results) < max(r.seconds for r in clean) + 1.0, describe(results)
+    # a stray holding the run would keep it to the 30 s deadline; the clean run's time sets the pace of a loaded machine
+    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 1.0, describe(results)
     policy = {spec.name: spec.strays for spec in exercise.checks}
     for result in results:
         if policy[result.check] == "fail":  # a check about leaving no process behind (it may see them first)
@@ -108,7 +109,8 @@ def test_strays_under_torchrun_fail_every_check(grade, catalog, tmp_path, kind):
     results = grade("ex07_torchrun", path, world_sizes=(3,))
     assert results and all(r.status == "failed" for r in results), describe(results)
     if kind == "new_session":
-        assert max(r.seconds for r in results) < max(r.seconds for r in clean) + 1.0, describe(results)
+        # a stray holding the run would keep it to the 30 s deadline; the clean run's time sets the pace of a loaded machine
+    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 1.0, describe(results)
         assert all("process left behind" in r.message for r in results), describe(results)
     named = [note for r in results for note in r.notes] + [r.message for r in results]
     assert any(("main()" in text and "left" in text) or "never joined" in text for text in named), named
