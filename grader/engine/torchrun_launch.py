@@ -17,6 +17,7 @@ deadline with an EngineError naming the ranks and nodes.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome
 START_ALLOWANCE_S = 20.0
 READY_POLL_S = 0.05
 STACK_DUMP_WAIT_S = 0.25
+STACK_DUMP_LIMIT_S = 5.0
 FOLLOWER_STACK_WAIT_S = 1.0  # followers poll for the request to dump their ranks' stacks
 REAPER_WAIT_S = 5.0
 NODE_RANK_VARIABLE = "GRADER_NODE_RANK"  # tags each rank's pid file with its node
@@ -170,6 +172,11 @@ class TorchrunEngine:
         never = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.pid").exists()]
         if name is not None and timed_out and never:
             raise EngineError(self._not_started(name, never, log_text))
+        starting = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.ready").exists()]
+        if timed_out and starting:
+            raise EngineError(f"rank(s) {', '.join(map(str, starting))} were still importing torch after the "
+                              f"{self.start_allowance:g} s start allowance: the node is overloaded or its disk slow "
+                              "(nothing of the submission had run yet)")
         strays = [StrayProcess(int(s.get("pid", 0)), str(s.get("command", "")), str(s.get("origin", "")))
                   for s in read_strays(run_dir, 0)]
         return RunResult(job, ranks, time.monotonic() - started, timed_out, strays, len(strays))
@@ -199,7 +206,7 @@ class TorchrunEngine:
                 if name is not None and self._announcer is not None:
                     self._announcer.ask_for_stacks(name)
                 dump_stacks(run_dir, 0)
-                time.sleep(STACK_DUMP_WAIT_S if name is None else FOLLOWER_STACK_WAIT_S)
+                _await_stacks(run_dir, job.world_size, STACK_DUMP_WAIT_S if name is None else FOLLOWER_STACK_WAIT_S)
                 end_run(launcher, ranks_of_node(run_dir, 0))
                 return True
             time.sleep(READY_POLL_S)
@@ -231,6 +238,23 @@ class TorchrunEngine:
         return outcome
 
 
+def _await_stacks(run_dir: Path, world_size: int, least: float) -> None:
+    """Give the ranks `least` seconds to write their stacks, and up to STACK_DUMP_LIMIT_S while the
+    file of a started rank that has not reported is still empty (a loaded node answers late)."""
+    def written(path: Path) -> bool:
+        return path.is_file() and path.stat().st_size > 0
+
+    started = time.monotonic()
+    time.sleep(least)
+    stacks = [run_dir / f"rank{rank}.stack" for rank in range(world_size)
+              if (run_dir / f"rank{rank}.ready").exists() and not written(run_dir / f"rank{rank}.report")]
+    while time.monotonic() - started < STACK_DUMP_LIMIT_S:
+        if all(written(path) for path in stacks):
+            time.sleep(STACK_DUMP_WAIT_S)  # the last one may still be writing
+            return
+        time.sleep(READY_POLL_S)
+
+
 def main(spec_file: str) -> None:
     """Inside one torchrun rank: become a grader rank, reporting into files of the run folder."""
     from grader.engine.rank_runtime import run_rank
@@ -240,12 +264,14 @@ def main(spec_file: str) -> None:
     if int(os.environ["WORLD_SIZE"]) != spec["world_size"]:
         raise SystemExit(f"torchrun started {os.environ['WORLD_SIZE']} ranks, the job wants {spec['world_size']}")
     run_dir = Path(spec["run_dir"])
-    (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
-    import torch.distributed  # noqa: F401, PLC0415 - the start-up the allowance covers, before the deadline runs
-    (run_dir / f"rank{rank}.ready").touch()
     out_fd = os.open(run_dir / f"rank{rank}.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     report_fd = os.open(run_dir / f"rank{rank}.report", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     stack_fd = os.open(run_dir / f"rank{rank}.stack", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if STACK_DUMP_SIGNAL is not None:  # from now on the signal dumps stacks, never ends the rank
+        faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
+    (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
+    import torch.distributed  # noqa: F401, PLC0415 - the start-up the allowance covers, before the deadline runs
+    (run_dir / f"rank{rank}.ready").touch()
     run_rank({**spec, "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}, out_fd, report_fd, stack_fd)
 
 

@@ -78,7 +78,7 @@ def test_a_hang_on_two_nodes_is_named_on_both_and_leaves_nothing(tmp_path: Path)
     cluster = Cluster(2, cluster_args[3], shared)
     exercise = load_catalog(support.REPO).get("ex02")
     try:
-        with TorchrunEngine(cluster=cluster, start_allowance=12.0) as engine:  # torch imports slowly under load
+        with TorchrunEngine(cluster=cluster) as engine:  # the default allowance: torch imports slowly under load
             engine.start()
             options = GradeOptions(world_sizes=(2,), deadline=2.0, only=frozenset({"shards_are_disjoint"}))
             results = grade_exercise(engine, exercise, folder / exercise.file, options)  # type: ignore[arg-type]
@@ -102,6 +102,15 @@ def test_a_missing_node_is_named_within_the_deadline(tmp_path: Path) -> None:
     assert time.monotonic() - started < 2.0 + 4.0 + 5.0
     assert (tmp_path / "stop").exists() and not list((tmp_path / "runs").iterdir())
     assert not _left_behind(tmp_path), _left_behind(tmp_path)
+
+
+def test_ranks_still_starting_when_time_runs_out_are_no_hang_of_the_submission() -> None:
+    """The deadline counts from the moment the ranks have imported torch; ranks that never got that
+    far (here: an allowance far shorter than any torch import) are the node's trouble, said as such."""
+    with TorchrunEngine(start_allowance=0.05) as engine:
+        with pytest.raises(EngineError, match=r"rank\(s\) 0, 1 were still importing torch after the 0.05 s start "
+                                              r"allowance: the node is overloaded"):
+            engine.run(Job("grader.engine.probe:accelerators", 2, deadline=0.05))
 
 
 def test_a_world_size_that_cannot_be_split_over_the_nodes_is_refused(tmp_path: Path) -> None:
