@@ -67,7 +67,7 @@ def _orders(ctx: CheckContext) -> dict[int, list[int]]:
     seed = sampler_seed(ctx)
     seeds = list(range(seed, seed + EPOCHS + ctx.world_size))
     orders = ctx.reference("permutations", size=SIZE, seeds=seeds)["orders"]
-    return {int(seed): order for seed, order in orders.items()}
+    return {int(key): order for key, order in orders.items()}
 
 
 def sampler_shards(order: list[int], world: int, drop_last: bool = False) -> Shards:
