@@ -7,6 +7,7 @@ back raw facts, and decides. Ranks never decide anything. Failing is done by rai
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,6 +127,17 @@ class CheckContext:
     def scratch(self) -> Path:
         """Where ranks may leave files for later runs of this grading (a path as the ranks see it)."""
         return Path(self.runs.scratch)
+
+    def draw(self, purpose: str) -> random.Random:
+        """A generator for one kind of input (a sampler's seed, the values to all-reduce...), drawn
+        from the grading's seed: the ranks and the reference of one grading get the same inputs,
+        another grading other ones, so no answer recorded from one grading passes another."""
+        return random.Random(f"{self.seed}:{purpose}")
+
+    def seeds(self, *inputs: str) -> dict[str, int]:
+        """{"<input>_seed": n} for each named input ("data", "model"...): job arguments from which a
+        worker builds its tensors, the same for the ranks and for the reference."""
+        return {f"{name}_seed": self.draw(name).randrange(2**31) for name in inputs}
 
     def job(self, worker: str, nprocs: int | None = None, student: bool = True, scratch: bool = True,
             allowance: float = 0.0, **kwargs: Any) -> Job:

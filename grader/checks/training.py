@@ -40,7 +40,7 @@ def make_model(seed: int) -> TinyRegressor:
     return TinyRegressor()
 
 
-def make_regression(size: int, seed: int = 7) -> TensorDataset:
+def make_regression(size: int, seed: int) -> TensorDataset:
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(size, FEATURES, generator=generator)
     weights = torch.randn(FEATURES, 1, generator=generator)

@@ -165,7 +165,9 @@ class _Diagnosis:
             return Finding(cause, f"{headline}: {context}the gradient {at} is exactly {ratio} the reference's, "
                            f"{why.format(v=value)}", step)
         scale = scale_of(grads, expected)
-        proportional = np.isfinite(scale) and scale > 0 and _close(grads, _scaled(expected, scale))
+        # a ratio of 1 is no scale: a gradient that merely drifts (from weights that drifted) is not "1/1 of" it
+        proportional = np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3 and _close(
+            grads, _scaled(expected, scale))
         if len(named) > 1:
             names = " = ".join(name for name, _, _ in named)
             return Finding("ambiguous_scale", f"{context}the gradient {at} is exactly {_fraction(scale)} the "
@@ -186,14 +188,28 @@ class _Diagnosis:
                        f"(least-squares ratio {scale:.3g})", step)
 
     # --- the gradient is right, the update is not ------------------------------------------
+    def _updates(self, step: int) -> tuple[Arrays, Arrays]:
+        """(this trajectory's update at `step`, the reference's)."""
+        before = self.steps[step - 2]["params"] if step > 1 else self.start
+        reference_before = self.reference[step - 2]["params"] if step > 1 else self.reference_start
+        return (_minus(self.steps[step - 1]["params"], before),
+                _minus(self.reference[step - 1]["params"], reference_before))
+
+    def earlier_update(self, step: int) -> Finding | None:
+        """A named mistake in an update before `step`: one too small to show in the weights (weight
+        decay 1e-4 moves a weight by lr * 1e-4 of itself, within fp32 tolerance of the weight) can
+        still change a later gradient beyond it. Updates are compared on their own, far finer scale."""
+        for earlier in range(1, step):
+            if first_difference(*self._updates(earlier)) is not None:
+                found = self.update(earlier)
+                return found if found.cause != "measured" else None
+        return None
+
     def update(self, step: int) -> Finding:
         setting, at, context = self.setting, self.at(step), self.setting.context
         lr, momentum = setting.lr, setting.momentum
-        before = self.steps[step - 2]["params"] if step > 1 else self.start
-        reference_before = self.reference[step - 2]["params"] if step > 1 else self.reference_start
         grads = self.steps[step - 1]["grads"]
-        update = _minus(self.steps[step - 1]["params"], before)
-        expected = _minus(self.reference[step - 1]["params"], reference_before)
+        update, expected = self._updates(step)
         buffer: Arrays = {}  # the reference's momentum buffer before this step
         for earlier in self.reference[: step - 1]:
             buffer = _plus(_scaled(buffer, momentum), earlier["grads"]) if buffer else dict(earlier["grads"])
@@ -218,8 +234,9 @@ class _Diagnosis:
         decay = scale_of(_minus(_scaled(update, -1 / lr), new_buffer), decayed)
         decayed_update = _scaled(_plus(new_buffer, _scaled(decayed, decay)), -lr)
         if np.isfinite(decay) and decay > 0 and _close(update, decayed_update):
-            return Finding("weight_decay", f"weight decay {decay:.3g}: {context}the update {at} fits SGD with "
-                           f"weight_decay={decay:.3g}; the reference has no weight decay", step)
+            # two digits: the fit rests on the update's fp32 rounding, a few parts in a thousand
+            return Finding("weight_decay", f"weight decay {decay:.2g}: {context}the update {at} fits SGD with "
+                           f"weight_decay={decay:.2g}; the reference has no weight decay", step)
         if step == 1:
             moved = np.concatenate([np.abs(v).ravel() for v in update.values()])
             steep = np.concatenate([np.abs(v).ravel() for v in grads.values()]) > 1e-4
@@ -255,7 +272,7 @@ def diagnose(steps: list[dict], start: Arrays, reference: list[dict], reference_
     diagnosis = _Diagnosis(steps, start, reference, reference_start, setting)
     for number, (got, want) in enumerate(zip(steps, reference), 1):
         if first_difference(got["grads"], want["grads"]) is not None:
-            return diagnosis.gradient(number)
+            return diagnosis.earlier_update(number) or diagnosis.gradient(number)
         if first_difference(got["params"], want["params"]) is not None:
             return diagnosis.update(number)
     return None

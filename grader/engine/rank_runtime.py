@@ -13,6 +13,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import time
@@ -33,6 +34,9 @@ AGENT_STORE_VARIABLE = "TORCHELASTIC_USE_AGENT_STORE"  # torch's rendezvous: eve
 
 
 IMPORT_CALLS = "student_import_calls"  # the facts key: function name -> line of the top-level call
+# The facts key: the ranks whose Gloo group registered its address in the store rank 0 hosts.
+RENDEZVOUS_RANKS = "rendezvous_ranks"
+GLOO_ADDRESS_KEY = re.compile(r"(?:default_pg/)?0//\w+//\d+/(\d+)")
 
 
 class StudentCodeError(Exception):
@@ -234,6 +238,17 @@ def _host_rendezvous(spec: dict[str, Any]) -> Any:
     return store
 
 
+def _registered_ranks(store: Any) -> list[int] | None:
+    """The ranks whose default group published its Gloo address in the grader's own store, one key
+    per rank (0//cpu//0/<rank>, under default_pg/ where torch made the store from the address): seen
+    by the store, not reported by the code under test. None where the store cannot list its keys."""
+    try:
+        keys = store.list_keys()
+    except Exception:  # a store without the extended API
+        return None
+    return sorted({int(found[1]) for key in keys if (found := GLOO_ADDRESS_KEY.fullmatch(key))})
+
+
 def _meets_at_hosted_store(arguments: dict[str, Any], hosted_port: str) -> bool:
     """Whether an init_process_group call names the launcher's rendezvous: env:// (or no
     init_method) with the MASTER_PORT the grader set, or tcp:// to that same port."""
@@ -338,6 +353,8 @@ def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int,
         error = describe_exception(exc, context.student_file)
         if isinstance(exc, SystemExit):
             error["message"] = f"the code called sys.exit({exc.code!r})"
+    if _store is not None:
+        context.facts[RENDEZVOUS_RANKS] = _registered_ranks(_store)
     report = {"facts": context.facts, "error": error, "seconds": time.perf_counter() - started}
     try:
         payload = _encode(report)

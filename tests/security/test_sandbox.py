@@ -111,7 +111,7 @@ def test_memory_beyond_the_limit_ends_the_run_in_seconds(bwrap_available, tmp_pa
         with Engine(confinement=sandbox.confine(workspace)) as engine:
             started = time.monotonic()
             result = engine.run(Job("grader.checks.ex01_process_group.workers:join_and_leave", 1,
-                                    student_file=student, deadline=30))
+                                    {"summands": [1], "broadcast": [1]}, student_file=student, deadline=30))
             assert time.monotonic() - started < 15
             rank = result.ranks[0]
             assert (rank.status == -9 and result.memory_exceeded) or "MemoryError" in str(rank.error), rank

@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 from grader.checks.api import CheckContext, check
 from grader.engine import RunResult
+from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 
 
 def _port_overridden(facts: dict[str, Any]) -> str | None:
@@ -26,6 +27,8 @@ def _port_overridden(facts: dict[str, Any]) -> str | None:
         elif init_method in ("", "env://") and call.get("master_port") != grader_port:
             return (f"MASTER_PORT was {call.get('master_port')} at init_process_group, not the {grader_port} "
                     "the launcher set")
+        elif init_method not in ("", "env://"):
+            return f"init_method={init_method!r} meets elsewhere than at MASTER_ADDR:MASTER_PORT"
     return None
 
 
@@ -69,9 +72,17 @@ def _rank_from_environment(result: RunResult) -> bool:
     return False
 
 
+def _collective_inputs(ctx: CheckContext) -> dict[str, list[int]]:
+    """What each rank all-reduces, and offers to broadcast, drawn per grading: whole numbers (exact in
+    float32), distinct, so that the right sum and the right source are the only way to the answers."""
+    draw = ctx.draw(f"collectives at W={ctx.world_size}")
+    return {"summands": draw.sample(range(1, 10**5), ctx.world_size),
+            "broadcast": draw.sample(range(1, 10**5), ctx.world_size)}
+
+
 def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
     """The shared run, with the named mistakes checked before any generic failure."""
-    result = ctx.run("join_and_leave")
+    result = ctx.run("join_and_leave", **_collective_inputs(ctx))
     for outcome in result.ranks:
         _named_init_mistake(ctx, outcome.rank, outcome.facts)
     if _rank_from_environment(result):
@@ -84,9 +95,22 @@ def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
+def _store_saw(ctx: CheckContext, facts: dict[str, Any]) -> None:
+    """Under Gloo, the store the grader hosts for the launcher's rendezvous (MASTER_ADDR:MASTER_PORT)
+    sees every rank's group publish its address: its own observation, beside what the ranks report."""
+    seen = facts.get(RENDEZVOUS_RANKS)
+    if ctx.backend != "gloo" or seen is None or seen == list(range(ctx.world_size)):
+        return
+    raise ctx.fail(f"the launcher's rendezvous store (MASTER_ADDR:MASTER_PORT) saw ranks {seen} form their group, "
+                   f"not ranks 0..{ctx.world_size - 1}: every rank must join through it (init_process_group with "
+                   "env://, its default, or tcp:// to that address)", hint=1)
+
+
 @check("joins_group")
 def joins_group(ctx: CheckContext) -> None:
-    for rank, facts in enumerate(_joined(ctx)):
+    ranks = _joined(ctx)
+    _store_saw(ctx, ranks[0])
+    for rank, facts in enumerate(ranks):
         group = facts.get("group")
         if not facts.get("initialized") or group is None:
             raise ctx.fail(f"after setup_ddp, rank {rank} is not in a process group")
@@ -102,16 +126,18 @@ def joins_group(ctx: CheckContext) -> None:
 
 @check("collectives_work")
 def collectives_work(ctx: CheckContext) -> None:
-    expected_sum = ctx.world_size * (ctx.world_size + 1) / 2
-    expected_broadcast = 100.0 + ctx.world_size - 1
+    inputs = _collective_inputs(ctx)
+    expected_sum, source = sum(inputs["summands"]), ctx.world_size - 1
     for rank, facts in enumerate(_joined(ctx)):
         got_sum = float(facts["all_reduce"][0])
         if got_sum != expected_sum:
-            raise ctx.fail(f"all_reduce of rank+1 gave {got_sum:g} on rank {rank}, expected {expected_sum:g}: "
-                           "are the ranks in one group with the right world size?")
+            raise ctx.fail(f"all_reduce of the ranks' values {inputs['summands']} gave {got_sum:g} on rank {rank}, "
+                           f"expected their sum {expected_sum:g}: are the ranks in one group with the right world "
+                           "size?")
         got = float(facts["broadcast"][0])
-        if got != expected_broadcast:
-            raise ctx.fail(f"broadcast from the last rank gave {got:g} on rank {rank}, expected {expected_broadcast:g}")
+        if got != inputs["broadcast"][source]:
+            raise ctx.fail(f"broadcast from the last rank gave {got:g} on rank {rank}, expected that rank's "
+                           f"{inputs['broadcast'][source]:g}")
 
 
 def _gpu_used(events: list[dict[str, Any]]) -> tuple[int | None, str]:

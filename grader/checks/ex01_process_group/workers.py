@@ -53,8 +53,9 @@ def _spy_binding(ctx: RankContext, owner: Any, name: str) -> list[dict[str, Any]
     return calls
 
 
-def join_and_leave(ctx: RankContext) -> dict[str, Any]:
-    """setup_ddp, two collectives, cleanup_ddp; every step recorded as it happens."""
+def join_and_leave(ctx: RankContext, summands: list[int], broadcast: list[int]) -> dict[str, Any]:
+    """setup_ddp, two collectives, cleanup_ddp; every step recorded as it happens. Rank r
+    all-reduces summands[r] and offers broadcast[r]: values only the judge knows in advance."""
     ctx.facts["grader_port"] = os.environ["MASTER_PORT"]
     ctx.facts["init_calls"] = _spy_init(ctx)
     ctx.facts["device_bindings"] = {f"{owner.__name__}.{name}": _spy_binding(ctx, owner, name)
@@ -69,11 +70,11 @@ def join_and_leave(ctx: RankContext) -> dict[str, Any]:
             "backend": str(dist.get_backend()),
             "backend_config": str(dist.get_backend_config()),
         }
-        total = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
+        total = torch.tensor([float(summands[ctx.rank])], device=ctx.device)
         dist.all_reduce(total)
         ctx.facts["all_reduce"] = total
         source = ctx.world_size - 1
-        value = torch.tensor([100.0 + ctx.rank], device=ctx.device)
+        value = torch.tensor([float(broadcast[ctx.rank])], device=ctx.device)
         dist.broadcast(value, src=source)
         ctx.facts["broadcast"] = value
     cleanup()

@@ -16,10 +16,16 @@ from typing import Any
 
 from grader.checks.api import CheckContext, check
 
-SIZE, BATCH, EPOCHS, SEED = 37, 4, 3, 17  # 37 is divisible by no world size: the padding shows
+SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")
 
 Shards = list[list[int]]  # shards[r]: the indices rank r saw in one epoch
+
+
+def sampler_seed(ctx: CheckContext) -> int:
+    """The seed make_loader is given, drawn per grading: a loader that ignores it, or orders recorded
+    from another grading, cannot pass."""
+    return ctx.draw("sampler").randrange(2**31 - 100)
 
 
 def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
@@ -41,7 +47,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
 
 def _epochs(ctx: CheckContext) -> list[Shards]:
     """epochs[e][r]: the indices rank r saw in epoch e. Mistakes that spoil every claim are named first."""
-    result = ctx.run("epoch_indices", size=SIZE, batch_size=BATCH, epochs=EPOCHS, seed=SEED)
+    result = ctx.run("epoch_indices", size=SIZE, batch_size=BATCH, epochs=EPOCHS, seed=sampler_seed(ctx))
     _sampler_error(ctx, result.ranks)
     ranks = ctx.require(result)
     padded = math.ceil(SIZE / ctx.world_size)
@@ -58,9 +64,10 @@ def _epochs(ctx: CheckContext) -> list[Shards]:
 
 def _orders(ctx: CheckContext) -> dict[int, list[int]]:
     """DistributedSampler's permutation for each seed the diagnoses may need (seed + epoch + rank)."""
-    seeds = list(range(SEED, SEED + EPOCHS + ctx.world_size))
+    seed = sampler_seed(ctx)
+    seeds = list(range(seed, seed + EPOCHS + ctx.world_size))
     orders = ctx.reference("permutations", size=SIZE, seeds=seeds)["orders"]
-    return {int(seed): order for seed, order in orders.items()}
+    return {int(key): order for key, order in orders.items()}
 
 
 def sampler_shards(order: list[int], world: int, drop_last: bool = False) -> Shards:
@@ -81,7 +88,7 @@ def _overlap(shards: Shards) -> int:
 
 @check("shards_are_disjoint")
 def shards_are_disjoint(ctx: CheckContext) -> None:
-    world = ctx.world_size
+    world, seed = ctx.world_size, sampler_seed(ctx)
     padding = math.ceil(SIZE / world) * world - SIZE
     for epoch, shards in enumerate(_epochs(ctx)):
         sizes = [len(shard) for shard in shards]
@@ -98,13 +105,13 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
                            "num_replicas=world_size)", hint=1)
         orders = _orders(ctx)
         sliced = [_sliced_seed(shard, rank, orders, world) for rank, shard in enumerate(shards)]
-        if sliced == [SEED + rank + epoch for rank in range(world)]:
+        if sliced == [seed + rank + epoch for rank in range(world)]:
             raise ctx.fail(f"epoch {epoch}: shards overlap ({repeated} samples seen twice, the padding allows "
-                           f"{padding}): rank r took its slice of the permutation for seed {SEED} + r, so every "
+                           f"{padding}): rank r took its slice of the permutation for seed {seed} + r, so every "
                            "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
                            hint=3)
         if None not in sliced:
-            at = ", ".join(f"rank {rank} as in epoch {seed - SEED}" for rank, seed in enumerate(sliced))
+            at = ", ".join(f"rank {rank} as in epoch {own - seed}" for rank, own in enumerate(sliced))
             raise ctx.fail(f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
                            "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "
                            "rank", hint=2)
@@ -139,7 +146,7 @@ def shards_cover_dataset(ctx: CheckContext) -> None:
         missing = set(range(SIZE)) - {i for shard in shards for i in shard}
         if not missing:
             continue
-        named = _drop_last_diagnosis(shards, missing, _orders(ctx)[SEED + epoch], ctx.world_size)
+        named = _drop_last_diagnosis(shards, missing, _orders(ctx)[sampler_seed(ctx) + epoch], ctx.world_size)
         if named:
             raise ctx.fail(f"epoch {epoch}: {named}")
         if missing == set(range(SIZE - len(missing), SIZE)):

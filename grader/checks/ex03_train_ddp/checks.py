@@ -31,7 +31,7 @@ def _checkpoint_path(ctx: CheckContext) -> str:
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     ranks = ctx.facts("train", size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR,
-                      checkpoint_path=_checkpoint_path(ctx))
+                      checkpoint_path=_checkpoint_path(ctx), **ctx.seeds("data", "model"))
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops "
@@ -42,7 +42,8 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR)
+    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR,
+                         **ctx.seeds("data", "model"))
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:

@@ -18,10 +18,11 @@ from grader.checks.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
 
 
-def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, checkpoint_path: str) -> dict[str, Any]:
+def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, checkpoint_path: str, data_seed: int,
+          model_seed: int) -> dict[str, Any]:
     ctx.init_group()
-    model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
-    dataset = make_regression(size)
+    model = make_model(seed=model_seed + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
+    dataset = make_regression(size, data_seed)
     ctx.facts["ddp_wraps"] = ctx.spy(DistributedDataParallel, "__init__")
     waypoints = Waypoints.for_this_run(os.path.dirname(checkpoint_path))
     writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
@@ -42,12 +43,13 @@ def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, 
     return {}
 
 
-def reference(ctx: RankContext, world_size: int, size: int, epochs: int, batch_size: int, lr: float) -> dict[str, Any]:
+def reference(ctx: RankContext, world_size: int, size: int, epochs: int, batch_size: int, lr: float, data_seed: int,
+              model_seed: int) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, the union of the ranks' batches per step;
     the batches each rank should draw and those of known data mistakes; rank 0's first gradient
     from its own batch alone (what a gradient never averaged across ranks is)."""
-    model = make_model(seed=1000)
-    dataset = make_regression(size)
+    model = make_model(seed=model_seed)
+    dataset = make_regression(size, data_seed)
     expected = loader_batches(size, world_size, batch_size, epochs)
     own = gradient_on(model, dataset, expected[0][0])
     facts = train_reference(model, dataset, union_batches(size, world_size, batch_size, epochs), lr).facts()

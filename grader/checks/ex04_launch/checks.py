@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from grader.checks.api import CheckContext, check
@@ -19,7 +18,7 @@ PAYLOAD_CHARS = 1 << 20  # a result larger than any pipe's buffer (Linux 64 KiB,
 def _schedule(ctx: CheckContext) -> tuple[list[float], int]:
     """Each rank's delay before it returns, so that ranks finish out of rank order (rank 0 never
     first), and the size of every result; both drawn from the grading's seed."""
-    draw = random.Random(f"{ctx.seed}:{ctx.world_size}")
+    draw = ctx.draw(f"schedule at W={ctx.world_size}")
     order = list(range(ctx.world_size))
     while ctx.world_size > 1 and order[0] == 0:
         draw.shuffle(order)

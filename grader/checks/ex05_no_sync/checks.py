@@ -30,7 +30,7 @@ _HINTS = {
 
 
 def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
-    ranks = ctx.facts("train", size=SIZE, batch_size=BATCH, k=k, lr=LR)
+    ranks = ctx.facts("train", size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
     if not ranks[0]["ddp_wraps"]:
         raise ctx.fail("no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
                        "to suppress and the gradients are never averaged", hint=1)
@@ -43,7 +43,8 @@ def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
 
 
 def _reference(ctx: CheckContext, k: int) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR)
+    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR,
+                         **ctx.seeds("data", "model"))
 
 
 def _pipeline(reference: dict[str, Any]) -> Pipeline:

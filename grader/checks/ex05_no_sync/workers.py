@@ -49,10 +49,11 @@ class AllReduceCounter:
         self._handle.remove()
 
 
-def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float) -> dict[str, Any]:
+def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float, data_seed: int,
+          model_seed: int) -> dict[str, Any]:
     ctx.init_group()
-    model = make_model(seed=1000 + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
-    dataset = make_regression(size)
+    model = make_model(seed=model_seed + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
+    dataset = make_regression(size, data_seed)
     ctx.facts["parameters"] = sum(p.numel() for p in model.parameters())
     counter = AllReduceCounter()
     ctx.facts["ddp_wraps"] = counter.wraps
@@ -69,12 +70,13 @@ def _full(batches: list[list[list[int]]], batch_size: int) -> list[list[list[int
     return [[batch for batch in rank if len(batch) == batch_size] for rank in batches]
 
 
-def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float) -> dict[str, Any]:
+def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float, data_seed: int,
+              model_seed: int) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, one step per k*b*W samples; the micro-batches
     each rank should draw (full ones only) and those of an unshuffled sampler; the first step's
     gradient from the last micro-batch alone (what zero_grad on every micro-step leaves)."""
-    model = make_model(seed=1000)
-    dataset = make_regression(size)
+    model = make_model(seed=model_seed)
+    dataset = make_regression(size, data_seed)
     steps = accumulation_batches(size, world_size, batch_size, k)
     last_micro = gradient_on(model, dataset, steps[0][-batch_size * world_size:], grad_scale=1.0 / k)
     facts = train_reference(model, dataset, steps, lr).facts()

@@ -29,7 +29,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: di
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR)
+    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
     if not result.ok:
         expected = "cuda" if ctx.backend == "nccl" else "cpu"
         meshes = [m["device_type"] for r in result.ranks for m in (r.facts.get("meshes") or [])]
@@ -44,6 +44,11 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
                            f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
                            f"(init_device_mesh(device_type, (world_size,))); the run failed", hint=1)
     return ctx.require(result)
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR,
+                         **ctx.seeds("data", "model"))
 
 
 def _unit_bound(params: list[dict[str, Any]], world: int) -> int:
@@ -148,7 +153,7 @@ def wraps_each_block(ctx: CheckContext) -> str:
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    want = ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR)
+    want = _reference(ctx)
     facts = ranks[0]
     if facts.get("gather_error"):
         raise ctx.fail(f"the grader could not gather the trained weights: {facts['gather_error']}")
@@ -199,7 +204,7 @@ def _match_keys(keys: list[str], wanted: list[str]) -> tuple[dict[str, str], str
 @check("full_checkpoint")
 def full_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR)
+    reference = _reference(ctx)
     want = reference["final"]
     saved = ranks[0]["checkpoint"]
     if saved.get("type") != "dict":

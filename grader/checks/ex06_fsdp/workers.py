@@ -128,18 +128,19 @@ def _describe_checkpoint(saved: Any) -> dict[str, Any]:
     return facts
 
 
-def _rank_batches(size: int, world_size: int, rank: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _rank_batches(size: int, world_size: int, rank: int, batch_size: int,
+                  data_seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Step i: rank r takes samples [i*b*W + r*b, i*b*W + (r+1)*b)."""
-    inputs, targets = make_regression(size).tensors
+    inputs, targets = make_regression(size, data_seed).tensors
     starts = range(rank * batch_size, size, batch_size * world_size)
     return [(inputs[s : s + batch_size].clone(), targets[s : s + batch_size].clone()) for s in starts]
 
 
-def train(ctx: RankContext, steps: int, batch_size: int, lr: float) -> dict[str, Any]:
+def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
     cpu_fsdp1.install()
-    model = make_transformer(seed=2000)
-    batches = _rank_batches(steps * batch_size * ctx.world_size, ctx.world_size, ctx.rank, batch_size)
+    model = make_transformer(seed=model_seed)
+    batches = _rank_batches(steps * batch_size * ctx.world_size, ctx.world_size, ctx.rank, batch_size, data_seed)
     ctx.facts["meshes"] = ctx.spy(DeviceMesh, "__init__", _describe_mesh)
     outputs: list[torch.Tensor] = []
     model.register_forward_hook(lambda _module, _args, output: outputs.append(output.detach().cpu().clone()))
@@ -193,11 +194,12 @@ def _owned_share(optimizer: torch.optim.Optimizer, model: nn.Module) -> float:
     return sum(id(p) in current for p in held) / len(held) if held else 0.0
 
 
-def reference(ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float) -> dict[str, Any]:
+def reference(ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int,
+              model_seed: int) -> dict[str, Any]:
     """Trusted: one process, SGD with momentum, step i on all ranks' batches of step i together."""
-    model = make_transformer(seed=2000)
+    model = make_transformer(seed=model_seed)
     union = batch_size * world_size
-    dataset: TensorDataset = make_regression(steps * union)
+    dataset: TensorDataset = make_regression(steps * union, data_seed)
     losses: list[float] = []
     initial = state(model)
     recorder = train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,

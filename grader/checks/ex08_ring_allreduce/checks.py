@@ -12,11 +12,11 @@ import numpy as np
 
 from grader.checks.api import CheckContext, check
 from grader.checks.diagnose import where
+from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
-SEED = 11
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
 FLOAT_BYTES = 4
 
@@ -51,7 +51,7 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     """Each rank's facts, under a short deadline; deadlocks and gloo aborts are named here."""
-    job = dataclasses.replace(ctx.job("ring", shapes=SHAPES, seed=SEED), deadline=min(ctx.deadline, DEADLINE))
+    job = dataclasses.replace(ctx.job("ring", shapes=SHAPES, seed=_seed(ctx)), deadline=min(ctx.deadline, DEADLINE))
     result = ctx.runs.run(job)
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
@@ -59,8 +59,13 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ctx.require(result)
 
 
+def _seed(ctx: CheckContext) -> int:
+    """The seed of the tensors, drawn per grading: sums recorded from another grading are wrong."""
+    return ctx.draw("tensors").randrange(2**31)
+
+
 def _calls(ctx: CheckContext) -> list[list[dict[str, Any]]]:
-    """Per rank, per shape: input, output, bytes sent."""
+    """Per rank, per shape: output, bytes sent."""
     return [facts["calls"] for facts in _ranks(ctx)]
 
 
@@ -114,8 +119,8 @@ def _wrong_sum(rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarr
 def sums_correctly(ctx: CheckContext) -> None:
     calls = _calls(ctx)
     for index, shape in enumerate(SHAPES):
-        inputs = np.stack([np.asarray(calls_of_rank[index]["input"], dtype=np.float64).reshape(-1)
-                           for calls_of_rank in calls])
+        inputs = np.stack([rank_input(_seed(ctx), index, rank, shape).astype(np.float64).reshape(-1)
+                           for rank in range(ctx.world_size)])
         expected = inputs.sum(axis=0)
         for rank, rank_calls in enumerate(calls):
             call = rank_calls[index]

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import ProcessGroup
 
+from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.engine.rank_runtime import RankContext
 
 COLLECTIVES = (
@@ -26,17 +27,16 @@ def _sent_bytes(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: A
 
 
 def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
-    """For each shape: this rank's input, the tensor after the student's call, the bytes and the
-    number of messages sent."""
+    """For each shape: the tensor after the student's call (its input is the judge's to know), the
+    bytes and the number of messages sent."""
     ctx.init_group()
     sent = ctx.spy(ProcessGroup, "send", _sent_bytes)
     ctx.facts["collectives"] = {name: ctx.spy(ProcessGroup, name) for name in COLLECTIVES}
     ring_all_reduce = ctx.student("ring_all_reduce")
     ctx.facts["calls"] = []
     for index, shape in enumerate(shapes):
-        generator = torch.Generator().manual_seed(seed + 1000 * index + ctx.rank)
-        tensor = torch.randn(shape, generator=generator)
-        call = {"input": tensor.clone(), "sent_before": len(sent)}
+        tensor = torch.from_numpy(rank_input(seed, index, ctx.rank, shape))
+        call = {"sent_before": len(sent)}
         ctx.facts["calls"].append(call)
         returned = ring_all_reduce(tensor)
         call["output"] = tensor.clone()

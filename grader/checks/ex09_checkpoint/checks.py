@@ -36,7 +36,7 @@ def _early_load(result: RunResult, path: str) -> str:
 def _run(ctx: CheckContext) -> RunResult:
     """The shared run; a load that raced the save is named before anything else."""
     result = ctx.run("resume", size=SIZE, batch_size=BATCH, steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER,
-                     lr=LR, path=_path(ctx))
+                     lr=LR, path=_path(ctx), **ctx.seeds("data", "model"))
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
     race = "" if stub else _early_load(result, _path(ctx))
     if race:
@@ -108,7 +108,7 @@ def checkpoint_contents(ctx: CheckContext) -> None:
 def resume_matches(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH,
-                              steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER, lr=LR)
+                              steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER, lr=LR, **ctx.seeds("data", "model"))
     for rank, facts in enumerate(ranks):
         difference = first_difference(facts["loaded_state"], facts["saved_state"])
         if difference:

@@ -40,17 +40,17 @@ def _train(ddp_model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
 
 
 def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, steps_after: int, lr: float,
-           path: str) -> dict[str, Any]:
+           path: str, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
     waypoints = Waypoints.for_this_run(os.path.dirname(path))
     writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
     ctx.facts["writes"] = writes.events
     ctx.facts["host"] = socket.gethostname()
     save_checkpoint, load_checkpoint = ctx.student("save_checkpoint"), ctx.student("load_checkpoint")
-    dataset = make_regression(size)
+    dataset = make_regression(size, data_seed)
     batches = rank_batches(size, ctx.world_size, ctx.rank, batch_size, epoch=0)[: steps_before + steps_after]
 
-    model = make_model(seed=1000 + ctx.rank)  # only DDP's broadcast makes the ranks agree
+    model = make_model(seed=model_seed + ctx.rank)  # only DDP's broadcast makes the ranks agree
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     ddp_model = DistributedDataParallel(model)
     ctx.facts["start"] = state(model)
@@ -60,7 +60,7 @@ def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, step
     ctx.facts["save_returned_at"] = time.time()  # before this rank says it moved on: see write_recorder
     writes.move_on()
 
-    fresh = make_model(seed=2000 + ctx.rank)
+    fresh = make_model(seed=model_seed + 1000 + ctx.rank)  # not the trained weights: only a load restores them
     fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=lr, momentum=MOMENTUM)
     returned = load_checkpoint(fresh, fresh_optimizer, path)
     writes.stop()
@@ -73,11 +73,11 @@ def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, step
 
 
 def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps_before: int, steps_after: int,
-              lr: float) -> dict[str, Any]:
+              lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     """Trusted, one process on the union batches: the uninterrupted run, every step."""
-    dataset = make_regression(size)
+    dataset = make_regression(size, data_seed)
     steps = union_batches(size, world_size, batch_size, epochs=1)[: steps_before + steps_after]
-    facts = train_reference(make_model(seed=1000), dataset, steps, lr).facts()
+    facts = train_reference(make_model(seed=model_seed), dataset, steps, lr).facts()
     facts["momentum"] = MOMENTUM
     return facts
 

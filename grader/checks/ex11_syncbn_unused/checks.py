@@ -17,7 +17,12 @@ STATISTICS = ("norm.running_mean", "norm.running_var")
 
 
 def _run(ctx: CheckContext) -> RunResult:
-    return ctx.run("train", size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR)
+    return ctx.run("train", size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR, **ctx.seeds("data", "model"))
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR,
+                         **ctx.seeds("data", "model"))
 
 
 def _unused_parameter_error(result: RunResult) -> str:
@@ -113,7 +118,7 @@ def _wrapped_inside(state: dict[str, Any], name: str) -> str:
 @check("global_batch_statistics")
 def global_batch_statistics(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR)
+    reference = _reference(ctx)
     want = {name: reference["steps"][0][name] for name in STATISTICS}
     for rank, facts in enumerate(ranks):
         after = facts["steps"][0]
@@ -131,7 +136,7 @@ def global_batch_statistics(ctx: CheckContext) -> None:
 @check("trains_with_unused_branch")
 def trains_with_unused_branch(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR)
+    reference = _reference(ctx)
     for step, want in enumerate(reference["steps"], 1):
         parameters = {name: value for name, value in want.items() if name not in STATISTICS}
         for rank, facts in enumerate(ranks):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import TensorDataset
 
 from grader.checks.ex11_syncbn_unused import cpu_sync_batchnorm
 from grader.checks.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
@@ -41,8 +42,7 @@ def _model(seed: int) -> BranchyNet:
     return BranchyNet()
 
 
-def _train(model: nn.Module, batches: list[list[int]], size: int, lr: float, record: Any) -> None:
-    dataset = make_regression(size)
+def _train(model: nn.Module, batches: list[list[int]], dataset: TensorDataset, lr: float, record: Any) -> None:
     inputs, targets = dataset.tensors
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     for step, indices in enumerate(batches):
@@ -52,11 +52,12 @@ def _train(model: nn.Module, batches: list[list[int]], size: int, lr: float, rec
         record(step)
 
 
-def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float) -> dict[str, Any]:
+def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float, data_seed: int,
+          model_seed: int) -> dict[str, Any]:
     ctx.init_group()
     cpu_sync_batchnorm.install()
     prepare_model = ctx.student("prepare_model")
-    model = _model(seed=1000 + ctx.rank)  # only DDP's broadcast makes the ranks agree
+    model = _model(seed=model_seed + ctx.rank)  # only DDP's broadcast makes the ranks agree
     prepared = prepare_model(model)
     ctx.facts["returned"] = type(prepared).__name__
     ctx.facts["norm_layers"] = {name: type(m).__name__ for name, m in prepared.named_modules()
@@ -68,22 +69,25 @@ def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float) -
     ctx.facts["steps"] = []
     plain = prepared.module
     batches = rank_batches(size, ctx.world_size, ctx.rank, batch_size, epoch=0)[:steps]
-    _train(prepared, batches, size, lr, lambda step: ctx.facts["steps"].append(state(plain)))
+    dataset = make_regression(size, data_seed)
+    _train(prepared, batches, dataset, lr, lambda step: ctx.facts["steps"].append(state(plain)))
     return {}
 
 
-def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps: int, lr: float) -> dict[str, Any]:
+def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps: int, lr: float, data_seed: int,
+              model_seed: int) -> dict[str, Any]:
     """Trusted: one process, plain BatchNorm, rank 0's initial weights, the union batch per step; and
     the running statistics each rank's own first batch alone would give (what unsynchronized
     BatchNorm keeps), for the diagnosis."""
-    model = _model(seed=1000)
+    model = _model(seed=model_seed)
+    dataset = make_regression(size, data_seed)
     after: list[dict[str, torch.Tensor]] = []
-    _train(model, union_batches(size, world_size, batch_size, epochs=1)[:steps], size, lr,
+    _train(model, union_batches(size, world_size, batch_size, epochs=1)[:steps], dataset, lr,
            lambda step: after.append(state(model)))
-    inputs = make_regression(size).tensors[0]
+    inputs = dataset.tensors[0]
     local = []
     for rank in range(world_size):
-        alone = _model(seed=1000)
+        alone = _model(seed=model_seed)
         alone(inputs[rank_batches(size, world_size, rank, batch_size, epoch=0)[0]], use_aux=True)
         local.append({name: value for name, value in state(alone).items() if name.startswith("norm.running")})
     return {"steps": after, "local": local}
