@@ -79,7 +79,7 @@ def test_strays_in_an_exercise_are_named_and_stopped(grade, engine, catalog, tmp
     engine.wait_warm()
     results = grade(exercise_id, path, world_sizes=(2,))
     # a stray holding the run would keep it to the 30 s deadline; the clean run's time sets the pace of a loaded machine
-    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 1.0, describe(results)
+    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 3.0, describe(results)
     policy = {spec.name: spec.strays for spec in exercise.checks}
     for result in results:
         if policy[result.check] == "fail":  # a check about leaving no process behind (it may see them first)
@@ -110,7 +110,7 @@ def test_strays_under_torchrun_fail_every_check(grade, catalog, tmp_path, kind):
     assert results and all(r.status == "failed" for r in results), describe(results)
     if kind == "new_session":
         # a stray holding the run would keep it to the 30 s deadline; the clean run's time sets the pace of a loaded machine
-    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 1.0, describe(results)
+    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 3.0, describe(results)
         assert all("process left behind" in r.message for r in results), describe(results)
     named = [note for r in results for note in r.notes] + [r.message for r in results]
     assert any(("main()" in text and "left" in text) or "never joined" in text for text in named), named

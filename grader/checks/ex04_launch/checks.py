@@ -96,8 +96,8 @@ def waits_for_processes(ctx: CheckContext) -> None:
     facts, _ = _identity(ctx)
     unfinished = ctx.world_size - len(facts["finished_at_return"])
     if unfinished:
-        raise ctx.fail(f"join=False: launch_distributed returned while {unfinished} processes were still running fn",
-                       hint=4)
+        raise ctx.fail(f"join=False: launch_distributed returned while {unfinished} of its {ctx.world_size} "
+                       "processes were still running fn", hint=4)
     left = _left(facts["left_behind"])
     if left:
         raise ctx.fail(f"when launch_distributed returned, {left}: wait for every process you start", hint=4)
