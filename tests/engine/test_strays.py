@@ -108,9 +108,8 @@ def test_strays_under_torchrun_fail_every_check(grade, catalog, tmp_path, kind):
     clean = grade("ex07_torchrun", REPO / "solutions" / exercise.file, world_sizes=(3,))
     results = grade("ex07_torchrun", path, world_sizes=(3,))
     assert results and all(r.status == "failed" for r in results), describe(results)
-    if kind == "new_session":
-        # a stray holding the run would keep it to the 30 s deadline; the clean run's time sets the pace of a loaded machine
-    assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 3.0, describe(results)
+    if kind == "new_session":  # held by nothing the agent watches: the launch ends in its normal time
+        assert max(r.seconds for r in results) < 2 * max(r.seconds for r in clean) + 3.0, describe(results)
         assert all("process left behind" in r.message for r in results), describe(results)
     named = [note for r in results for note in r.notes] + [r.message for r in results]
     assert any(("main()" in text and "left" in text) or "never joined" in text for text in named), named
