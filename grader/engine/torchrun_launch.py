@@ -194,8 +194,8 @@ class TorchrunEngine:
 
     def _wait(self, launcher: subprocess.Popen[bytes], job: Job, run_dir: Path, name: str | None) -> bool:
         """Wait for the launch; the job's deadline counts from the moment every rank has imported
-        torch (its `.ready` file), so a loaded node's slow start-up is never a hang. A rank not
-        ready within the start allowance is: the run then ends at allowance + deadline."""
+        torch (its `.ready` file), so a loaded node's slow start-up is never taken for a hang. Until
+        then the run may take the start allowance plus the deadline; True when time ran out."""
         end = time.monotonic() + self.start_allowance + job.deadline
         ready = False
         while launcher.poll() is None:
