@@ -218,7 +218,7 @@ class TorchrunEngine:
     def _outcome(rank: int, run_dir: Path, timed_out: bool) -> RankOutcome:
         outcome = RankOutcome(rank)
         report = run_dir / f"rank{rank}.report"
-        if report.is_file() and report.stat().st_size:
+        if _written(report):
             try:
                 outcome.report = wire.decode(report.read_bytes())
                 outcome.status = 0
@@ -238,18 +238,20 @@ class TorchrunEngine:
         return outcome
 
 
+def _written(path: Path) -> bool:
+    """A rank's file that holds something (a report, a stack dump)."""
+    return path.is_file() and path.stat().st_size > 0
+
+
 def _await_stacks(run_dir: Path, world_size: int, least: float) -> None:
     """Give the ranks `least` seconds to write their stacks, and up to STACK_DUMP_LIMIT_S while the
     file of a started rank that has not reported is still empty (a loaded node answers late)."""
-    def written(path: Path) -> bool:
-        return path.is_file() and path.stat().st_size > 0
-
     started = time.monotonic()
     time.sleep(least)
     stacks = [run_dir / f"rank{rank}.stack" for rank in range(world_size)
-              if (run_dir / f"rank{rank}.ready").exists() and not written(run_dir / f"rank{rank}.report")]
+              if (run_dir / f"rank{rank}.ready").exists() and not _written(run_dir / f"rank{rank}.report")]
     while time.monotonic() - started < STACK_DUMP_LIMIT_S:
-        if all(written(path) for path in stacks):
+        if all(_written(path) for path in stacks):
             time.sleep(STACK_DUMP_WAIT_S)  # the last one may still be writing
             return
         time.sleep(READY_POLL_S)
