@@ -11,6 +11,7 @@ from grader import commands, doctor
 from grader.engine.platforms import LauncherError
 from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound
+from grader.report.inert import printable
 
 
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound, LauncherError) as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        print(f"grader: {printable(str(exc))}", file=sys.stderr)  # it may name a student's file, or quote it
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,6 +4,9 @@ The score histogram and the pass rate per exercise are matplotlib figures embedd
 when the `plots` extra is installed, and plain tables with bars drawn by CSS otherwise; everything
 else (per check pass rates, the most common diagnoses and who made them, run times, submissions that
 errored or timed out) is tables either way.
+
+Names and messages come from students: the template autoescapes them, `templating` shows their
+control characters escaped, and a message is cut to `MESSAGE_SHOWN` characters.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from grader.instructor.templating import render
 FILENAME = "report.html"
 DIAGNOSES_SHOWN = 25
 NAMES_SHOWN = 12
+MESSAGE_SHOWN = 500  # characters of a diagnosis or an error's message
 
 
 def render_report(summary: ClassSummary, title: str, plots: bool | None = None) -> str:
@@ -31,7 +35,8 @@ def render_report(summary: ClassSummary, title: str, plots: bool | None = None) 
         figures = {"histogram": report_plots.histogram(summary), "pass_rates": report_plots.pass_rates(summary)}
     colors = {"histogram": report_plots.HISTOGRAM_COLOR, "rate": report_plots.RATE_COLOR}
     return render("report.html.j2", s=summary, title=title, figures=figures, colors=colors,
-                  diagnoses=summary.diagnoses[:DIAGNOSES_SHOWN], names_shown=NAMES_SHOWN, clock=clock,
+                  diagnoses=summary.diagnoses[:DIAGNOSES_SHOWN], names_shown=NAMES_SHOWN,
+                  message_shown=MESSAGE_SHOWN, clock=clock,
                   written=time.strftime("%Y-%m-%d %H:%M"))
 
 

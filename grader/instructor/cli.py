@@ -26,7 +26,9 @@ from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
+from grader.instructor.templating import UnsafeValue
 from grader.paths import course_root
+from grader.report.inert import file_name, one_line
 from grader.engine.platforms import LAUNCHERS
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
@@ -184,7 +186,8 @@ def _check_batch_options(args: argparse.Namespace) -> None:
 def cmd_grade(args: argparse.Namespace) -> int:
     _check_batch_options(args)
     names = [name_of(path) for path in args.submissions]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    folders = [file_name(name) for name in names]
+    repeated = sorted({f for f in folders if folders.count(f) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
     catalog = _catalog(args.exercises)
@@ -218,7 +221,8 @@ def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sa
           grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
           BatchProgress(len(paths)) as progress):
         def done(grade: SubmissionGrade) -> None:
-            gradescope.write(args.out / grade.name / "results.json", catalog, grade, args.hidden_visibility)
+            gradescope.write(args.out / file_name(grade.name) / "results.json", catalog, grade,
+                             args.hidden_visibility)
             book.add(grade)
             log.add(grade)
             progress.finished(grade)
@@ -290,7 +294,7 @@ def cmd_gradebook_merge(args: argparse.Namespace) -> int:
         print(f"missing shard(s): {', '.join(result.missing_shards)} (no output of theirs was given)", file=sys.stderr)
     if result.missing:
         print(f"missing {len(result.missing)} submission(s), named on the command line but in no gradebook: "
-              f"{', '.join(result.missing)}", file=sys.stderr)
+              f"{', '.join(map(one_line, result.missing))}", file=sys.stderr)
     return 0 if result.complete else 1
 
 
@@ -351,7 +355,11 @@ def cmd_slurm(args: argparse.Namespace) -> int:
                               "choose another")
     job = _slurm_job(args, _catalog(args.exercises), count)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(slurm.render_job(job, args.out))
+    try:
+        script = slurm.render_job(job, args.out)
+    except UnsafeValue as exc:
+        raise InstructorError(f"the job script cannot be written safely: {exc}") from exc
+    args.out.write_text(script)
     (job.results_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm writes task logs there, and never makes it
     print(f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
           f"submit with: sbatch {args.out}")

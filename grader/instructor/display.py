@@ -5,6 +5,8 @@ submission so far, times what remains: with -j N parallel gradings this already 
 parallelism). On a terminal it is redrawn every second by a ticker, so the clock keeps moving while a
 slow submission grades; finished submissions are printed above it. Piped output (a log file, a
 cluster job's output) gets no control characters: one line per submission, with the same numbers.
+Names and problems come from students, so they are printed with `one_line`: an ESC, CR or newline
+of theirs shows as its escape and can neither move the cursor nor fake a line.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from typing import TextIO
 
 from grader.instructor.batch import SubmissionGrade
+from grader.report.inert import one_line
 
 BAR_WIDTH = 24
 TICK_S = 1.0
@@ -80,7 +83,7 @@ class BatchProgress:
             return
         line = self.bar()
         if self._running:
-            line += "  grading " + ", ".join(self._running)
+            line += "  grading " + ", ".join(map(one_line, self._running))
         width = shutil.get_terminal_size((100, 20)).columns
         if len(line) >= width:
             line = line[: max(0, width - 2)] + "…"
@@ -99,8 +102,8 @@ class BatchProgress:
                 self._running.remove(grade.name)
             if self.live:
                 self.stream.write("\r\033[K")
-            note = f"  {grade.problem.splitlines()[0]}" if grade.problem else ""
-            line = (f"[{self._done}/{self.total}] {grade.name}: {grade.score:g}/{grade.max_score:g} "
+            note = f"  {one_line(grade.problem.splitlines()[0])}" if grade.problem else ""
+            line = (f"[{self._done}/{self.total}] {one_line(grade.name)}: {grade.score:g}/{grade.max_score:g} "
                     f"in {grade.seconds:.1f}s{note}")
             if not self.live:
                 line += f"  ({self.timing()})"

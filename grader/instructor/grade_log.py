@@ -4,6 +4,10 @@ The gradebook keeps one number per exercise; the class report needs each check's
 and time, and `grader gradebook merge` needs them from every shard. One line per submission,
 appended and flushed as it finishes, so an interrupted batch keeps what it graded (a last line cut
 off mid-write is dropped when read back).
+
+What a submission wrote is logged as text, not as commands: control characters escaped (JSON would
+keep them, and `jq -r` would hand them to a terminal) and each message or details cut to
+`TEXT_LIMIT` characters, so the class report and merges read back only inert text.
 """
 
 from __future__ import annotations
@@ -15,18 +19,31 @@ from typing import Any
 
 from grader.checks.runner import CheckResult
 from grader.instructor.batch import SubmissionGrade
+from grader.report.inert import printable
 
 FILENAME = "grades.jsonl"
+TEXT_LIMIT = 20_000  # characters of one message, details or note
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(CheckResult)}
+_RESULT_TEXTS = ("message", "details", "verbose_details")
 
 
 class GradeLogError(Exception):
     """A grades.jsonl that cannot be read back; the message names the file and line."""
 
 
+def _text(text: str) -> str:
+    return printable(text, TEXT_LIMIT)
+
+
+def _result(result: CheckResult) -> dict[str, Any]:
+    record = result.to_json()
+    record.update({key: _text(record[key]) for key in _RESULT_TEXTS}, notes=list(map(_text, result.notes)))
+    return record
+
+
 def _record(grade: SubmissionGrade) -> dict[str, Any]:
-    return {"name": grade.name, "seconds": round(grade.seconds, 3), "problem": grade.problem,
-            "notes": grade.notes, "results": [r.to_json() for r in grade.results]}
+    return {"name": _text(grade.name), "seconds": round(grade.seconds, 3), "problem": _text(grade.problem),
+            "notes": list(map(_text, grade.notes)), "results": list(map(_result, grade.results))}
 
 
 def _grade(record: dict[str, Any]) -> SubmissionGrade:

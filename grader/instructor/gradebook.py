@@ -3,6 +3,11 @@
 Rows are appended and flushed as submissions finish, so a batch stopped half-way (Ctrl-C, a crash
 of the machine) still leaves the rows of everything graded; `close` rewrites it sorted by name.
 `merge` joins the gradebooks of several runs (the shards of a cluster job) into one.
+
+Every cell goes through `csv_cell` on its way out: a submission named `=HYPERLINK(...)` or a problem
+starting with `+` is a text cell in a spreadsheet, never a formula, and control characters are
+shown escaped. A merge applies it again (it changes nothing twice), so it also disarms a gradebook
+written by hand or by an older grader.
 """
 
 from __future__ import annotations
@@ -15,8 +20,14 @@ from pathlib import Path
 from grader.catalog import Catalog
 from grader.instructor import manifest
 from grader.instructor.batch import SubmissionGrade
+from grader.report.inert import csv_cell
 
 FILENAME = "gradebook.csv"
+CELL_LIMIT = 10_000  # characters of a cell (a spreadsheet holds 32,767)
+
+
+def _cells(row: Sequence[str]) -> list[str]:
+    return [csv_cell(cell, CELL_LIMIT) for cell in row]
 
 
 class Gradebook:
@@ -32,8 +43,8 @@ class Gradebook:
         self._file.flush()
 
     def add(self, grade: SubmissionGrade) -> None:
-        row = [grade.name, *(f"{grade.exercise_score(i):g}" for i in self._ids),
-               f"{grade.score:g}", f"{grade.max_score:g}", f"{grade.seconds:.1f}", grade.problem_column]
+        row = _cells([grade.name, *(f"{grade.exercise_score(i):g}" for i in self._ids),
+                      f"{grade.score:g}", f"{grade.max_score:g}", f"{grade.seconds:.1f}", grade.problem_column])
         self._rows.append(row)
         self._writer.writerow(row)
         self._file.flush()
@@ -53,8 +64,8 @@ def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(header)
-        writer.writerows(sorted(rows, key=lambda row: row[0]))
+        writer.writerow(_cells(header))
+        writer.writerows(sorted(map(_cells, rows), key=lambda row: row[0]))
 
 
 class MergeError(Exception):
@@ -126,7 +137,7 @@ def merge(sources: Sequence[Path], out: Path) -> MergeResult:
         elif columns != header:
             raise MergeError(f"{source}: its gradebook's columns differ from {first_source}'s "
                              "(graded with another catalog or --exercises?): merge runs of one course only")
-        for row in body:
+        for row in map(_cells, body):
             if row[0] in rows:
                 raise MergeError(f"submission {row[0]!r} is in both {rows[row[0]][1]} and {source}: "
                                  "it was graded twice (overlapping shards?); drop one of them")
@@ -138,4 +149,5 @@ def merge(sources: Sequence[Path], out: Path) -> MergeResult:
         raise MergeError("none of the sources holds a gradebook yet: nothing to merge")
     _write(out, header, [row for row, _ in rows.values()])
     missing_shards = [f"{i}/{n}" for n, seen in splits.items() for i in range(1, n + 1) if i not in seen]
-    return MergeResult(out, len(rows), sorted(expected - set(rows)), missing_shards, unaccounted)
+    missing = sorted(name for name in expected if csv_cell(name, CELL_LIMIT) not in rows)  # rows hold cells
+    return MergeResult(out, len(rows), missing, missing_shards, unaccounted)

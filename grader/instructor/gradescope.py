@@ -5,6 +5,11 @@ visibility the instructor chose ("hidden" by default: never shown to students). 
 `output`, which students always see, is written from visible tests only, so no hidden check's name
 or message can reach a student through it. Only the fields Gradescope documents are written; the
 maximum score, which it takes from the assignment's settings, is kept in `extra_data`.
+
+What the student's code wrote (exception messages, file names) is shown, never obeyed: outputs are
+plain text with control characters escaped, each cut to `TEST_OUTPUT_LIMIT` characters and those of
+the visible tests together to about `OUTPUT_LIMIT` (the hidden ones' apart, so that no visible output
+is cut shorter for what a hidden check said), so one submission printing megabytes cannot bloat the page.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ from typing import Any
 from grader.catalog import Catalog
 from grader.checks.runner import CheckResult
 from grader.instructor.batch import SubmissionGrade
+from grader.report.inert import printable
 
 HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published")
+TEST_OUTPUT_LIMIT = 10_000  # characters of one test's output
+OUTPUT_LIMIT = 100_000  # of the visible tests' together; once spent, each still gets `TEST_OUTPUT_FLOOR`
+TEST_OUTPUT_FLOOR = 500
 
 
 def _output(results: list[CheckResult]) -> str:
@@ -30,19 +39,24 @@ def _output(results: list[CheckResult]) -> str:
 
 def _tests(catalog: Catalog, grade: SubmissionGrade, hidden_as: str) -> list[dict[str, Any]]:
     tests = []
+    left = {True: OUTPUT_LIMIT, False: OUTPUT_LIMIT}  # visible or not -> characters left
     for exercise in catalog.exercises:
         for index, spec in enumerate(exercise.checks, 1):
             results = [r for r in grade.results if r.exercise == exercise.id and r.check == spec.name]
             if not results:
                 continue
+            visible = results[0].visibility == "public"
+            output = printable(f"{spec.description}\n{_output(results)}",
+                               max(TEST_OUTPUT_FLOOR, min(TEST_OUTPUT_LIMIT, left[visible])))
+            left[visible] -= len(output)
             tests.append({
                 "name": f"{exercise.id}: {spec.name}",
                 "number": f"{exercise.number}.{index}",
                 "score": round(sum(r.points for r in results), 4),
                 "max_score": round(sum(r.max_points for r in results), 4),
                 "status": "passed" if all(r.passed for r in results) else "failed",
-                "output": f"{spec.description}\n{_output(results)}",
-                "visibility": "visible" if results[0].visibility == "public" else hidden_as,
+                "output": output,
+                "visibility": "visible" if visible else hidden_as,
             })
     return tests
 
@@ -55,11 +69,13 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
     passed = sum(t["status"] == "passed" for t in visible)
     summary = f"{passed}/{len(visible)} visible checks passed"
     if grade.problem_column:
-        summary = f"{grade.problem_column}\n{summary}"
+        summary = f"{printable(grade.problem_column, TEST_OUTPUT_LIMIT)}\n{summary}"
     return {
         "score": round(grade.score, 4),
         "execution_time": round(grade.seconds, 2),
         "output": summary,
+        "output_format": "text",  # never html or markdown: a student's <a> or [link](...) shows as typed
+        "test_output_format": "text",
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "extra_data": {"max_score": round(grade.max_score, 4)},

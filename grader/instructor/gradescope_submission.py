@@ -22,6 +22,7 @@ from pathlib import Path
 from grader.catalog import Catalog, CatalogError, load_catalog
 from grader.instructor.notebooks import notebook_name
 from grader.paths import CourseNotFound, course_root
+from grader.report.inert import one_line
 
 SKIPPED_FOLDERS = ("__MACOSX", "__pycache__")
 
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> int:
     try:
         print(locate(Path(argv[0]), Path(argv[1]), load_catalog(course_root())))
     except (LocateError, OSError, CatalogError, CourseNotFound) as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        print(f"grader: {one_line(str(exc))}", file=sys.stderr)  # one line: run_autograder shows it to the student
         return 2
     return 0
 

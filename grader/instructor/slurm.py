@@ -5,6 +5,10 @@ joins their gradebooks. Array task I runs `srun grader grade SUBS/* --shard I/N`
 folder (`RESULTS/shard-I`); task 1 also submits the merge (`grader gradebook merge`) as a job that
 waits for the whole array (`--dependency=afterany`: it runs even if a shard failed, and then names
 what is missing). One file, one `sbatch` to submit it.
+
+The submissions' own names never enter the script: the tasks find them with a quoted glob when they
+run. The paths that do are quoted (`sh`), and one holding a control character or a line break is
+refused (`templating.UnsafeValue`): in a comment or an #SBATCH line it would start a command of its own.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 One failure is said once: the results of an exercise are gathered and identical failures (same
 status, message and hint) are printed as one block naming every check and world size they cover,
 with the first one's details. Passing checks get one line each, their world sizes together.
+
+Messages, notes and details quote what the student's code printed and raised: their control
+characters are shown escaped (`printable`), so a program's ESC or CR cannot repaint the verdict
+lines; only the colours painted here reach the terminal as codes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from grader.checks.runner import CheckResult
+from grader.report.inert import printable
 
 _COLOURS = {"passed": "32", "failed": "31", "error": "35", "skipped": "33", "dim": "2", "bold": "1"}
 _MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}
@@ -100,16 +105,17 @@ class Terminal:
         mark = self.paint(f"{_MARKS[first.status]:>5}", first.status)
         timing = self.paint(f"({sum(r.seconds for r in group.results):.2f}s)", "dim")
         self.line(f"  {mark}  {group.checks(every)} {timing}")
-        if first.status == "passed" and first.message:
-            self.line(self.paint(f"{_INDENT}{first.message}", "dim"))
-        for note in dict.fromkeys(n for r in group.results for n in r.notes):
+        message = printable(first.message)
+        if first.status == "passed" and message:
+            self.line(self.paint(f"{_INDENT}{message}", "dim"))
+        for note in dict.fromkeys(printable(n) for r in group.results for n in r.notes):
             self.line(self.paint(f"{_INDENT}warning: {note}", "skipped"))
-        if first.status != "passed" and first.message:
-            for text in first.message.splitlines():
+        if first.status != "passed" and message:
+            for text in message.splitlines():
                 self.line(f"{_INDENT}{text}")
             if first.hint:
                 self.line(self.paint(f"{_INDENT}hint: grader hint {first.exercise} {first.hint}", "dim"))
-        details = ((first.verbose_details or first.details) if self.verbose else first.details).rstrip()
+        details = printable((first.verbose_details or first.details) if self.verbose else first.details).rstrip()
         if details and (self.verbose or first.status in ("failed", "error")):
             lines = details.splitlines()
             shown = lines if self.verbose else lines[:_DETAIL_LINES]
