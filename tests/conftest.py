@@ -1,5 +1,6 @@
 """Shared fixtures: one warm engine per test process (pytest-xdist gives each worker its own),
-the catalog, and `grade`, the thin adapter between a file on disk and the checks."""
+the catalog, `grade`, the thin adapter between a file on disk and the checks, and `bwrap_available`
+for the tests of the sandbox."""
 
 from __future__ import annotations
 
@@ -20,6 +21,23 @@ Grade = Callable[..., list[CheckResult]]
 # GRADER_TEST_SEED=N grades every test with the inputs of seed N (a failure seen once, replayed);
 # unset, each grading draws its own, as `grader check` does.
 SEED = int(os.environ["GRADER_TEST_SEED"]) if os.environ.get("GRADER_TEST_SEED") else None
+
+
+@pytest.fixture(scope="session")
+def bwrap_available() -> None:
+    """For tests of `grader grade`'s sandbox: skipped with the reason where bubblewrap cannot run (a
+    laptop without it, macOS), so the suite is green on a fresh machine; failed under CI, where
+    .ci/run installs it, so the sandbox is never untested there by accident. The unprivileged-user
+    fallback does not count: it needs root, so a test that passed only through it would fail on a
+    contributor's laptop."""
+    from grader.sandbox import bubblewrap  # here, not at the top: most test processes never need it
+
+    problem = bubblewrap.unavailable()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"the sandbox tests must run under CI: {problem}")
+    pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")

@@ -75,6 +75,16 @@ def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
     _add_exercises(parser, "grade")
 
 
+def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """--sandbox MODE / --no-sandbox, shared by `grade` and `slurm` (whose tasks grade in that mode)."""
+    confine = parser.add_mutually_exclusive_group()
+    confine.add_argument("--sandbox", choices=MODES, default="auto",
+                         help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
+                              "user when run as root, else refuse); see docs/SECURITY.md")
+    confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
+                         help="grade without a sandbox: only for submissions you trust")
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     grade = commands.add_parser("grade", help="grade many submissions: results.json each, gradebook.csv, report.html",
                                 description="Grade submissions (folders, zips or notebooks) with every check, "
@@ -91,12 +101,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     grade.add_argument("--shard", type=_shard, metavar="I/N",
                        help="grade only the I-th of N slices of the submissions (1 <= I <= N), chosen by a hash "
                             "of each name: the same whatever order they are given in")
-    confine = grade.add_mutually_exclusive_group()
-    confine.add_argument("--sandbox", choices=MODES, default="auto",
-                         help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
-                              "user when run as root, else refuse); see docs/SECURITY.md")
-    confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
-                         help="grade without a sandbox: only for submissions you trust")
+    _add_sandbox_options(grade)
     grade.add_argument("--launcher", choices=LAUNCHERS,
                        help="how ranks start (default: fork on Linux, portable elsewhere, or $GRADER_LAUNCHER); "
                             "a sandbox always forks, so portable needs --no-sandbox")
@@ -154,6 +159,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     cluster.add_argument("--partition", metavar="NAME")
     cluster.add_argument("--account", metavar="NAME")
     _add_batch_options(cluster, jobs=1)
+    _add_sandbox_options(cluster)
     cluster.set_defaults(func=cmd_slurm)
 
     rel = commands.add_parser("release", help="write the student copy of the course (no solutions, no hidden checks)")
@@ -327,6 +333,10 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
         options += ["--world-size", str(args.world_size)]
     if args.exercises:
         options += ["--exercises", ",".join(e.id for e in catalog.exercises)]
+    if args.sandbox == "none":
+        options.append("--no-sandbox")
+    elif args.sandbox != "auto":  # auto is grade's default: left out, the tasks are as sandboxed as a plain grade
+        options += ["--sandbox", args.sandbox]
     limit = slurm.time_limit(count, shards, args.timeout, args.jobs)
     if args.time:
         parts = args.time.split(":")
@@ -360,6 +370,8 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     except UnsafeValue as exc:
         raise InstructorError(f"the job script cannot be written safely: {exc}") from exc
     args.out.write_text(script)
+    if args.sandbox == "none":
+        print(NO_SANDBOX_WARNING, file=sys.stderr)  # said now, not only in the tasks' logs
     (job.results_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm writes task logs there, and never makes it
     print(f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
           f"submit with: sbatch {args.out}")

@@ -1,4 +1,8 @@
-"""`grader grade` on a batch holding every kind of submission, graded with hidden checks."""
+"""`grader grade` on a batch holding every kind of submission, graded with hidden checks.
+
+Graded with --no-sandbox: what is tested here is how each kind of submission is read, graded and
+reported, the same with or without a sandbox, and it must pass on a machine without bubblewrap.
+The sandboxed batch, honest submissions beside attacks, is tests/security/test_hostile_batch.py."""
 
 from __future__ import annotations
 
@@ -35,8 +39,9 @@ def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     shutil.make_archive(str(folder / "zipped"), "zip", zipped.parent, zipped.name)  # a zip of a folder
     shutil.rmtree(zipped)
     out = folder / "out"
+    # --deadline 10: the machine is shared with other tests
     done = support.run_grader(hidden_course, "grade", *sorted(str(p) for p in folder.iterdir()), "--out", str(out),
-                              "-j", "2", "--world-size", "2", "--deadline", "10", "--timeout", "120")  # 10 s: the machine is shared with other tests
+                              "-j", "2", "--world-size", "2", "--deadline", "10", "--timeout", "120", "--no-sandbox")
     assert done.returncode == 0, done.stderr
     return out, done.stdout
 

@@ -1,7 +1,10 @@
 """A class of 20 graded as the Slurm job would grade it, two array tasks and the merge, each run here
 from the generated script itself (`srun` and `sbatch` stand-ins record and run what it asks), gives
 the gradebook one plain `grader grade` run gives. A real one-node Slurm cluster runs the same job in
-test_slurm_cluster.py where Slurm is installed."""
+test_slurm_cluster.py where Slurm is installed.
+
+Every grade here is --no-sandbox (passed on by `grader slurm` to its tasks): slicing and merging do
+not depend on the sandbox, and the test must pass on a machine without bubblewrap."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import pytest
 
 from . import support
 
-GRADE = ("--exercises", support.CHEAP_EXERCISES, "--world-size", "2", "-j", "2", "--deadline", "10", "--timeout", "120")
+GRADE = ("--exercises", support.CHEAP_EXERCISES, "--world-size", "2", "-j", "2", "--deadline", "10", "--timeout", "120",
+         "--no-sandbox")
 SRUN = '#!/bin/sh\nexec "$@"\n'  # one task, here
 SBATCH = '#!/bin/sh\nprintf "%s\\n" "$@" > "$SBATCH_RECORD"\necho 99\n'  # records the merge job's options
 

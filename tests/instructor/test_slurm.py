@@ -58,6 +58,23 @@ def test_options_are_passed_on_to_every_grade_and_the_time_limit_covers_the_shar
     assert done.returncode == 0 and "#SBATCH --time=01:30:00" in (tmp_path / "job.sh").read_text()
 
 
+def _srun_line(script: Path) -> str:
+    return re.search(r"\nsrun grader grade (.*\n.*)\n", script.read_text())[1]
+
+
+def test_the_tasks_grade_in_the_sandbox_asked_for_and_in_grade_s_default_otherwise(tmp_path: Path) -> None:
+    """No option: the tasks grade as a plain `grader grade` does (--sandbox auto), so a job written
+    without a thought for it still sandboxes the submissions."""
+    subs = _class_folder(tmp_path, 3)
+    done = slurm(tmp_path, str(subs), "--out", "job.sh")
+    assert done.returncode == 0 and "sandbox" not in _srun_line(tmp_path / "job.sh") and not done.stderr
+    done = slurm(tmp_path, str(subs), "--out", "job.sh", "--sandbox", "bubblewrap")
+    assert done.returncode == 0 and "--sandbox bubblewrap" in _srun_line(tmp_path / "job.sh")
+    done = slurm(tmp_path, str(subs), "--out", "job.sh", "--no-sandbox")
+    assert done.returncode == 0 and "--no-sandbox" in _srun_line(tmp_path / "job.sh")
+    assert "WARNING: grading without a sandbox" in done.stderr  # said when the job is written, not only in its logs
+
+
 @pytest.mark.parametrize("args, message", [
     (["--gpus-per-task", "2"], "nccl needs one GPU per rank and the checks run up to 4 ranks"),
     (["--backend", "nccl"], "--gpus-per-task 4"),

@@ -1,6 +1,7 @@
 """The job `grader slurm` writes, submitted with sbatch to a real one-node Slurm cluster started for
 the test (4 fake GPUs, so `--gpus-per-task` is scheduled as on a GPU cluster; the grading itself is
-gloo on the CPU). Skipped, with the reason, where Slurm is not installed or the test is not root."""
+gloo on the CPU). Skipped, with the reason, where Slurm is not installed or the test is not root.
+The job grades with --no-sandbox: this is a test of Slurm running the job, not of the sandbox."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_the_job_array_and_its_merge_run_on_slurm(cluster: dict[str, str], tmp_p
     done = support.run_grader(support.REPO, "slurm", str(subs), "--out", str(tmp_path / "grade.sbatch"),
                               "--results", str(results), "--shards", "2",
                               "--gpus-per-task", str(slurm_cluster.FAKE_GPUS), "--cpus-per-task", "1", "--backend", "gloo", "--exercises", support.CHEAP_EXERCISES,
-                              "--world-size", "2", cwd=tmp_path)
+                              "--world-size", "2", "--no-sandbox", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     env = {**cluster, "PYTHONPATH": str(support.REPO), "NO_COLOR": "1"}
     env.pop("GRADER_COURSE", None)

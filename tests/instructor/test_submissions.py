@@ -117,7 +117,7 @@ def test_the_choice_reaches_the_gradebooks_problem_column(tmp_path: Path) -> Non
     shutil.copyfile(support.REPO / "exercises" / "ex02_data_sharding.py", folder / "ex02_data_sharding.py")
     _built(folder / "ex02_data_sharding-Copy1.ipynb", "ex02_data_sharding", solved=True)
     options = BatchOptions(jobs=1, world_sizes=(2,), visibilities=PUBLIC_CHECKS, deadline=20)
-    (grade,) = grade_batch(CATALOG, [folder], options)
+    (grade,) = grade_batch(CATALOG, [folder], options, sandbox=None)  # which file is graded: no sandbox involved
     assert grade.exercise_score("ex02_data_sharding") == sum(
         c.points for c in CATALOG.get("ex02").checks if c.visibility == "public")
     book = Gradebook(tmp_path / "gradebook.csv", CATALOG)
