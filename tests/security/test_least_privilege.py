@@ -1,4 +1,5 @@
-"""Least privilege in the sandbox: a rank gets a bounded number of open files (docs/SECURITY.md, "How")."""
+"""Least privilege in the sandbox: a rank gets a bounded number of open files, a generated /etc with
+no account of the host's, and of the host only the files it loads (docs/SECURITY.md, "How")."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from conftest import REPO
 
 from grader.engine import Engine, Job
 from grader.engine.processes import RANK_LIMITS_VARIABLE
-from grader.sandbox import open_sandbox, unprivileged
+from grader.sandbox import host_files, open_sandbox, rank_view, unprivileged
+from grader.sandbox.bubblewrap import python_binds
 from grader.sandbox.limits import Limits, rank_limits
 
 JOIN = "grader.checks.ex01_process_group.workers:join_and_leave"
@@ -85,6 +87,44 @@ def test_a_rank_that_opens_20000_files_fails_at_the_limit_and_only_its_run_fails
     assert all(rank.ok for rank in result.ranks), result.ranks
 
 
+def test_etc_holds_only_the_generated_files_and_no_host_account(sandboxed):
+    facts = _inside(sandboxed, "etc", """
+        facts["etc"] = sorted(os.listdir("/etc"))
+        facts["passwd"] = open("/etc/passwd").read()
+        facts["shadow"] = os.path.exists("/etc/shadow")
+        facts["uid"], facts["gid"] = os.getuid(), os.getgid()
+    """)
+    generated = rank_view.etc_files(facts["uid"], facts["gid"])
+    assert facts["etc"] == sorted([*generated, *(["ld.so.cache"] if Path("/etc/ld.so.cache").is_file() else [])])
+    assert facts["passwd"] == generated["passwd"]
+    assert "root:x:0:0:root:/root" not in facts["passwd"]
+    host = set(Path("/etc/passwd").read_text().splitlines()) - set(generated["passwd"].splitlines())
+    assert not host & set(facts["passwd"].splitlines())
+    assert facts["shadow"] is False
+
+
+def test_nothing_of_the_host_the_ranks_do_not_load_is_visible(sandboxed):
+    _, workspace, sandbox = sandboxed
+    kind = sandbox.kind
+    libc = Path(next(f for f in kind.files if Path(f).name.startswith("libc.so")))
+    candidates = ["/usr/bin/env", "/usr/bin/apt", "/usr/share", "/bin/sh", "/home", "/etc/shadow",
+                  str(Path.home() / ".bashrc"), str(Path.home() / ".ssh"), str(REPO / ".git"), str(REPO / "solutions")]
+    on_host = [path for path in candidates if os.path.lexists(path)]
+    assert len(on_host) >= 5, on_host
+    bound = {Path(p).relative_to(libc.parent).parts[0] for p in [*kind.files, *kind.links]
+             if Path(p).is_relative_to(libc.parent)}
+    facts = _inside(sandboxed, "host", f"""
+        facts["seen"] = [path for path in {on_host!r} if os.path.lexists(path)]
+        facts["libc"] = os.path.isfile({str(libc)!r})
+        facts["unbound"] = sorted(set(os.listdir({str(libc.parent)!r})) - set({sorted(bound)!r}))[:20]
+        facts["top"] = sorted(os.listdir("/"))
+    """)
+    assert facts["seen"] == []
+    assert facts["libc"] and facts["unbound"] == []
+    binds = [*python_binds(), *map(Path, [*kind.files, *kind.links]), sandbox.view, workspace]
+    assert set(facts["top"]) <= {"etc", "tmp", "dev", "proc", *(path.parts[1] for path in binds)}, facts["top"]
+
+
 def test_the_ranks_limits_name_the_open_files_in_every_case():
     limits = Limits(scratch_bytes=100, open_files=2048, rank_address_space=300)
     assert rank_limits(limits, capped_by_cgroup=True, gpu=False) == "fsize=100,nofile=2048"
@@ -112,3 +152,24 @@ def test_the_user_sandbox_passes_the_open_files_limit(tmp_path):
     finally:
         confinement.close()
 
+
+def test_routes_recreate_the_symlinks_on_the_way_and_bind_only_real_files(tmp_path):
+    (tmp_path / "usr" / "lib").mkdir(parents=True)
+    (tmp_path / "usr" / "lib" / "libx.so.1.2").write_text("elf")
+    (tmp_path / "usr" / "lib" / "libx.so.1").symlink_to("libx.so.1.2")
+    (tmp_path / "lib").symlink_to("usr/lib")
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "python").symlink_to(tmp_path / "lib" / "libx.so.1")
+    links, files = host_files.routes([str(tmp_path / "lib" / "libx.so.1"), str(tmp_path / "env" / "python")],
+                                     [tmp_path / "env"])
+    assert links == {str(tmp_path / "lib"): "usr/lib", str(tmp_path / "usr" / "lib" / "libx.so.1"): "libx.so.1.2"}
+    assert files == [str(tmp_path / "usr" / "lib" / "libx.so.1.2")]
+
+
+def test_on_a_gpu_the_drivers_libraries_are_found_in_the_loaders_cache():
+    listing = ("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+               "\tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+               "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n"
+               "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n")
+    assert host_files.driver_paths(listing) == ["/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                                                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
