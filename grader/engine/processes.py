@@ -27,7 +27,7 @@ SWEEP_ROUNDS = 200
 FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
 MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
                            "from multiprocessing.forkserver import main")
-RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,as=BYTES,nproc=N": rlimits the zygote sets on ranks
+RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,nofile=N,as=BYTES,nproc=N": rlimits the zygote sets on ranks
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ FDS_PER_RANK = processes.FDS_PER_RANK
 
 def _limit(spec: str) -> None:
     """Set a rank's rlimits, as the sandbox asked (grader/sandbox/limits.py)."""
-    names = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC}
+    names = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
+             "nofile": resource.RLIMIT_NOFILE}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         resource.setrlimit(names[key], (int(value), int(value)))

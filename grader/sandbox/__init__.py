@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grader.engine.supervisor import Confinement
-from grader.sandbox import bubblewrap, rank_view, unprivileged
+from grader.sandbox import bubblewrap, host_files, rank_view, unprivileged
 from grader.sandbox.limits import Limits
 
 MODES = ("auto", "bubblewrap", "user", "none")
@@ -82,6 +82,10 @@ def open_sandbox(mode: str, course_root: Path, out: Path, limits: Limits = Limit
     package = Path(__file__).resolve().parents[1]
     view = rank_view.materialize(package, Path(tempfile.mkdtemp(prefix="grader-view-")))
     use_bwrap = mode == "bubblewrap" or (mode == "auto" and bwrap_problem is None)
-    kind: Sandbox = (bubblewrap.BubblewrapSandbox(view, limits, gpu) if use_bwrap
-                     else unprivileged.UserSandbox(view, limits, gpu))
+    try:
+        kind: Sandbox = (bubblewrap.BubblewrapSandbox(view, limits, gpu) if use_bwrap
+                         else unprivileged.UserSandbox(view, limits, gpu))
+    except host_files.ProbeError as exc:
+        rank_view.remove(view)
+        raise SandboxError(f"cannot sandbox with bubblewrap: {exc}") from exc
     return SandboxSet(kind, view)

@@ -2,10 +2,12 @@
 
 One per submission, around its zygote. Inside: new PID, IPC, UTS, cgroup and network namespaces
 (loopback only, enough for gloo), no capabilities, a fresh /dev, /proc and a size-limited /tmp for
-scratch, and a read-only view of exactly three things: the system and the Python environment, the
-rank side of the grader (rank_view.py), and the submission's own files. Nothing else of the course,
-no other submission, no results folder, no environment variable of the grader's. When the grader
-goes away, or the zygote (PID 1's only child) ends, every process in it is killed.
+scratch, a generated /etc (rank_view.etc_files, and the loader's cache), and a read-only view of
+exactly four things: the Python environment, the host files a rank loads beyond it (measured when
+the sandbox opens: host_files.py), the rank side of the grader (rank_view.py), and the submission's
+own files. Nothing else of the host or the course: no /usr, /bin or /home, no other submission, no
+results folder, no environment variable of the grader's. When the grader goes away, or the zygote
+(PID 1's only child) ends, every process in it is killed.
 """
 
 from __future__ import annotations
@@ -15,15 +17,20 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from grader.engine.processes import RANK_LIMITS_VARIABLE
+from grader.engine.supervisor import BASE_PRELOAD
+from grader.sandbox import host_files
 from grader.sandbox.limits import Cgroup, Limits, rank_limits
 
 SCRATCH = "/tmp/grader"
-SYSTEM_LINKS_OR_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
-                "/etc/nsswitch.conf", "/etc/alternatives")
+# The loader's index of the host's libraries (names and paths, nothing else). Debian 12 needs none:
+# every library a rank loads lies in a folder the loader searches anyway. Bound so that it finds
+# them as outside on a machine where one lies in a folder only /etc/ld.so.conf names (/usr/local/lib,
+# a GPU driver's folder).
+LOADER_CACHE = Path("/etc/ld.so.cache")
 PASSED_VARIABLES = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LANG", "LC_ALL")
 PASSED_PREFIXES = ("NCCL_",)
 
@@ -45,22 +52,43 @@ def unavailable() -> str | None:
     return None
 
 
+def _passed(base: Mapping[str, str]) -> dict[str, str]:
+    """What of an environment enters the sandbox: what torch needs, nothing else of the grader's."""
+    return {key: value for key, value in base.items() if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)}
+
+
 def python_binds() -> list[Path]:
-    """The folders the Python environment lives in: its prefixes and site-packages, never a folder
-    merely on PYTHONPATH (which may be the course itself)."""
+    """The folders the Python environment lives in: its prefixes and the folders of sys.path in them
+    or named site-packages, never a folder merely on PYTHONPATH (which may be the course itself). A
+    prefix in /usr (the system's Python) is not bound whole, only its folders of sys.path: the
+    interpreter comes with the host files (host_files.py)."""
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     prefixes.add(Path(sys.executable).resolve().parent)
-    folders = set(prefixes)
+    folders = {p for p in prefixes if not p.is_relative_to("/usr")}
     for entry in sys.path:
         path = Path(entry or ".").resolve()
         if path.is_dir() and (any(path.is_relative_to(p) for p in prefixes) or path.name in ("site-packages", "dist-packages")):
             folders.add(path)
-    outermost = [f for f in folders if not any(f != g and f.is_relative_to(g) for g in folders)]
-    return sorted(p for p in outermost if not p.is_relative_to("/usr"))
+    return sorted(f for f in folders if not any(f != g and f.is_relative_to(g) for g in folders))
+
+
+def host_binds(view: Path, gpu: bool) -> tuple[dict[str, str], list[str]]:
+    """The symlinks (where -> target) and files of the host a rank needs beyond the Python
+    environment: what the probe loads importing what a zygote imports (host_files.py), the
+    interpreter, and on a GPU the driver's libraries."""
+    workers = [".".join(p.relative_to(view).with_suffix("").parts) for p in view.glob("grader/checks/*/workers.py")]
+    env = {**_passed(os.environ), "PYTHONPATH": str(view), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    needed = [sys.executable, *host_files.probe([*BASE_PRELOAD, *sorted(workers)], env)]
+    # Never run on a GPU yet: torch's CUDA libraries come with its wheel (site-packages), the
+    # driver's from the host, found through the loader's cache.
+    if gpu:
+        needed += host_files.driver_libraries()
+    return host_files.routes(needed, [*python_binds(), view])
 
 
 class BubblewrapSandbox:
-    """Makes one confinement per submission; holds what they share (the rank view, the limits)."""
+    """Makes one confinement per submission; holds what they share (the rank view, the limits, the
+    host files to bind, measured once here)."""
 
     name = "bubblewrap"
     concurrent = True
@@ -69,6 +97,7 @@ class BubblewrapSandbox:
         self.view = view
         self.limits = limits
         self.gpu = gpu
+        self.links, self.files = host_binds(view, gpu)
 
     def confine(self, workspace: Path) -> BubblewrapConfinement:
         return BubblewrapConfinement(self, workspace)
@@ -86,20 +115,20 @@ class BubblewrapConfinement:
 
     def _mounts(self) -> list[str]:
         # /tmp first: the view and the workspace may live below the host's /tmp, and are bound on top
-        args = ["--size", str(self.sandbox.limits.scratch_bytes), "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
-        for path in SYSTEM_LINKS_OR_DIRS:
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
-        for path in SYSTEM_FILES:
-            args += ["--ro-bind-try", path, path]
+        args = ["--size", str(self.sandbox.limits.scratch_bytes), "--tmpfs", "/tmp"]
         for folder in python_binds():
             args += ["--ro-bind", str(folder), str(folder)]
             if (folder / "grader").is_dir():  # a course installed into site-packages: hide all of it
                 args += ["--tmpfs", str(folder / "grader")]
-        args += ["--ro-bind", str(self.sandbox.view / "hosts"), "/etc/hosts",
-                 "--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
+        for where, target in self.sandbox.links.items():
+            args += ["--symlink", target, where]
+        for path in self.sandbox.files:
+            args += ["--ro-bind", path, path]
+        for etc in sorted((self.sandbox.view / "etc").iterdir()):
+            args += ["--ro-bind", str(etc), f"/etc/{etc.name}"]
+        if LOADER_CACHE.is_file():
+            args += ["--ro-bind", str(LOADER_CACHE), str(LOADER_CACHE)]
+        args += ["--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
                  "--ro-bind", str(self.workspace), str(self.workspace),
                  "--dev", "/dev", "--proc", "/proc"]
         if self.sandbox.gpu:
@@ -120,9 +149,9 @@ class BubblewrapConfinement:
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """The sandbox's whole environment: nothing of the grader's but what torch needs."""
-        env = {key: value for key, value in base.items()
-               if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)}
-        env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME="/tmp", TMPDIR="/tmp", USER="student", LOGNAME="student",
+        env = _passed(base)
+        env.update(PATH=str(Path(sys.executable).parent),  # no /usr/bin inside: the Python environment's bin
+                   HOME="/tmp", TMPDIR="/tmp", USER="student", LOGNAME="student",
                    PYTHONPATH=str(self.sandbox.view), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
                    **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu)})
         return env

@@ -10,6 +10,7 @@ until it matches a pattern here, and a worker that imports judge code fails to l
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -42,20 +43,35 @@ def rank_side_files(package: Path) -> list[Path]:
 HOSTS = "127.0.0.1 localhost\n::1 localhost\n::ffff:127.0.0.1 localhost\n"
 
 
+def etc_files(uid: int, gid: int) -> dict[str, str]:
+    """The bubblewrap sandbox's /etc, for a sandbox user seen inside as `uid`:`gid`, and no account of
+    the host's. Measured with strace: ranks read hosts and nsswitch.conf (to name the loopback, from
+    files only); passwd and group answer a `pwd` or `getpass` lookup with the sandbox user."""
+    return {
+        "hosts": HOSTS,
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+        "passwd": f"student:x:{uid}:{gid}:student:/tmp:/nonexistent\n"
+                  "nobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n",
+        "group": f"student:x:{gid}:\nnogroup:x:65534:\n",
+    }
+
+
 def materialize(package: Path, into: Path) -> Path:
-    """Copy the rank side into `into`/grader, read-only and readable by every user, beside a `hosts`
-    file for the sandbox; returns `into`, the folder to put on the sandbox's PYTHONPATH."""
-    (into / "hosts").write_text(HOSTS)
-    (into / "hosts").chmod(0o444)
+    """Copy the rank side into `into`/grader, read-only and readable by every user, beside an `etc`
+    folder for the bubblewrap sandbox (etc_files; bubblewrap keeps the grader's user and group ids
+    inside); returns `into`, the folder to put on the sandbox's PYTHONPATH."""
+    (into / "etc").mkdir()
+    for name, text in etc_files(os.getuid(), os.getgid()).items():
+        (into / "etc" / name).write_text(text)
+        (into / "etc" / name).chmod(0o444)
     for relative in rank_side_files(package):
         target = into / "grader" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(package / relative, target)
         target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    for folder in [into, *sorted((into / "grader").rglob("*"), reverse=True)]:
+    for folder in [into, *sorted(into.rglob("*"), reverse=True)]:
         if folder.is_dir():
             folder.chmod(0o555)
-    (into / "grader").chmod(0o555)
     return into
 
 
