@@ -2,7 +2,9 @@
 
 A syntax error, a missing function or a wrong signature is found here by parsing (never by
 importing: student code does not run in the grader's process) and reported in one clear
-sentence instead of as eight identical rank tracebacks.
+sentence instead of as eight identical rank tracebacks. Parsing runs on the trusted side, so it is
+bounded: a file over MAX_SOURCE_BYTES is not parsed at all (which also bounds the time parsing
+takes), and one nested too deeply for the parser is that file's problem, never the grader's crash.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import ast
 from pathlib import Path
 
 from grader.catalog import Exercise
+
+MAX_SOURCE_BYTES = 1 << 20  # a solution is a few KiB; a generated or padded file must not stall the grader
+SHOWN_LINE = 200  # characters of the offending line a syntax error quotes
 
 
 def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -28,20 +33,36 @@ def _expected(signature: str) -> ast.FunctionDef:
     return ast.parse(f"def {signature}: pass").body[0]  # type: ignore[return-value]
 
 
+def _source(path: Path) -> bytes | None:
+    """The file's bytes, or None when it is over MAX_SOURCE_BYTES (read no further than that)."""
+    with path.open("rb") as handle:
+        source = handle.read(MAX_SOURCE_BYTES + 1)
+    return source if len(source) <= MAX_SOURCE_BYTES else None
+
+
 def problems(path: Path, exercise: Exercise) -> str | None:
     """A message saying why the file cannot be graded, or None if it can."""
     if not path.is_file():
         return f"{path} not found (`grader reset {exercise.id}` restores the stub)"
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        source = _source(path)
+    except OSError as exc:
+        return f"{path.name} cannot be read: {exc.strerror or exc}"
+    if source is None:
+        return (f"{path.name} is {path.stat().st_size / (1 << 20):.1f} MiB; an exercise file is at most "
+                f"{MAX_SOURCE_BYTES >> 20} MiB")
+    try:
+        tree = ast.parse(source, filename=str(path))
         compile(tree, str(path), "exec", dont_inherit=True)  # what parsing misses: a late `from __future__`...
     except SyntaxError as exc:
         where = f"{path.name}, line {exc.lineno}"
-        code = (exc.text or "").rstrip("\n")
-        caret = " " * max(0, (exc.offset or 1) - 1) + "^" if code else ""
+        code = (exc.text or "").rstrip("\n")[:SHOWN_LINE]  # a generated file's one line may be a megabyte
+        caret = " " * max(0, (exc.offset or 1) - 1) + "^" if code and (exc.offset or 1) <= SHOWN_LINE else ""
         return f"syntax error in {where}: {exc.msg}\n    {code}\n    {caret}".rstrip()
     except ValueError as exc:  # e.g. null bytes
         return f"{path.name} cannot be parsed: {exc}"
+    except (RecursionError, MemoryError):  # the parser's and compiler's own depth limits, not the machine's memory
+        return f"{path.name} is too deeply nested to parse: keep expressions and blocks a few levels deep"
     defined = {
         node.name: node
         for node in tree.body
@@ -75,8 +96,11 @@ def _is_stub_body(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 def is_untouched(path: Path, exercise: Exercise) -> bool:
     """True while every function the student must write still only raises NotImplementedError."""
     try:
-        tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+        source = _source(path)
+        if source is None:  # far bigger than any stub
+            return False
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     defined = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     names = exercise.function_names

@@ -11,7 +11,9 @@ Parallelism is the engine's own: `jobs` worker threads, each with one engine for
 submission. Ranks are processes forked by the zygotes, so the threads only wait on pipes
 (pytest-xdist would start a fresh interpreter and torch per worker and report through pytest, not
 into results.json). A submission that hangs, crashes or cannot be read ends with zero points for
-what could not run and a message; the batch always goes on.
+what could not run and a message; the batch always goes on. Everything done for one submission, from
+unpacking it to its grade, runs under one guard (`grade_one`): even a failure of the grader's own
+(a parser's RecursionError, a MemoryError) costs that submission's row, and says so, and nothing else.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from grader.sandbox import SandboxSet
 from grader.session import BackendProbe
 
 ENGINE_FAILURE = "the grader could not run the ranks"
+INTERNAL_ERROR = "internal grader error"  # opens the message of a failure of the grader's, not of the submission
 
 
 @dataclass
@@ -114,6 +117,8 @@ class _Lease:
     workspace: Path | None = None  # in a sandbox: the only folder of the grader's it can see
 
     def place(self, files: Path) -> Path:
+        """`files` holds only regular files that `submissions.prepare` wrote; a link (there is none) would be
+        copied as a link, never followed."""
         if self.workspace is None:
             return files
         return Path(shutil.copytree(files, self.workspace / "files", symlinks=True))
@@ -235,30 +240,58 @@ def _not_graded(catalog: Catalog, options: BatchOptions, message: str) -> list[C
     return [r for exercise in catalog.exercises for r in not_run(exercise, grading, "error", message)]
 
 
+def _failed(name: str, catalog: Catalog, options: BatchOptions, problem: str, started: float,
+            details: str = "") -> SubmissionGrade:
+    """A submission graded zero for `problem`: every check not run, saying why."""
+    message = f"{problem}\n{details}" if details else problem
+    return SubmissionGrade(name, _not_graded(catalog, options, message), time.monotonic() - started, problem)
+
+
+def _internal(what: str, exc: BaseException) -> str:
+    """One sentence for a failure of the grader's (not a verdict on the work), naming the exception."""
+    said = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return f"{INTERNAL_ERROR}: {what}: {type(exc).__name__}" + (f": {said}" if said else "")
+
+
+def _graded(pool: _EnginePool | _SandboxPool, catalog: Catalog, submission: submissions.Submission,
+            options: BatchOptions, seed: int, probe: BackendProbe, references: References,
+            trusted: Engine) -> tuple[list[CheckResult], str]:
+    """The prepared submission's results and its problem, on an engine borrowed for it and given back."""
+    results: list[CheckResult] = []
+    lease = None
+    try:
+        lease = pool.borrow()
+        results, problem = _grade_files(lease.engine, catalog, submission, lease.place(submission.folder),
+                                        options, seed, probe, references, trusted)
+    except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
+        problem = _internal("the submission could not be graded", exc)
+        results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc(limit=-8))
+    finally:
+        if lease is not None:
+            pool.give_back(lease, results)
+    return results, problem
+
+
 def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, options: BatchOptions, seed: int,
               probe: BackendProbe, references: References, trusted: Engine) -> SubmissionGrade:
-    """Grade one submission; whatever goes wrong becomes its grade's message, never an exception.
-    Returns only once the submission's sandbox is gone."""
+    """Grade one submission; whatever goes wrong becomes its grade's message, never an exception, so a bad
+    submission costs its own row and nothing else. Returns only once the submission's sandbox is gone."""
     started = time.monotonic()
     name = submissions.name_of(path)
-    with tempfile.TemporaryDirectory(prefix="grader-submission-") as workdir:
-        try:
-            submission = submissions.prepare(path, catalog, Path(workdir))
-        except submissions.SubmissionError as exc:
-            return SubmissionGrade(name, _not_graded(catalog, options, str(exc)), 0.0, str(exc))
-        results: list[CheckResult] = []
-        lease = None
-        try:
-            lease = pool.borrow()
-            results, problem = _grade_files(lease.engine, catalog, submission, lease.place(submission.folder),
-                                            options, seed, probe, references, trusted)
-        except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
-            problem = f"internal grader error: {type(exc).__name__}: {exc}"
-            results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc())
-        finally:
-            if lease is not None:
-                pool.give_back(lease, results)
-    return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
+    try:
+        with tempfile.TemporaryDirectory(prefix="grader-submission-", ignore_cleanup_errors=True) as workdir:
+            try:
+                submission = submissions.prepare(path, catalog, Path(workdir))
+            except submissions.SubmissionError as exc:  # the submission is malformed: its row says how
+                return _failed(name, catalog, options, str(exc), started)
+            except Exception as exc:  # RecursionError, MemoryError...: what no check of prepare's foresaw
+                return _failed(name, catalog, options, _internal("the submission could not be prepared", exc),
+                               started, traceback.format_exc(limit=-8))
+            results, problem = _graded(pool, catalog, submission, options, seed, probe, references, trusted)
+        return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
+    except Exception as exc:  # anywhere else (the temporary folder, the report): still this submission's row only
+        return _failed(name, catalog, options, _internal("the submission could not be graded", exc), started,
+                       traceback.format_exc(limit=-8))
 
 
 def grade_batch(

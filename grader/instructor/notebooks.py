@@ -10,6 +10,7 @@ from, so that what the grader says points at the cell and its line, not at the j
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +23,8 @@ from grader.checks.runner import CheckResult
 TAG = "exercise"
 METADATA_KEY = "grader"
 FUTURE_NOTE = "# moved to the top by the grader"
+MAX_NOTEBOOK_BYTES = 16 << 20  # a notebook with its outputs cleared is KiBs; with plots a few MiB
+MAX_NOTEBOOK_DEPTH = 100  # JSON nesting: a notebook's own structure is 6 deep; metadata and outputs add some
 
 
 class NotebookError(Exception):
@@ -100,15 +103,72 @@ def build_all(catalog: Catalog, out: Path) -> list[Path]:
 
 # --- reading -----------------------------------------------------------------------------------
 
+def _depth(value: object) -> int:
+    """How deeply JSON arrays and objects nest in `value`, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack += [(child, depth + 1) for child in children]
+    return deepest
+
+
+def _shape_problem(notebook: nbformat.NotebookNode) -> str | None:
+    """What of the parts this module reads is not of the type it needs, if anything. nbformat only logs
+    a notebook that fails its schema, so a cell whose source is a number would otherwise get through."""
+    if not isinstance(notebook.get("metadata"), dict):
+        return "its metadata is not a JSON object"
+    if not isinstance(notebook.metadata.get(METADATA_KEY) or {}, dict):
+        return f"its metadata's {METADATA_KEY!r} entry is not a JSON object"
+    if not isinstance(notebook.get("cells"), list):
+        return "its cells are not a list"
+    for index, cell in enumerate(notebook.cells, 1):
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            return f"cell {index} is not a cell (a JSON object with a cell_type)"
+        if not isinstance(cell.get("source"), str):
+            return f"cell {index}'s source is not text"
+        metadata = cell.get("metadata", {})
+        if not isinstance(metadata, dict) or not isinstance(metadata.get(METADATA_KEY) or {}, dict):
+            return f"cell {index}'s metadata is not a JSON object"
+        tags = metadata.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            return f"cell {index}'s tags are not a list of strings"
+    return None
+
+
 def read(path: Path) -> nbformat.NotebookNode:
+    """The notebook as version 4, or NotebookError. Its size and nesting are bounded before any parser
+    recursive enough to crash on them sees it: a submission's notebook is read on the trusted side."""
     try:
-        return nbformat.read(path, as_version=4)
+        with path.open("rb") as handle:
+            data = handle.read(MAX_NOTEBOOK_BYTES + 1)
     except OSError as exc:
         raise NotebookError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, nbformat.reader.NotJSONError) as exc:
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(f"{path.name} is over {MAX_NOTEBOOK_BYTES >> 20} MiB, the most a notebook may be: "
+                            "clear its outputs and save it again")
+    too_deep = (f"{path.name} is nested too deeply to read: a notebook's JSON nests a few levels, "
+                f"at most {MAX_NOTEBOOK_DEPTH}")
+    try:
+        text = data.decode("utf-8")
+        parsed = json.loads(text)  # the C decoder stops at its recursion limit; nbformat's Python would go on
+    except RecursionError as exc:
+        raise NotebookError(too_deep) from exc
+    except ValueError as exc:  # not UTF-8, not JSON
         raise NotebookError(f"{path.name} is not a notebook (not valid notebook JSON)") from exc
-    except (nbformat.ValidationError, KeyError, AttributeError, TypeError) as exc:
-        raise NotebookError(f"{path.name} is not a valid notebook: {exc}") from exc
+    if _depth(parsed) > MAX_NOTEBOOK_DEPTH:
+        raise NotebookError(too_deep)
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat's readers and converters trip on malformed input in any way they do
+        said = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__  # (AssertionError, NameError...)
+        raise NotebookError(f"{path.name} is not a valid notebook: {said}") from exc
+    problem = _shape_problem(notebook)
+    if problem is not None:
+        raise NotebookError(f"{path.name} is not a valid notebook: {problem}")
+    return notebook
 
 
 def recorded_exercise(notebook: nbformat.NotebookNode) -> str | None:
@@ -147,7 +207,7 @@ def _cell_label(cell: nbformat.NotebookNode, index: int) -> str:
 def _top_level_names(source: str) -> set[str]:
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # reported when the joined file is checked
         return set()
     names: set[str] = set()
     for node in tree.body:
@@ -214,7 +274,7 @@ def _hoist_future_imports(lines: list[str]) -> str:
     code or cells. Moved up to the joined file's first line, the other lines keep their numbers."""
     try:
         tree = ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ""  # the syntax error is reported, pointing at its cell
     features: list[str] = []
     for node in tree.body:
@@ -256,5 +316,6 @@ def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
     header = _hoist_future_imports(lines)
     if header:
         lines[0] = header
-    (folder / exercise.file).write_text("\n".join(lines) + "\n")
+    # JSON may spell a lone surrogate, which UTF-8 cannot hold: written as its escape, as in a string literal
+    (folder / exercise.file).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="backslashreplace")
     return Extracted(exercise, source_map)

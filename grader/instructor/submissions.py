@@ -3,23 +3,41 @@
 Everything the grader later imports sits in one private folder per submission, named like the
 exercises (`ex01_process_group.py`, ...). A notebook stands for its own exercise; a folder or zip may
 hold notebooks in place of `.py` files, and where it holds several files for one exercise, one is
-chosen by a stated rule (`_choose`) and the choice is reported. Archives are unpacked defensively:
-no member may escape the folder and the unpacked size is capped, so a hostile zip cannot fill the
+chosen by a stated rule (`_choose`) and the choice is reported.
+
+What is handed in is read once, defensively, into a private copy that everything later works on:
+a symbolic link or special file anywhere in it (the submission itself, an entry of its folder at
+any depth, a zip member) refuses the submission, and nothing is ever followed, even a link swapped
+in after the check (files are opened with O_NOFOLLOW). Sizes and counts are capped, and no zip
+member may escape the folder, so a hostile submission cannot read the grader's files, fill the
 disk or overwrite files.
 """
 
 from __future__ import annotations
 
+import errno
+import lzma
+import os
 import shutil
+import stat
 import zipfile
+import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from grader import student_files
 from grader.catalog import Catalog, Exercise
 from grader.instructor import notebooks
 
-MAX_UNPACKED_BYTES = 64 * 1024 * 1024
+MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # a submission's files, unpacked or copied, and a zip as handed in
+MAX_MEMBERS = 10_000  # entries of a zip, or files and folders of a submission folder
+MAX_FOLDER_DEPTH = 64  # folders a zip member may sit in: each is made, and pathlib makes them recursively
+_ENCRYPTED = 0x1  # a zip member's flag bit
+_UNREADABLE_ZIP = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error,
+                   lzma.LZMAError)
+_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO swapped in cannot hang
 
 
 class SubmissionError(Exception):
@@ -40,29 +58,138 @@ def name_of(path: Path) -> str:
     return path.name.removesuffix(".zip").removesuffix(".ipynb") or path.name
 
 
+def _shown(name: str) -> str:
+    """A file name as messages and the private copy spell it: bytes that are not UTF-8 as escapes, so
+    that no report (the gradebook is UTF-8) chokes on them."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _not_regular(name: str, mode: int) -> SubmissionError:
+    kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
+    return SubmissionError(f"{_shown(name)} is {kind}: submissions hold regular files only")
+
+
+def _copy_regular(source: Path | str, name: str, target: Path, budget: int, dir_fd: int | None = None) -> int:
+    """Copy one regular file, never through a link (not even one swapped in since the folder was checked),
+    and return its size; SubmissionError if it is no regular file or is bigger than `budget` bytes."""
+    try:
+        fd = os.open(source, _NO_FOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_regular(name, stat.S_IFLNK) from exc
+        raise SubmissionError(f"{_shown(name)} cannot be read: {exc.strerror}") from exc
+    with open(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(name, mode)
+        copied = 0
+        with open(target, "wb") as out:
+            while chunk := handle.read(min(1 << 20, budget + 1 - copied)):
+                copied += len(chunk)
+                if copied > budget:
+                    raise SubmissionError(f"{_shown(name)} takes the submission over {MAX_UNPACKED_BYTES >> 20} "
+                                          "MiB, the most a submission's files may add up to")
+                out.write(chunk)
+    return copied
+
+
+def _top_files(root: Path) -> list[str]:
+    """The names of the regular files at the top of `root`, once every entry at any depth is known to be a
+    regular file or folder (lstat only: nothing is followed or opened)."""
+    top: list[str] = []
+    folders, seen = [root], 0
+    while folders:
+        folder = folders.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_MEMBERS:
+                    raise SubmissionError(f"{_shown(root.name)} holds more than {MAX_MEMBERS} files and folders")
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    folders.append(Path(entry.path))
+                elif not stat.S_ISREG(mode):
+                    raise _not_regular(os.path.relpath(entry.path, root), mode)
+                elif folder == root:
+                    top.append(entry.name)
+    return top
+
+
+def _copy_folder(path: Path, catalog: Catalog, into: Path) -> Path:
+    """The folder's exercise files and notebooks (all the grader reads of it), copied into `into`."""
+    wanted = {exercise.file for exercise in catalog.exercises}
+    into.mkdir()
+    try:
+        names = [n for n in sorted(_top_files(path)) if n in wanted or n.endswith(".ipynb")]
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:  # a folder in it that is closed to the grader, say
+        where = os.path.relpath(exc.filename, path) if isinstance(exc.filename, str) else path.name
+        raise SubmissionError(f"{_shown(path.name)} cannot be read: {_shown(where)}: {exc.strerror}") from exc
+    try:
+        budget = MAX_UNPACKED_BYTES
+        for name in names:
+            budget -= _copy_regular(name, name, into / _shown(name), budget, dir_fd)
+    finally:
+        os.close(dir_fd)
+    return into
+
+
+def _member(member: zipfile.ZipInfo) -> str:
+    """A member's name for a message: a zip may name a member with 64 KiB of characters."""
+    return repr(member.filename if len(member.filename) <= 200 else member.filename[:200] + "...")
+
+
+def _member_problem(member: zipfile.ZipInfo) -> str | None:
+    """Why a zip member is refused, if it is: zipfile itself would cut a name at a NUL and unpack a link
+    as a file holding its target."""
+    mode = member.external_attr >> 16
+    if "\0" in member.orig_filename:
+        return "has a NUL byte in its name"
+    if member.filename.startswith(("/", "\\")) or PureWindowsPath(member.filename).drive:
+        return "is an absolute path"
+    if len(PurePosixPath(member.filename).parts) > MAX_FOLDER_DEPTH:
+        return f"sits in folders nested more than {MAX_FOLDER_DEPTH} folders deep"
+    if member.flag_bits & _ENCRYPTED:
+        return "is encrypted: hand in an archive without a password"
+    if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+        return f"is {_KINDS.get(stat.S_IFMT(mode), 'a special file')}: submissions hold regular files only"
+    return None
+
+
 def _unzip(path: Path, into: Path) -> Path:
     try:
         with zipfile.ZipFile(path) as archive:
-            members = [m for m in archive.infolist() if not m.is_dir() and "__MACOSX" not in m.filename]
-            if sum(m.file_size for m in members) > MAX_UNPACKED_BYTES:
-                raise SubmissionError(f"{path.name} unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB")
+            members = archive.infolist()
+            if len(members) > MAX_MEMBERS:
+                raise SubmissionError(f"{path.name} holds {len(members)} members; a submission holds at most "
+                                      f"{MAX_MEMBERS}")
             for member in members:
+                if (problem := _member_problem(member)) is not None:
+                    raise SubmissionError(f"{path.name}: member {_member(member)} {problem}")
+            files = [m for m in members if not m.is_dir() and "__MACOSX" not in m.filename]
+            if sum(m.file_size for m in files) > MAX_UNPACKED_BYTES:
+                raise SubmissionError(f"{path.name} unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB")
+            root = into.resolve()
+            for member in files:
                 target = (into / member.filename).resolve()
-                if not target.is_relative_to(into.resolve()):
-                    raise SubmissionError(f"{path.name}: member {member.filename!r} points outside the archive")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(member) as source, open(target, "wb") as out:
-                    shutil.copyfileobj(source, out)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
+                if not target.is_relative_to(root):
+                    raise SubmissionError(f"{path.name}: member {_member(member)} points outside the archive")
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.open(member) as source, open(target, "wb") as out:
+                        shutil.copyfileobj(source, out)
+                except OSError as exc:  # a member named like a folder another member made, a name too long...
+                    raise SubmissionError(f"{path.name}: member {_member(member)} cannot be unpacked: "
+                                          f"{exc.strerror or exc}") from exc
+    except _UNREADABLE_ZIP as exc:
         raise SubmissionError(f"{path.name} is not a readable zip archive: {exc}") from exc
     return _content_root(into)
 
 
 def _content_root(folder: Path) -> Path:
-    """A zip of a folder holds that one folder: look inside it."""
-    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-    if len(entries) == 1 and entries[0].is_dir():
-        return _content_root(entries[0])
+    """A zip of a folder holds that one folder: look inside it (however deep the zip nests it)."""
+    while len(entries := [p for p in folder.iterdir() if not p.name.startswith(".")]) == 1 and entries[0].is_dir():
+        folder = entries[0]
     return folder
 
 
@@ -147,20 +274,36 @@ def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
     folder = workdir / "files"
     folder.mkdir(parents=True)
     submission = Submission(name_of(path), path, folder)
-    if path.is_dir():
-        _collect(path, catalog, folder, submission)
-    elif path.suffix == ".zip" and path.is_file():
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError as exc:
+        raise SubmissionError(f"{path}: no such file or directory") from exc
+    except OSError as exc:
+        raise SubmissionError(f"{path}: cannot be read: {exc.strerror}") from exc
+    if stat.S_ISLNK(mode):
+        raise SubmissionError(f"{_shown(path.name)} is a symbolic link: hand in the folder, zip or notebook itself")
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise _not_regular(path.name, mode)
+    if stat.S_ISDIR(mode):
+        _collect(_copy_folder(path, catalog, workdir / "handed_in"), catalog, folder, submission)
+    elif path.suffix == ".zip":
         unpacked = workdir / "unpacked"
         unpacked.mkdir()
-        _collect(_unzip(path, unpacked), catalog, folder, submission)
-    elif path.suffix == ".ipynb" and path.is_file():
+        _collect(_unzip(_copy_handed_in(path, workdir), unpacked), catalog, folder, submission)
+    elif path.suffix == ".ipynb":
         try:
-            extracted = notebooks.extract(path, catalog, folder)
+            extracted = notebooks.extract(_copy_handed_in(path, workdir), catalog, folder)
         except notebooks.NotebookError as exc:
             raise SubmissionError(str(exc)) from exc
         submission.source_maps[extracted.exercise.id] = extracted.source_map
-    elif not path.exists():
-        raise SubmissionError(f"{path}: no such file or directory")
     else:
-        raise SubmissionError(f"{path.name}: a submission is a folder, a .zip or an .ipynb notebook")
+        raise SubmissionError(f"{_shown(path.name)}: a submission is a folder, a .zip or an .ipynb notebook")
     return submission
+
+
+def _copy_handed_in(path: Path, workdir: Path) -> Path:
+    """A zip or notebook handed in, copied (never through a link) to where only the grader can change it."""
+    copy = workdir / "handed_in" / path.name
+    copy.parent.mkdir()
+    _copy_regular(path, path.name, copy, MAX_UNPACKED_BYTES)
+    return copy
