@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -29,16 +30,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from grader.catalog import Catalog
 from grader.checks.api import CheckFailed, References, Verdict
 from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, load_checks, not_run
 from grader.engine import Engine, Job, RunResult
 from grader.instructor import submissions
+from grader.report.inert import one_line
 from grader.sandbox import SandboxSet
 from grader.session import BackendProbe
 
 ENGINE_FAILURE = "the grader could not run the ranks"
+T = TypeVar("T")
 INTERNAL_ERROR = "internal grader error"  # opens the message of a failure of the grader's, not of the submission
 
 
@@ -294,6 +298,15 @@ def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, op
                        traceback.format_exc(limit=-8))
 
 
+def _safely(hook: Callable[[T], object], argument: T, what: str) -> None:
+    """A caller's hook (writing a row, drawing progress) that raises costs what it was doing for that one
+    submission, said on stderr; the batch goes on, and the other submissions' rows are written."""
+    try:
+        hook(argument)
+    except Exception as exc:
+        print(f"grader: {what} failed: {type(exc).__name__}: {one_line(str(exc), 500)}", file=sys.stderr)
+
+
 def grade_batch(
     catalog: Catalog,
     paths: Sequence[Path],
@@ -318,7 +331,7 @@ def grade_batch(
 
     def task(path: Path) -> SubmissionGrade:
         if on_start:
-            on_start(submissions.name_of(path))
+            _safely(on_start, submissions.name_of(path), "announcing a submission")
         return grade_one(pool, catalog, path, options, seed, probe, references, trusted)
 
     grades: dict[Path, SubmissionGrade] = {}
@@ -329,7 +342,7 @@ def grade_batch(
                 grade = future.result()
                 grades[futures[future]] = grade
                 if on_done:
-                    on_done(grade)
+                    _safely(on_done, grade, f"reporting {grade.name}")
     finally:
         pool.close()
         trusted.close()

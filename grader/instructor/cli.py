@@ -189,6 +189,9 @@ def _check_batch_options(args: argparse.Namespace) -> None:
         raise InstructorError("--world-size must be at least 1")
 
 
+UNWRITTEN = "its results.json could not be written"
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     _check_batch_options(args)
     names = [name_of(path) for path in args.submissions]
@@ -227,8 +230,11 @@ def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sa
           grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
           BatchProgress(len(paths)) as progress):
         def done(grade: SubmissionGrade) -> None:
-            gradescope.write(args.out / file_name(grade.name) / "results.json", catalog, grade,
-                             args.hidden_visibility)
+            try:  # a row of the gradebook is owed even where its results.json cannot be written
+                gradescope.write(args.out / file_name(grade.name) / "results.json", catalog, grade,
+                                 args.hidden_visibility)
+            except Exception as exc:
+                grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
             book.add(grade)
             log.add(grade)
             progress.finished(grade)
@@ -236,12 +242,23 @@ def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sa
         grades = grade_batch(catalog, paths, options, sandbox, on_start=progress.started, on_done=done) if paths else []
     seconds = time.monotonic() - started
     title = "Class report" + (f", shard {args.shard}" if args.shard else "")
-    report = class_report.write_report(args.out / class_report.FILENAME, catalog, grades, title, seconds)
+    try:  # every row is written by now: a report that fails loses the report alone
+        report: Path | None = class_report.write_report(args.out / class_report.FILENAME, catalog, grades, title,
+                                                        seconds)
+    except Exception as exc:
+        print(f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",
+              file=sys.stderr)
+        report = None
     if args.shard:
         print(f"shard {args.shard}: {len(paths)} of the {len(names)} submission(s)")
     each = f" ({seconds / len(grades):.2f}s each)" if grades else ""
-    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, {report}")
-    return 0
+    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
+          f"{report or 'no class report'}")
+    unwritten = [g.name for g in grades if any(n.startswith(UNWRITTEN) for n in g.notes)]
+    if unwritten:
+        print(f"grader: {len(unwritten)} results.json could not be written (see the gradebook's problem column): "
+              f"{one_line(', '.join(unwritten), 500)}", file=sys.stderr)
+    return 0 if report is not None and not unwritten else 1
 
 
 def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
