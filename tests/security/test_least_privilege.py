@@ -173,3 +173,21 @@ def test_on_a_gpu_the_drivers_libraries_are_found_in_the_loaders_cache():
                "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n")
     assert host_files.driver_paths(listing) == ["/usr/lib/x86_64-linux-gnu/libcuda.so.1",
                                                 "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
+
+
+def test_a_rank_can_read_neither_the_zygotes_memory_nor_its_environment(sandboxed):
+    """The zygote is not dumpable: a rank, the same user without capabilities, is refused what it
+    could otherwise read of its parent (its own /proc entries stay readable)."""
+    facts = _inside(sandboxed, "zygote", """
+        parent = os.getppid()
+        for what in ("environ", "mem", "maps"):
+            try:
+                with open(f"/proc/{parent}/{what}", "rb") as f:
+                    f.read(1)
+                facts[what] = "read"
+            except OSError as exc:
+                facts[what] = errno.errorcode[exc.errno]
+        facts["own"] = len(open("/proc/self/environ", "rb").read()) > 0
+    """)
+    assert facts["own"] is True
+    assert {facts["environ"], facts["mem"], facts["maps"]} <= {"EACCES", "EPERM"}, facts
