@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ def test_a_row_whose_writing_fails_costs_that_output_alone(tmp_path: Path, monke
                  "--exercises", "ex01", "--world-size", "2"])
     said = capsys.readouterr()
     assert code == 1
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700  # the results folder is closed to other users
     with open(out / "gradebook.csv", newline="") as f:
         rows = {row["submission"]: row for row in csv.DictReader(f)}
     assert sorted(rows) == ["a_first", "b_unwritable", "c_last"]
