@@ -1,7 +1,8 @@
 """The warm template process: imports torch once, then forks fresh rank processes on request.
 
-Importing torch and torch._dynamo costs seconds per process (ENGINE_NOTES.md); forking a process
-that already holds them costs milliseconds, and every rank still starts from a pristine state.
+Importing torch and torch._dynamo costs seconds per process (DDP's lazy import of dynamo alone about
+1.2 s: README, Design); forking a process that already holds them costs milliseconds, and every rank
+still starts from a pristine state.
 The zygote itself never runs student code and never computes with torch, so forking it is safe.
 
 It is the only process that touches the ranks: it may live in a sandbox (its own PID and mount

@@ -14,10 +14,9 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from grader.quiz.grade import Mark
+from grader.quiz.marks import Mark
 
 MINIMUM_STUDENTS = 3
 

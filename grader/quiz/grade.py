@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.quiz.analysis import item_statistics, option_counts
+from grader.quiz.marks import Mark
 from grader.quiz.responses import (
     TRUE_WORDS,
     ResponsesError,
@@ -47,19 +48,6 @@ class Outcome:
     feedback: str
     picked: tuple[str, ...] = ()  # option texts chosen (choice questions)
     unreadable: str = ""  # why the answer could not be read, when it could not
-
-
-@dataclass(frozen=True)
-class Mark:
-    student: str
-    version: int
-    question: str
-    number: int
-    response: str
-    earned: float
-    possible: float
-    feedback: str
-    picked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

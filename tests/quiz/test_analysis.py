@@ -12,7 +12,7 @@ import pytest
 
 from grader.cli import main
 from grader.quiz.analysis import item_statistics
-from grader.quiz.grade import Mark
+from grader.quiz.marks import Mark
 
 from .support import GRADING_BANK, IDS, right_answers, row, write_bank
 
