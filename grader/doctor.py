@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from grader.engine import Engine, EngineError, Job, RunResult
+from grader.engine import Engine, EngineError, Job, RunResult, open_engine
 from grader.engine.platforms import IS_LINUX, LauncherError, chosen_launcher
 from grader.report.terminal import Terminal
 
@@ -315,8 +315,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     def node() -> Node:
         nonlocal engine
-        engine = Engine()
-        engine.start()
+        engine = open_engine()
         return EngineNode(engine)
 
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog, Exercise
 from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
-from grader.engine import Engine, Job
+from grader.engine import Engine, Job, Runner, open_engine
 from grader.engine.platforms import LAUNCHERS
 from grader.engine.torchrun_launch import TorchrunEngine
 
@@ -25,7 +25,7 @@ class BackendProbe:
         self._lock = threading.Lock()
         self._facts: dict | None = None
 
-    def problem(self, engine: Engine | TorchrunEngine, world_sizes: Sequence[int]) -> str | None:
+    def problem(self, engine: Runner, world_sizes: Sequence[int]) -> str | None:
         if self.backend != "nccl":
             return None
         with self._lock:
@@ -47,9 +47,12 @@ class GradingSession:
                  launcher: str | None = None) -> None:
         self.catalog = catalog
         self.options = options
-        self.engine = engine or Engine(preload=[e.workers_module for e in catalog.exercises],
-                                       launcher=launcher if launcher in LAUNCHERS else None)
-        self.engine.start()  # warms up while the caller parses and validates
+        if engine is None:  # started: it warms up while the caller parses and validates
+            preload = [e.workers_module for e in catalog.exercises]
+            engine = open_engine(preload, launcher if launcher in LAUNCHERS else None)
+        else:
+            engine.start()
+        self.engine = engine
         cluster = self.engine.cluster if isinstance(self.engine, TorchrunEngine) else None
         self._probe = BackendProbe(options.backend, cluster.nnodes if cluster else 1)
 

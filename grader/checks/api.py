@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from grader.catalog import Exercise
 from grader.checks.diagnose import failure_verdict
-from grader.engine import Engine, Job, RunResult
+from grader.engine import Job, Runner, RunResult
 
 Status = Literal["passed", "failed", "error", "skipped"]
 
@@ -28,6 +28,7 @@ class Verdict:
     details: str = ""
     hint: int | None = None  # 1-based number of the exercise hint that addresses the mistake
     verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
+    engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
 
 
 class CheckFailed(Exception):
@@ -62,7 +63,7 @@ class References:
     In a sandboxed batch the engine here is a separate one that never loads student code.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Runner) -> None:
         self._engine = engine
         self._results: dict[str, RunResult] = {}
         self._lock = threading.Lock()
@@ -82,7 +83,7 @@ class RunCache:
     reference, checkpoint written once); running it once keeps `grader check` fast.
     """
 
-    def __init__(self, engine: Engine, references: References | None = None) -> None:
+    def __init__(self, engine: Runner, references: References | None = None) -> None:
         self._engine = engine
         self._references = references or References(engine)
         self._results: dict[str, RunResult] = {}

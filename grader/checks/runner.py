@@ -21,7 +21,7 @@ from grader.catalog import CheckSpec, Exercise
 from grader.checks.api import CheckContext, CheckFailed, References, RunCache, Status, Verdict, checks_in
 from grader.checks.diagnose import import_calls, test_call_message
 from grader.checks.leftovers import stray_message
-from grader.engine import Engine, EngineError
+from grader.engine import EngineError, Runner
 
 
 @dataclass
@@ -39,17 +39,21 @@ class CheckResult:
     hint: int | None = None
     notes: list[str] = field(default_factory=list)
     verbose_details: str = ""  # details with the grader's own frames, for -v
+    engine_failed: bool = False  # why it is an error: the engine broke (kept out of the result's record)
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        record = asdict(self)
+        del record["engine_failed"]
+        return record
 
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
+ENGINE_FAILURE = "the grader could not run the ranks"  # opens the message of a result whose engine broke
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def _verdict(function: Callable, context: CheckContext) -> Verdict:
     except CheckFailed as failed:
         return failed.verdict
     except EngineError as exc:
-        return Verdict("error", f"the grader could not run the ranks: {exc}")
+        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True)
     except Exception as exc:  # a defect of the check, not of the student's code
         return Verdict("error", f"internal grader error in this check: {type(exc).__name__}: {exc}",
                        traceback.format_exc())
@@ -91,7 +95,7 @@ def _verdict(function: Callable, context: CheckContext) -> Verdict:
 
 
 def grade_exercise(
-    engine: Engine,
+    engine: Runner,
     exercise: Exercise,
     student_file: Path,
     options: GradeOptions = GradeOptions(),
@@ -158,6 +162,7 @@ def _grade_checks(
                 verbose_details=verdict.verbose_details,
                 hint=verdict.hint,
                 notes=warnings,
+                engine_failed=verdict.engine_failed,
             )
             results.append(result)
             if on_result:

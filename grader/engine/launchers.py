@@ -19,13 +19,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, Any, Protocol
 
 from grader.engine import loopback
+from grader.engine.contract import Confinement
 from grader.engine.processes import FDS_PER_RANK
-
-if TYPE_CHECKING:
-    from grader.engine.supervisor import Confinement
 
 MAX_CONTROL_BYTES = 1 << 20
 ROLES = ("output", "report", "stack")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.engine.cluster import Cluster, ClusterError, pending_jobs
-from grader.engine.supervisor import EngineError
+from grader.engine.contract import EngineError
 from grader.engine.torchrun_launch import dump_stacks, end_run, ranks_of_node, start_agent
 
 POLL_S = 0.2

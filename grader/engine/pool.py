@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from grader.engine import loopback, platforms, run_folders
+from grader.engine.contract import RankSpec
 
 # Warm members kept: at least a 4-rank run, or two 2-rank runs, start without waiting; more where
 # there are cores to warm them. The pool grows to the largest run asked for.
@@ -144,7 +145,8 @@ class Pool:
         self.waiting = None
         run = _Run(request["run"], run_folders.new_run(self.scratch_root, request.get("scratch", "")))
         streams = request.get("streams", {})
-        for rank, (spec, slot) in enumerate(zip(request["ranks"], idle)):
+        specs: list[RankSpec] = request["ranks"]
+        for rank, (spec, slot) in enumerate(zip(specs, idle)):
             slot.state, slot.rank = "rank", rank
             run.slots.append(slot)
             run.running.add(slot.member.pid)

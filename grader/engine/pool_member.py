@@ -18,6 +18,7 @@ import sys
 import threading
 
 from grader.engine import loopback, platforms, preload
+from grader.engine.contract import RankSpec
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
     if not line:
         platforms.end_self()
     assignment = json.loads(line)
-    spec = assignment["spec"]
+    spec: RankSpec = assignment["spec"]
     streams = [loopback.connect(assignment["port"], assignment["token"], role, spec["rank"])
                for role in (loopback.OUTPUT, loopback.REPORT, loopback.STACK)]
     (out_fd, report_fd, stack_fd), before_exit = platforms.rank_fds(streams)

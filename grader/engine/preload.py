@@ -4,6 +4,18 @@ from __future__ import annotations
 
 import importlib
 
+# Imported by the zygote (or each pool interpreter) before any rank runs.
+BASE_PRELOAD = (
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.multiprocessing",
+    "torch._dynamo",
+    "torch.distributed.fsdp",
+    "grader.engine.rank_runtime",
+)
+
 
 def import_all(modules: list[str]) -> dict[str, str]:
     """Import each module; the ones that failed, with why (a rank that needs one fails visibly)."""

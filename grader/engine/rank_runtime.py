@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from grader.engine import spawn_log, wire
+from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 # Bound before any student code is imported: patching `grader.engine.wire.encode` from a student
@@ -46,7 +47,7 @@ class StudentCodeError(Exception):
 class RankContext:
     """A worker's view of its rank: who it is, the student's code, the grader's rendezvous."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: RankSpec) -> None:
         self.rank: int = spec["rank"]
         self.world_size: int = spec["world_size"]
         self.local_rank: int = spec.get("local_rank", self.rank)  # the GPU index: rank within its node
@@ -54,7 +55,8 @@ class RankContext:
         self.run_dir = Path(spec["run_dir"])
         self.collective_timeout = datetime.timedelta(seconds=spec["collective_timeout"])
         self.init_method: str = spec.get("init_method") or f"file://{self.run_dir / 'rendezvous'}"
-        self.student_file = Path(spec["student_file"]) if spec.get("student_file") else None
+        student_file = spec["student_file"]
+        self.student_file = Path(student_file) if student_file else None
         self.facts: dict[str, Any] = {}
         self._student_module: ModuleType | None = None
 
@@ -187,7 +189,7 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
     }
 
 
-def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
+def _isolate(spec: RankSpec, out_fd: int, stack_fd: int) -> None:
     """Own output, own folder, the grader's environment; stacks dumped on a crash or on request.
     Temporary files land in the run's folder, removed when the run ends: torch's elastic launcher
     and multiprocessing's error files would otherwise pile up in the system's temp folder, one per
@@ -208,7 +210,7 @@ def _isolate(spec: dict[str, Any], out_fd: int, stack_fd: int) -> None:
         faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
 
 
-def _host_rendezvous(spec: dict[str, Any]) -> Any:
+def _host_rendezvous(spec: RankSpec) -> Any:
     """Rank 0 hosts this run's TCPStore on a port the OS assigns, and tells the other ranks.
 
     Code that forms its group from MASTER_ADDR/MASTER_PORT (env://, tcp://, a TCPStore) then meets
@@ -325,7 +327,7 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
         dist.set_debug_level(dist.DebugLevel.DETAIL)
 
 
-def run_rank(spec: dict[str, Any], out_fd: int, report_fd: int, stack_fd: int,
+def run_rank(spec: RankSpec, out_fd: int, report_fd: int, stack_fd: int,
              before_exit: Callable[[], None] = lambda: None) -> None:
     """Run the spec's worker on this rank and send back its report. Never returns.
     `before_exit` lets a launcher flush what it relays (platforms.rank_fds)."""

@@ -1,5 +1,7 @@
 """The grader's side of the engine: start ranks, collect what they report, enforce the deadline.
 
+The types it shares with the other launchers and its callers (Job, RunResult...) are in contract.py.
+
 One `Engine` owns one launcher process: a zygote that forks ranks (Linux) or the portable warm pool
 (pool.py; macOS, Windows, or forced), chosen in platforms.py and reached through launchers.py.
 `Engine.run(job)` has it start `job.world_size` fresh ranks,
@@ -31,158 +33,29 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from grader.engine import wire
+from grader.engine.contract import (
+    CappedOutput,
+    Confinement,
+    EngineError,
+    Job,
+    RankOutcome,
+    RankSpec,
+    RunResult,
+    StrayProcess,
+)
 from grader.engine.launchers import Link, RunStreams, new_link
 from grader.engine.platforms import LauncherError, chosen_launcher
+from grader.engine.preload import BASE_PRELOAD
 
-# Imported by the zygote before it forks anything: the expensive part of every rank's start-up.
-BASE_PRELOAD = (
-    "numpy",
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch.multiprocessing",
-    "torch._dynamo",
-    "torch.distributed.fsdp",
-    "grader.engine.rank_runtime",
-)
 PEER_FAILURE_GRACE_S = 1.0  # how long healthy ranks may go on after a peer failed
 STACK_DUMP_WAIT_S = 0.25
 EXIT_WAIT_S = 5.0  # after the ranks were killed, how long the zygote may take to end the run
 OUTPUT_GRACE_S = 0.5  # after a run ended, how long output still held open by a stray is read
-OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024
 STACK_DUMP_CHARS = 20000
 WARM_UP_S = 120.0  # the launcher's first import of torch, on a loaded machine
-
-
-class EngineError(RuntimeError):
-    """The engine itself failed (not the code under test)."""
-
-
-class Confinement(Protocol):
-    """Where the zygote runs: a sandbox that wraps its command line (see grader/sandbox)."""
-
-    scratch_root: str  # the folder ranks write in, as the ranks see it
-
-    def command(self, argv: list[str]) -> list[str]: ...
-
-    def environment(self, base: dict[str, str]) -> dict[str, str]: ...
-
-    def close(self) -> None: ...
-
-    def oom_kills(self) -> int:
-        """Processes the kernel has killed so far for exceeding the sandbox's memory limit."""
-        ...
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run: `target` ("module:function") called on each of `world_size` fresh ranks."""
-
-    target: str
-    world_size: int
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    student_file: Path | None = None
-    backend: str = "gloo"
-    deadline: float = 30.0
-    env: dict[str, str] = field(default_factory=dict)
-    # TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives fail at once instead of hanging.
-    # Off for DDP: in torch 2.13 DDP over the DETAIL wrapper process group segfaults.
-    debug_collectives: bool = True
-    scratch: str = ""  # a folder shared by the runs of one grading (files checks pass between runs)
-
-    def rank_spec(self, env: dict[str, str]) -> dict[str, Any]:
-        """What `rank_runtime.run_rank` needs, less the rank and its run folder (the launcher adds them)."""
-        return {
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "target": self.target,
-            "kwargs": self.kwargs,
-            "student_file": str(self.student_file.resolve()) if self.student_file else None,
-            "env": env,
-            "collective_timeout": max(2.0, self.deadline - 2.0),
-            "debug_collectives": self.debug_collectives,
-        }
-
-
-class CappedOutput:
-    """Keeps the first and last bytes of a stream and counts what it dropped in between."""
-
-    def __init__(self, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> None:
-        self._head_limit, self._tail_limit = head, tail
-        self._head = bytearray()
-        self._tail = bytearray()
-        self.dropped = 0
-
-    def add(self, data: bytes) -> None:
-        room = self._head_limit - len(self._head)
-        if room > 0:
-            self._head += data[:room]
-            data = data[room:]
-        self._tail += data
-        excess = len(self._tail) - self._tail_limit
-        if excess > 0:
-            del self._tail[:excess]
-            self.dropped += excess
-
-    def text(self) -> str:
-        middle = f"\n[... {self.dropped} bytes of output not shown ...]\n" if self.dropped else ""
-        return (bytes(self._head).decode(errors="replace") + middle
-                + bytes(self._tail).decode(errors="replace"))
-
-
-@dataclass
-class RankOutcome:
-    """Everything known about one rank after its run: raw facts, no judgement."""
-
-    rank: int
-    pid: int = 0  # as the zygote sees it (in a sandbox, not a PID of the grader's)
-    report: dict[str, Any] | None = None
-    report_problem: str = ""
-    status: int | None = None  # exit code, or -signal; None if it was never seen to exit
-    output: str = ""
-    output_dropped: int = 0
-    stack_dump: str = ""
-    stopped: str = ""  # "deadline" or "peer failure" when the grader had it killed
-
-    @property
-    def facts(self) -> dict[str, Any]:
-        return (self.report or {}).get("facts") or {}
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        return (self.report or {}).get("error")
-
-    @property
-    def ok(self) -> bool:
-        return self.report is not None and self.error is None
-
-
-@dataclass(frozen=True)
-class StrayProcess:
-    """A process the run's code left running when its ranks had exited; it was killed."""
-
-    pid: int
-    command: str
-    origin: str = ""  # where the student's code started it, when known
-
-
-@dataclass
-class RunResult:
-    job: Job
-    ranks: list[RankOutcome]
-    seconds: float
-    timed_out: bool
-    strays: list[StrayProcess] = field(default_factory=list)
-    stray_count: int = 0  # all of them, where `strays` lists at most the first fifty
-    memory_exceeded: bool = False  # the sandbox's memory limit killed a process during the run
-    queued: float = 0.0  # seconds it waited for its ranks to start (a portable pool warming interpreters)
-
-    @property
-    def ok(self) -> bool:
-        return all(rank.ok for rank in self.ranks)
 
 
 class _ReportReader:
@@ -417,7 +290,8 @@ class Engine:
     def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, RunStreams]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}
         host_store = "MASTER_PORT" not in job.env  # rank 0 hosts the env:// store (rank_runtime)
-        specs = [{**job.rank_spec(env), "rank": rank, "host_store": host_store} for rank in range(job.world_size)]
+        specs: list[RankSpec] = [{**job.rank_spec(env), "rank": rank, "host_store": host_store}
+                                 for rank in range(job.world_size)]
         streams = self._link.open_run(job.world_size)
         try:
             self._request({"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch,

@@ -33,7 +33,7 @@ from grader.engine.cluster import Announcer, Cluster, ClusterError
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 from grader.engine.processes import killpg, send_signal
 from grader.engine.reaper import read_strays
-from grader.engine.supervisor import CappedOutput, EngineError, Job, RankOutcome, RunResult, StrayProcess
+from grader.engine.contract import CappedOutput, EngineError, Job, RankOutcome, RankSpec, RunResult, StrayProcess
 
 START_ALLOWANCE_S = 20.0
 READY_POLL_S = 0.05
@@ -134,7 +134,7 @@ class TorchrunEngine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _spec(self, job: Job, run_dir: Path, multinode: bool) -> dict:
+    def _spec(self, job: Job, run_dir: Path, multinode: bool) -> RankSpec:
         # torchrun's MASTER_ADDR/MASTER_PORT stay as torchrun set them. Several nodes meet there
         # (env://), as any torchrun program does: a file store would need file locks that work
         # across nodes on the shared filesystem.
@@ -261,7 +261,7 @@ def main(spec_file: str) -> None:
     """Inside one torchrun rank: become a grader rank, reporting into files of the run folder."""
     from grader.engine.rank_runtime import run_rank
 
-    spec = json.loads(Path(spec_file).read_text())
+    spec: RankSpec = json.loads(Path(spec_file).read_text())
     rank = int(os.environ["RANK"])
     if int(os.environ["WORLD_SIZE"]) != spec["world_size"]:
         raise SystemExit(f"torchrun started {os.environ['WORLD_SIZE']} ranks, the job wants {spec['world_size']}")

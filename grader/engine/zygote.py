@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from grader.engine import preload, processes, run_folders
+from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 _MAX_FDS = 3 * 256
@@ -57,7 +58,7 @@ def _send(sock: socket.socket, message: dict) -> None:
     sock.send(json.dumps(message).encode())
 
 
-def _fork_rank(spec: dict, fds: list[int], pgid: int, close_in_child: list[int]) -> int:
+def _fork_rank(spec: RankSpec, fds: list[int], pgid: int, close_in_child: list[int]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
@@ -107,7 +108,8 @@ class Zygote:
         run_dir = run_folders.new_run(self.scratch_root, request.get("scratch", ""))
         run = _Run(request["run"], run_dir)
         pids = []
-        for rank, spec in enumerate(request["ranks"]):
+        specs: list[RankSpec] = request["ranks"]
+        for rank, spec in enumerate(specs):
             own = list(fds[FDS_PER_RANK * rank : FDS_PER_RANK * (rank + 1)])
             # A rank holding a peer's pipe would hide that peer's death (no EOF): close them all.
             others = [fd for fd in fds if fd not in own]

@@ -34,14 +34,21 @@ from typing import TypeVar
 
 from grader.catalog import Catalog
 from grader.checks.api import CheckFailed, References, Verdict
-from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise, load_checks, not_run
-from grader.engine import Engine, Job, RunResult
+from grader.checks.runner import (
+    ALL_CHECKS,
+    ENGINE_FAILURE,
+    CheckResult,
+    GradeOptions,
+    grade_exercise,
+    load_checks,
+    not_run,
+)
+from grader.engine import Engine, Job, Runner, RunResult, open_engine
 from grader.instructor import submissions
 from grader.report.inert import one_line
 from grader.sandbox import SandboxSet
 from grader.session import BackendProbe
 
-ENGINE_FAILURE = "the grader could not run the ranks"
 T = TypeVar("T")
 INTERNAL_ERROR = "internal grader error"  # opens the message of a failure of the grader's, not of the submission
 
@@ -84,9 +91,9 @@ class BatchOptions:
 
 
 class _Budget:
-    """An engine that never lets a run outlast what is left of its submission's time limit."""
+    """An engine (a `Runner`) that never lets a run outlast what is left of its submission's time limit."""
 
-    def __init__(self, engine: Engine, seconds: float) -> None:
+    def __init__(self, engine: Runner, seconds: float) -> None:
         self._engine = engine
         self._seconds = seconds
         self._ends = time.monotonic() + seconds
@@ -129,7 +136,7 @@ class _Lease:
 
 
 def _engine_failed(results: Sequence[CheckResult]) -> bool:
-    return any(r.status == "error" and r.message.startswith(ENGINE_FAILURE) for r in results)
+    return any(r.engine_failed for r in results)
 
 
 class _EnginePool:
@@ -145,8 +152,7 @@ class _EnginePool:
             self._idle.put(self._new())
 
     def _new(self) -> Engine:
-        engine = Engine(preload=self._preload, launcher=self._launcher)
-        engine.start()
+        engine = open_engine(self._preload, self._launcher)
         self._all.append(engine)
         return engine
 
@@ -184,8 +190,7 @@ class _SandboxPool:
         while self._wanted.get():
             try:
                 workspace = Path(tempfile.mkdtemp(prefix="grader-workspace-"))
-                engine = Engine(preload=self._preload, confinement=self._sandbox.confine(workspace))
-                engine.start()
+                engine = open_engine(self._preload, confinement=self._sandbox.confine(workspace))
                 self._ready.put(_Lease(engine, workspace))
             except Exception as exc:  # reported by the submission that needed this sandbox
                 self._ready.put(exc)
@@ -233,7 +238,7 @@ def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submi
         elif budget.left <= 0:
             results += not_run(exercise, grading, "failed", budget.used_up)
         else:
-            graded = grade_exercise(budget, exercise, path, grading, references=references)  # type: ignore[arg-type]
+            graded = grade_exercise(budget, exercise, path, grading, references=references)
             located = submission.source_maps.get(exercise.id)  # a notebook's: said in its cells' terms
             results += [located.apply(r) for r in graded] if located else graded
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
@@ -322,8 +327,7 @@ def grade_batch(
     preload = [e.workers_module for e in catalog.exercises]
     workers = max(1, min(options.jobs if sandbox is None or sandbox.concurrent else 1, len(paths)))
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
-    trusted = Engine(preload=preload, launcher=options.launcher)
-    trusted.start()
+    trusted = open_engine(preload, options.launcher)
     pool = (_SandboxPool(workers, sandbox, preload) if sandbox is not None
             else _EnginePool(workers, preload, options.launcher))
     references = References(trusted)

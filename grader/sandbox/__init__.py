@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from grader.engine.supervisor import Confinement
+from grader.engine.contract import Confinement
 from grader.sandbox import bubblewrap, host_files, rank_view, unprivileged
 from grader.sandbox.limits import Limits
 

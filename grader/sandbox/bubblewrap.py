@@ -20,8 +20,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from grader.engine.preload import BASE_PRELOAD
 from grader.engine.processes import RANK_LIMITS_VARIABLE
-from grader.engine.supervisor import BASE_PRELOAD
 from grader.sandbox import host_files
 from grader.sandbox.limits import Cgroup, Limits, rank_limits
 

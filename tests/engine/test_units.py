@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from grader.checks.api import CheckContext, CheckFailed, RunCache
 from grader.checks.diagnose import failure_verdict, stuck_frame
 from grader.engine import Job, RankOutcome, RunResult, wire
-from grader.engine.supervisor import CappedOutput
+from grader.engine.contract import CappedOutput
 
 
 def test_wire_round_trip_keeps_arrays_and_structure():
@@ -83,3 +84,29 @@ def test_a_lost_race_for_the_free_port_is_recognised():
     collided = RankOutcome(0, report={"facts": {}, "error": {"message": message}}, status=0)
     assert _lost_port_race(_result(collided, RankOutcome(1, report=None, status=-9)))
     assert not _lost_port_race(_result(RankOutcome(0, report={"facts": {}, "error": None}, status=0)))
+
+
+def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, tmp_path):
+    """Any `Runner` grades (no Engine needed); a broken one marks its results, which the batch reads to
+    replace the engine, and the mark stays out of the result's record."""
+    from grader.checks.runner import ENGINE_FAILURE, grade_exercise
+    from grader.engine import EngineError
+    from grader.instructor.batch import _engine_failed
+
+    class Broken:
+        def run(self, job: Job) -> RunResult:
+            raise EngineError("the rank launcher is gone")
+
+        def new_scratch(self) -> str:
+            return str(tmp_path)
+
+        def discard_scratch(self, path: str) -> None:
+            pass
+
+    exercise = catalog.get("ex01_process_group")
+    solution = Path(__file__).resolve().parents[2] / "solutions" / exercise.file
+    results = grade_exercise(Broken(), exercise, solution)
+    assert results and all(r.status == "error" and r.engine_failed for r in results)
+    assert all(r.message == f"{ENGINE_FAILURE}: the rank launcher is gone" for r in results)
+    assert _engine_failed(results) and "engine_failed" not in results[0].to_json()
+    assert not _engine_failed([replace(results[0], engine_failed=False)])
