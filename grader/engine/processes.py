@@ -156,7 +156,7 @@ def command_line(pid: int) -> str:
 
 def reap_all() -> list[tuple[int, int]]:
     """Collect every child that has exited: [(pid, status as exit code or -signal)]."""
-    reaped = []
+    reaped: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)

@@ -12,6 +12,7 @@ import faulthandler
 import functools
 import importlib
 import importlib.util
+import io
 import os
 import re
 import sys
@@ -21,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 from grader.engine import spawn_log, wire
@@ -94,6 +95,7 @@ class RankContext:
         module = self.student_module()
         function = getattr(module, name, None)
         if not callable(function):
+            assert self.student_file is not None  # student_module() raised otherwise
             raise StudentCodeError(f"{self.student_file.name} defines no function {name}()")
         return function
 
@@ -197,8 +199,9 @@ def _isolate(spec: RankSpec, out_fd: int, stack_fd: int) -> None:
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
+    # sys.stdout and sys.stderr are typed TextIO; in a fresh rank process they are the interpreter's TextIOWrappers
+    cast(io.TextIOWrapper, sys.stdout).reconfigure(line_buffering=True)
+    cast(io.TextIOWrapper, sys.stderr).reconfigure(line_buffering=True)
     os.chdir(spec["run_dir"])
     os.environ.update(spec["env"])
     temp = Path(spec["run_dir"]) / "tmp"
@@ -273,7 +276,7 @@ def _as_agent_store_client(hosted_port: str) -> None:
     handed it. Any other port keeps plain torch behaviour."""
     import torch.distributed as dist
 
-    class TCPStore(dist.TCPStore):  # type: ignore[misc]
+    class TCPStore(dist.TCPStore):
         __doc__ = dist.TCPStore.__doc__
 
         def __init__(self, host_name: str, port: int, *args: Any, **kwargs: Any) -> None:
@@ -284,7 +287,7 @@ def _as_agent_store_client(hosted_port: str) -> None:
                     kwargs["is_master"] = False
             super().__init__(host_name, port, *args, **kwargs)
 
-    dist.TCPStore = TCPStore
+    setattr(dist, "TCPStore", TCPStore)  # a monkeypatch: mypy refuses to assign to a class
 
 
 def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, debug_collectives: bool) -> None:

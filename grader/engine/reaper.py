@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from grader.engine import processes, spawn_log
 
@@ -29,7 +30,7 @@ def strays_file(run_dir: Path, node_rank: int) -> Path:
     return run_dir / f"strays.node{node_rank}.json"
 
 
-def read_strays(run_dir: Path, node_rank: int) -> list[dict[str, object]]:
+def read_strays(run_dir: Path, node_rank: int) -> list[dict[str, Any]]:
     """What a reaper wrote (bounded; a missing or damaged file means none are known)."""
     try:
         entries = json.loads(strays_file(run_dir, node_rank).read_text()[: 1 << 20])

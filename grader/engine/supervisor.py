@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,7 +231,7 @@ class Engine:
             return f" (killed by {signal.Signals(-code).name}: code under test may kill its parent)"
         return f" (exit code {code})" if code else ""
 
-    def _request(self, message: dict[str, Any], fds: list[int] = ()) -> None:
+    def _request(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         try:
             self._link.send(message, fds)
         except OSError as exc:
@@ -440,7 +440,7 @@ def _checked_report(report: Any) -> dict[str, Any]:
     frames = error.get("student_frames") or []
     if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
         raise wire.WireError("the report's student frames are malformed")
-    clean = {key: str(error.get(key, ""))[:20000] for key in ("type", "message", "grader_message", "traceback")}
+    clean: dict[str, Any] = {key: str(error.get(key, ""))[:20000] for key in ("type", "message", "grader_message", "traceback")}
     clean.update(not_implemented=error.get("not_implemented") is True,
                  student_load_error=error.get("student_load_error") is True,
                  student_frames=[{"file": str(f.get("file", "")), "line": f.get("line") if isinstance(f.get("line"), int) else 0,

@@ -75,6 +75,8 @@ def ranks_of_node(run_dir: Path, node_rank: int) -> set[int]:
 
 
 def dump_stacks(run_dir: Path, node_rank: int) -> None:
+    if STACK_DUMP_SIGNAL is None:  # no SIGUSR1 (Windows): no stacks to ask for
+        return
     for pid in ranks_of_node(run_dir, node_rank):
         send_signal(pid, STACK_DUMP_SIGNAL)
 

@@ -73,7 +73,8 @@ def _fork_rank(spec: RankSpec, fds: list[int], pgid: int, close_in_child: list[i
             _limit(os.environ.get(processes.RANK_LIMITS_VARIABLE, ""))
             from grader.engine import rank_runtime
 
-            rank_runtime.run_rank(spec, *fds)
+            out_fd, report_fd, stack_fd = fds
+            rank_runtime.run_rank(spec, out_fd, report_fd, stack_fd)
         finally:
             os._exit(70)
     try:
@@ -128,6 +129,7 @@ class Zygote:
         if run is None or run.run_id != request.get("run"):
             return  # a late request for a run that has already ended
         if request.get("action") == "stack":
+            assert STACK_DUMP_SIGNAL is not None  # POSIX has SIGUSR1, and a zygote forks: POSIX only
             for pid in run.ranks:
                 processes.send_signal(pid, STACK_DUMP_SIGNAL)
         elif request.get("action") == "kill":
