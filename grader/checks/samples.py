@@ -102,9 +102,9 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
         partial = next(len(batch) for batch in want if len(batch) != b)
         return Finding("dropped_partial_batch", f"the last, partial batch of each epoch was dropped on rank {rank} "
                        f"(a batch of {partial} samples; drop_last=True?): the reference trains on every sample")
-    partial = next((batch for batch in got if len(batch) < b), None)
-    if partial is not None and all(len(batch) == b for batch in want):
-        return Finding("partial_batch_used", f"rank {rank} trained on a partial batch of {len(partial)} samples; "
+    short = next((batch for batch in got if len(batch) < b), None)
+    if short is not None and all(len(batch) == b for batch in want):
+        return Finding("partial_batch_used", f"rank {rank} trained on a partial batch of {len(short)} samples; "
                        "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))")
     for name, batches in pipeline.mistakes.items():
         if got and name in _NAMED_ORDERS and all(_follows(g, m) for g, m in zip(observed, batches)):

@@ -73,14 +73,16 @@ class SimulatedGpuNode:
         cuda.device_count = lambda: self.gpus
         cuda.set_device = lambda device: self.bind(device, "torch.cuda.set_device")
         cuda.current_device = lambda: self.current
-        cuda.device = lambda device: self.scoped(device, "torch.cuda.device")
+        # torch.cuda.device and torch.accelerator.device_index are classes, torch.get_device_module a cached
+        # function: mypy refuses to assign a function to them, so these three are set with setattr
+        setattr(cuda, "device", lambda device: self.scoped(device, "torch.cuda.device"))
         accelerator.is_available = lambda: True
         accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
         accelerator.device_count = lambda: self.gpus
         accelerator.set_device_index = lambda device: self.bind(device, "torch.accelerator.set_device_index")
         accelerator.set_device_idx = lambda device: self.bind(device, "torch.accelerator.set_device_idx")
         accelerator.current_device_index = accelerator.current_device_idx = lambda: self.current
-        accelerator.device_index = lambda device: self.scoped(device, "torch.accelerator.device_index")
+        setattr(accelerator, "device_index", lambda device: self.scoped(device, "torch.accelerator.device_index"))
         device_module = torch.get_device_module
-        torch.get_device_module = lambda device=None: cuda if device is None else device_module(device)
+        setattr(torch, "get_device_module", lambda device=None: cuda if device is None else device_module(device))
         dist.is_nccl_available = lambda: True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +77,7 @@ class ForwardRecorder:
             finally:
                 recorder._ddp.pop()
 
-        DistributedDataParallel.forward = forward
+        setattr(DistributedDataParallel, "forward", forward)  # a monkeypatch: mypy refuses to assign to a method
 
     def _samples(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
@@ -98,7 +98,7 @@ class ForwardRecorder:
 
     def close(self) -> None:
         self._handle.remove()
-        DistributedDataParallel.forward = self._original
+        setattr(DistributedDataParallel, "forward", self._original)
 
 
 class StepRecorder:
@@ -159,6 +159,14 @@ class ShardStepRecorder:
         self._handles = [register_optimizer_step_pre_hook(self._before),
                          register_optimizer_step_post_hook(self._after)]
 
+    @overload
+    @staticmethod
+    def _piece(tensor: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    @staticmethod
+    def _piece(tensor: torch.Tensor | None) -> torch.Tensor | None: ...
+
     @staticmethod
     def _piece(tensor: torch.Tensor | None) -> torch.Tensor | None:
         if tensor is None:
@@ -218,7 +226,9 @@ def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[],
 
 def rank_batches(size: int, world_size: int, rank: int, batch_size: int, epoch: int, seed: int = 0) -> list[list[int]]:
     """The index batches a correct loader yields on `rank` in `epoch`."""
-    sampler = DistributedSampler(range(size), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    # torch's stubs want a Dataset; DistributedSampler only takes its len()
+    sampler: DistributedSampler[int] = DistributedSampler(range(size),  # type: ignore[arg-type]
+                                                          num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     sampler.set_epoch(epoch)
     indices = list(sampler)
     return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
@@ -230,7 +240,10 @@ def loader_batches(size: int, world_size: int, batch_size: int, epochs: int, shu
     shuffle=False, set_epoch=False or epochs counted from first_epoch=1 give what those mistakes yield."""
     per_rank = []
     for rank in range(world_size):
-        sampler = DistributedSampler(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+        # torch's stubs want a Dataset; DistributedSampler only takes its len()
+        sampler: DistributedSampler[int] = DistributedSampler(range(size),  # type: ignore[arg-type]
+                                                              num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                                              seed=seed)
         batches = []
         for epoch in range(epochs):
             sampler.set_epoch(first_epoch + epoch if set_epoch else 0)
@@ -288,7 +301,10 @@ def gradient_on(model: nn.Module, dataset: TensorDataset, indices: list[int], gr
     inputs, targets = dataset.tensors
     model.zero_grad()
     (F.mse_loss(model(inputs[indices]), targets[indices]) * grad_scale).backward()
-    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    grads = {}
+    for name, p in model.named_parameters():
+        assert p.grad is not None  # the loss is a function of every parameter of the course's models
+        grads[name] = p.grad.detach().clone()
     model.zero_grad()
     return grads
 

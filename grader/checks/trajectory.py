@@ -278,7 +278,8 @@ def diagnose(steps: list[dict], start: Arrays, reference: list[dict], reference_
     return None
 
 
-def _joined(per_rank: list[dict], number: int, kind: str, layouts: dict[str, list]) -> dict[str, np.ndarray] | None:
+def _joined(per_rank: list[list[dict]], number: int, kind: str,
+            layouts: dict[str, list]) -> dict[str, np.ndarray] | None:
     """Every named tensor of one step, its pieces joined in rank order; an FSDP1 flat parameter is
     split into the parameters it holds (its layout: [name or None for padding, numel] in order)."""
     names = per_rank[0][number].get(kind, {})

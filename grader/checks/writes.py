@@ -26,7 +26,7 @@ def _landing_time(events: Events, index: int) -> float:
     """A file opened for writing is complete when the serializations into it have ended."""
     event = events[index]
     if event["op"] == "save":
-        return event.get("end", event["start"])
+        return event["end"] if "end" in event else event["start"]
     if event["op"] != "write":
         return event["time"]
     landed = event["time"]
