@@ -34,9 +34,9 @@ class AllReduceCounter:
             counter.wraps.append({})
             ddp.register_comm_hook(ddp.process_group, counter._hook)
 
-        DistributedDataParallel.__init__ = init
+        setattr(DistributedDataParallel, "__init__", init)  # a monkeypatch: mypy refuses to assign to a method
 
-    def _hook(self, group, bucket):  # type: ignore[no-untyped-def]  (DDP rejects string annotations)
+    def _hook(self, group, bucket):  # not annotated: DDP rejects string annotations
         """All-reduce as DDP's default does; bucket 0 starts a pass over all the gradients."""
         self._passes += bucket.index() == 0
         return allreduce_hook(group, bucket)

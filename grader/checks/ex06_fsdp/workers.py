@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -109,7 +109,8 @@ def _describe_checkpoint(saved: Any) -> dict[str, Any]:
     tensors themselves, and whether it loads into an unwrapped model."""
     if not isinstance(saved, dict):
         return {"type": type(saved).__name__}
-    entries, tensors = [], {}
+    entries: list[dict[str, Any]] = []
+    tensors: dict[str, torch.Tensor] = {}
     for key, value in saved.items():
         if isinstance(value, DTensor):
             entries.append({"key": str(key), "kind": "DTensor", "shape": list(value.to_local().shape)})
@@ -153,7 +154,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
         roots.append(shard_model(*args, **kwargs))
         return roots[-1]
 
-    module.shard_model = recorded_shard_model  # train_fsdp finds it through the module's globals
+    setattr(module, "shard_model", recorded_shard_model)  # train_fsdp finds it through the module's globals
     ctx.facts["optimizer_steps"] = optimizer_steps = []
     handle = register_optimizer_step_pre_hook(
         lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model)))
@@ -184,7 +185,8 @@ def _gather(root: nn.Module) -> dict[str, torch.Tensor]:
         with FullyShardedDataParallel.summon_full_params(root, writeback=False):
             return {clean_tensor_name(name): p.detach().cpu().clone() for name, p in root.named_parameters()}
     gathered = get_model_state_dict(root, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {name: tensor.detach().clone() for name, tensor in gathered.items()}
+    # typed as any state dict's values (ints, lists, ...); a model's full state dict holds tensors only
+    return {name: tensor.detach().clone() for name, tensor in cast(dict[str, torch.Tensor], gathered).items()}
 
 
 def _owned_share(optimizer: torch.optim.Optimizer, model: nn.Module) -> float:

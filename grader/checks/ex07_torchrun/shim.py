@@ -24,6 +24,7 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from grader.engine.platforms import STACK_DUMP_SIGNAL
@@ -65,7 +66,7 @@ class EmittedStream:
         self._stream, self._facts, self._script = stream, facts, script
 
     def _from_script(self) -> bool:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             code = frame.f_code
             if code.co_filename == _WARNINGS_FILE:
@@ -151,7 +152,7 @@ def _clear_of_teardown_deadlock() -> None:
     import torch
 
     if hasattr(torch._C, "_stash_obj_in_tls"):
-        torch._C._stash_obj_in_tls = lambda key, value: None
+        torch._C._stash_obj_in_tls = lambda key, arg: None
 
 
 def _flat(params: list[Any]) -> list[list[float]]:
@@ -192,8 +193,12 @@ def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str |
     if not callable(pick_device):
         return None
     bindings: list[int | None] = []
-    node = SimulatedGpuNode(int(os.environ["LOCAL_WORLD_SIZE"]),
-                            lambda event: (bindings.append(event["device"]), facts.update(set_device=bindings)))
+
+    def record(event: dict[str, Any]) -> None:
+        bindings.append(event["device"])
+        facts.update(set_device=bindings)
+
+    node = SimulatedGpuNode(int(os.environ["LOCAL_WORLD_SIZE"]), record)
     node.install()
     chosen = pick_device()
     facts.update(bound=node.current)

@@ -57,8 +57,9 @@ def _serve_store_on(listener: socket.socket) -> None:
     """Node 0's agent: torchrun's static rendezvous store listens on the socket held for it."""
     from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
-    static_tcp_rendezvous.TCPStore = functools.partial(static_tcp_rendezvous.TCPStore,
-                                                       master_listen_fd=listener.fileno())
+    # a monkeypatch: mypy refuses to assign to a class
+    setattr(static_tcp_rendezvous, "TCPStore", functools.partial(static_tcp_rendezvous.TCPStore,
+                                                                 master_listen_fd=listener.fileno()))
 
 
 def _agent(arguments: list[str], log: Path, facts_dir: Path, group_timeout: float, listener: socket.socket,
@@ -212,7 +213,10 @@ def reference(ctx: RankContext, start: dict[str, Any], batch_ranks: list[int], s
         inputs, targets = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
         optimizer.zero_grad()
         F.mse_loss(model(inputs), targets).backward()
-        grads = [p.grad.detach().reshape(-1).tolist() for p in model.parameters()]
+        grads = []
+        for p in model.parameters():
+            assert p.grad is not None  # the loss is a function of every parameter of the model
+            grads.append(p.grad.detach().reshape(-1).tolist())
         optimizer.step()
         recorded.append({"grads": grads, "params": [p.detach().reshape(-1).tolist() for p in model.parameters()]})
     return {"steps": recorded}

@@ -36,7 +36,7 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
     ctx.facts["calls"] = []
     for index, shape in enumerate(shapes):
         tensor = torch.from_numpy(rank_input(seed, index, ctx.rank, shape))
-        call = {"sent_before": len(sent)}
+        call: dict[str, Any] = {"sent_before": len(sent)}
         ctx.facts["calls"].append(call)
         returned = ring_all_reduce(tensor)
         call["output"] = tensor.clone()

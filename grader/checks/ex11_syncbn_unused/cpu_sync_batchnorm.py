@@ -32,12 +32,15 @@ def _needs_stand_in(module: nn.SyncBatchNorm, input: torch.Tensor) -> bool:
 def _update_running(module: nn.SyncBatchNorm, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
     if not module.track_running_stats:
         return
-    module.num_batches_tracked.add_(1)
-    factor = module.momentum if module.momentum is not None else 1.0 / float(module.num_batches_tracked)
+    tracked, running_mean, running_var = module.num_batches_tracked, module.running_mean, module.running_var
+    # typed Optional; a module that tracks running statistics has all three buffers
+    assert tracked is not None and running_mean is not None and running_var is not None
+    tracked.add_(1)
+    factor = module.momentum if module.momentum is not None else 1.0 / float(tracked)
     unbiased = var * count / (count - 1)
     with torch.no_grad():
-        module.running_mean.mul_(1 - factor).add_(factor * mean)
-        module.running_var.mul_(1 - factor).add_(factor * unbiased)
+        running_mean.mul_(1 - factor).add_(factor * mean)
+        running_var.mul_(1 - factor).add_(factor * unbiased)
 
 
 def install() -> None:
@@ -63,11 +66,11 @@ def install() -> None:
             normalized = normalized * self.weight.view(shape) + self.bias.view(shape)
         return normalized
 
-    nn.SyncBatchNorm.forward = forward
+    setattr(nn.SyncBatchNorm, "forward", forward)  # monkeypatches: mypy refuses to assign to a method
     refuse_cpu = DistributedDataParallel._passing_sync_batchnorm_handle
 
     def accept_cpu(self: DistributedDataParallel, module: nn.Module) -> None:
         if self.device_type != "cpu":
             refuse_cpu(self, module)
 
-    DistributedDataParallel._passing_sync_batchnorm_handle = accept_cpu
+    setattr(DistributedDataParallel, "_passing_sync_batchnorm_handle", accept_cpu)
