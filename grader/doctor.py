@@ -92,7 +92,8 @@ def supported_ranges() -> tuple[str, str]:
     torch = next((r[len("torch"):].split(";")[0].strip() for r in requires
                   if re.match(r"torch\s*[<>=!]", r)), "")
     lower_first = sorted((c.strip() for c in torch.split(",") if c.strip()), key=lambda c: not c.startswith(">"))
-    return metadata.get("Requires-Python", ""), ",".join(lower_first)
+    # PackageMetadata (typeshed, before Python 3.12) has get_all but not get: the first value, as get gives
+    return (metadata.get_all("Requires-Python") or [""])[0], ",".join(lower_first)
 
 
 def python_finding(version: str, wanted: str) -> Finding:

@@ -440,7 +440,8 @@ def _checked_report(report: Any) -> dict[str, Any]:
     frames = error.get("student_frames") or []
     if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
         raise wire.WireError("the report's student frames are malformed")
-    clean: dict[str, Any] = {key: str(error.get(key, ""))[:20000] for key in ("type", "message", "grader_message", "traceback")}
+    clean: dict[str, Any] = {key: str(error.get(key, ""))[:20000]
+                             for key in ("type", "message", "grader_message", "traceback")}
     clean.update(not_implemented=error.get("not_implemented") is True,
                  student_load_error=error.get("student_load_error") is True,
                  student_frames=[{"file": str(f.get("file", "")), "line": f.get("line") if isinstance(f.get("line"), int) else 0,

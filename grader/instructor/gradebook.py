@@ -65,7 +65,8 @@ def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
     with open(path, "w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(_cells(header))
-        writer.writerows(sorted(map(_cells, rows), key=lambda row: row[0]))
+        ordered = sorted(map(_cells, rows), key=lambda row: row[0])
+        writer.writerows(ordered)
 
 
 class MergeError(Exception):

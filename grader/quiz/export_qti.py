@@ -47,7 +47,7 @@ def _html(markdown_text: str) -> str:
 def item_data(item: Item, ident: str) -> dict[str, Any]:
     """What the template needs to lay out one question."""
     question = item.question
-    choices = [{"ident": f"{ident}_{c.letter}", "html": _html(c.text), "correct": c.correct,
+    choices: list[dict[str, Any]] = [{"ident": f"{ident}_{c.letter}", "html": _html(c.text), "correct": c.correct,
                 "feedback": _html(c.explanation)} for c in item.choices]
     numeric = None
     if item.value is not None:

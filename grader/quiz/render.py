@@ -71,7 +71,7 @@ def render_html(version: Version) -> str:
 def _cell(kind: str, source: str, cell_id: str) -> nbformat.NotebookNode:
     """A v4 cell. Built as a plain node because nbformat's `new_*_cell` validate every cell against
     the schema, which dominated rendering time; `nbformat.writes` validates the whole notebook once."""
-    cell = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
+    cell: dict[str, object] = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
     if kind == "code":
         cell.update(execution_count=None, outputs=[])
     return nbformat.from_dict(cell)

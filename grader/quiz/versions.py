@@ -118,7 +118,7 @@ def draw_item(position: int, question: Question, seed: int, number: int) -> Item
     if question.type == "truefalse":
         # The statement's explanation is the general feedback; repeating it per choice would show it twice.
         answer = bool(question.answer_bool)
-        choices = (Choice("A", "True", "", answer, "A"), Choice("B", "False", "", not answer, "B"))
+        choices: tuple[Choice, ...] = (Choice("A", "True", "", answer, "A"), Choice("B", "False", "", not answer, "B"))
         return Item(position, question, question.text, question.explanation, choices)
     options = list(zip(LETTERS, question.options))
     rng.shuffle(options)
