@@ -93,6 +93,7 @@ def start_member(argv: list[str], env: dict[str, str]) -> Member:
     """A new interpreter with a command pipe (stdin) and a ready pipe (stdout), its errors on the
     host's, in a process group (POSIX) or job object (Windows) of its own."""
     if IS_WINDOWS:
+        # Windows-only names: mypy checks for the platform it runs on
         flags = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW  # type: ignore[attr-defined]
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, creationflags=flags)
         return Member(popen, _windows_job(popen.pid))
@@ -281,7 +282,7 @@ _MAX_JOB_PROCESSES = 1024
 def _kernel32() -> Any:
     from ctypes import wintypes
 
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]  # Windows only
     kernel32.CreateJobObjectW.restype = wintypes.HANDLE
     kernel32.OpenProcess.restype = wintypes.HANDLE
     kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)

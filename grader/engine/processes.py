@@ -86,7 +86,7 @@ def child_state(pid: int) -> str:
 
 
 def _windows_running(pid: int) -> bool:
-    kernel32 = ctypes.WinDLL("kernel32")  # type: ignore[attr-defined]
+    kernel32 = ctypes.WinDLL("kernel32")  # type: ignore[attr-defined]  # Windows only
     handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
     if not handle:
         return False

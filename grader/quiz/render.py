@@ -83,6 +83,7 @@ def render_notebook(version: Version) -> str:
     Cell ids are set from the question number: nbformat would otherwise draw random ids and the
     same seed would not give the same bytes.
     """
+    # the template's macro: jinja2 types a template's module without its names
     question = environment().get_template("question.md.j2").module.question  # type: ignore[attr-defined]
     cells = [_cell("markdown", f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
                    "Write each answer in the cell below its question.", "title"),
