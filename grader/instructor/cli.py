@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.catalog import Catalog, load_catalog
+from grader.catalog import Catalog, course_catalog
 from grader.checks.runner import ALL_CHECKS
 from grader.instructor import (
     class_report,
@@ -27,7 +27,6 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
-from grader.paths import course_root
 from grader.report.inert import file_name, one_line
 from grader.engine.platforms import LAUNCHERS
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
@@ -173,15 +172,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_notebook_build)
 
 
-def _catalog(exercises: tuple[str, ...] | None) -> Catalog:
-    """The course's catalog, or the part of it named by --exercises (in catalog order)."""
-    catalog = load_catalog(course_root())
-    if not exercises:
-        return catalog
-    chosen = {catalog.get(key).id for key in exercises}
-    return dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in chosen))
-
-
 def _check_batch_options(args: argparse.Namespace) -> None:
     if args.jobs < 1:
         raise InstructorError("-j must be at least 1")
@@ -199,7 +189,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     repeated = sorted({f for f in folders if folders.count(f) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
-    catalog = _catalog(args.exercises)
+    catalog = course_catalog(args.exercises)
     paths = shard.select(args.submissions, args.shard) if args.shard else list(args.submissions)
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
@@ -278,7 +268,7 @@ def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
 def _write_class_report(path: Path, grades: list[SubmissionGrade], plots: bool | None = None) -> None:
     """The report of grades from any runs, over the exercises they were graded on."""
     graded = {r.exercise for g in grades for r in g.results}
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
     class_report.write_report(path, catalog, grades, "Class report", plots=plots)
 
@@ -325,7 +315,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     torch_version = args.torch or gradescope_bundle.installed_torch()
     if not torch_version:
         raise InstructorError("torch is not installed here: say which version the autograder installs with --torch")
-    catalog = _catalog(args.exercises)
+    catalog = course_catalog(args.exercises)
     options = gradescope_bundle.BundleOptions(torch_version=torch_version, hidden_visibility=args.hidden_visibility)
     try:
         path = gradescope_bundle.build(catalog, args.out, Path(__file__).resolve().parents[1], options)
@@ -380,7 +370,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if any(c.isspace() for c in str(args.results.resolve())):
         raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
                               "choose another")
-    job = _slurm_job(args, _catalog(args.exercises), count)
+    job = _slurm_job(args, course_catalog(args.exercises), count)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         script = slurm.render_job(job, args.out)
@@ -396,7 +386,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     try:
         written = release(catalog, args.out, Path(__file__).resolve().parents[1])
     except ReleaseError as exc:
@@ -406,7 +396,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_notebook_build(args: argparse.Namespace) -> int:
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     written = notebooks.build_all(catalog, args.out)
     print(f"{len(written)} notebook(s) written to {args.out}")
     return 0
