@@ -85,10 +85,10 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
         (folder / "expected.json").write_text(json.dumps(table))
 
 
-def _quiz_sheets(root: Path, out: Path) -> list[Path]:
+def _quiz_sheets(catalog: Catalog, out: Path) -> list[Path]:
     """The practice pool as one rendered sheet per format; exam questions never leave the course."""
     try:
-        bank = load_banks(root / "quizzes")
+        bank = load_banks(catalog.root / "quizzes", [exercise.id for exercise in catalog.exercises])
     except BankNotFound:
         return []
     questions = select(bank.questions, seed=0, pool="practice")
@@ -131,5 +131,5 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
             return set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set()
 
         shutil.copytree(docs, out / "docs", ignore=not_for_students)
-    _quiz_sheets(root, out / "quizzes")
+    _quiz_sheets(catalog, out / "quizzes")
     return sorted(out.iterdir())
