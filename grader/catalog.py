@@ -171,20 +171,29 @@ def _hints(table: dict, where: str) -> tuple[Hint, ...]:
     return tuple(hints)
 
 
+def _check_format(data: dict, text: str, path: Path) -> None:
+    """Refuse a catalog written for another layout before reading it as this one (the error names its line)."""
+    version = data.get("format")
+    if version is None:
+        raise CatalogError(f"{path}:1: no `format = {FORMAT}` line at the top: this grader reads catalogs of "
+                           f"format {FORMAT}")
+    if version != FORMAT or isinstance(version, bool):
+        line = next((n for n, row in enumerate(text.splitlines(), 1) if row.lstrip().startswith("format")), 1)
+        raise CatalogError(f"{path}:{line}: format {version!r} is unknown to this grader, which reads format {FORMAT}")
+
+
 def load_catalog(root: Path) -> Catalog:
     path = root / CATALOG
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except FileNotFoundError as exc:
         raise CatalogError(f"{path}: not found") from exc
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
-    version = data.get("format")
-    if version is None:
-        raise CatalogError(f"{path}: no `format = {FORMAT}` line at the top: this grader reads catalogs of format "
-                           f"{FORMAT}")
-    if version != FORMAT or isinstance(version, bool):
-        raise CatalogError(f"{path}: format {version!r} is unknown to this grader, which reads format {FORMAT}")
+    _check_format(data, text, path)
     exercises = []
     for index, table in enumerate(data.get("exercise", [])):
         where = f"{path.name}: exercise #{index + 1}"

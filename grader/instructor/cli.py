@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from grader import course_lint
 from grader.catalog import Catalog, course_catalog
 from grader.checks.runner import ALL_CHECKS
 from grader.instructor import (
@@ -27,6 +28,7 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
+from grader.paths import course_root
 from grader.report.inert import file_name, one_line
 from grader.engine.platforms import LAUNCHERS
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
@@ -164,6 +166,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     rel = commands.add_parser("release", help="write the student copy of the course (no solutions, no hidden checks)")
     rel.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty directory")
     rel.set_defaults(func=cmd_release)
+
+    linter = commands.add_parser("lint-course", help="for course authors: check that the catalog, the checks, "
+                                 "the stubs and the solutions name one another correctly")
+    linter.set_defaults(func=cmd_lint_course)
 
     notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
     sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
@@ -392,6 +398,22 @@ def cmd_release(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         raise InstructorError(str(exc)) from exc
     print(f"student copy written to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def cmd_lint_course(args: argparse.Namespace) -> int:
+    """Each authoring mistake as `file:line: what` and exit 1; one line and exit 0 when there is none."""
+    root = course_root()
+    try:
+        problems, summary = course_lint.lint(root)
+    except Exception as exc:  # a course the lint cannot read is a finding too, never a traceback
+        problems, summary = [f"{root}: the lint could not read the course: {type(exc).__name__}: {exc}"], ""
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in the course at {root}", file=sys.stderr)
+        return 1
+    print(summary)
     return 0
 
 
