@@ -148,7 +148,8 @@ def test_hints_are_named_uniquely(course: Path) -> None:
 
 def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lint is where authors learn of a misspelt hint: a student still sees the failure, never an error."""
-    exercise = load_catalog(REPO).get("ex01")
+    catalog = load_catalog(REPO)
+    exercise = catalog.get("ex01")
 
     def misspelt(ctx: CheckContext) -> None:
         raise ctx.fail("the group was not formed", hint="no_such_hint")
@@ -158,7 +159,8 @@ def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch
 
     monkeypatch.setattr(runner, "load_checks", lambda _: {"joins_group": misspelt, "cleans_up": named})
     options = runner.GradeOptions(world_sizes=(2,), only=frozenset({"joins_group", "cleans_up"}))
-    results = runner.grade_exercise(None, exercise, REPO / "solutions" / exercise.file, options)  # type: ignore[arg-type]
+    no_engine = None  # the checks above start no rank
+    results = runner.grade_exercise(no_engine, exercise, catalog.solution_path(exercise), options)  # type: ignore
     assert [(r.check, r.status, r.message, r.hint) for r in results] == [
         ("joins_group", "failed", "the group was not formed", None),
         ("cleans_up", "failed", "the group was not formed", 3),
