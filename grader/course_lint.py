@@ -101,7 +101,8 @@ def _exercise(catalog: Catalog, exercise: Exercise, lines: _CatalogLines, counts
     parsed = {name: _parse(catalog, exercise, name, lines) for name in names}
     problems = [p for p in parsed.values() if isinstance(p, Problem)]
     modules = [m for name, m in parsed.items() if name in CHECK_MODULES and isinstance(m, _Module)]
-    problems += _registrations(exercise, modules, lines, counts, complete=not problems)
+    complete = all(isinstance(parsed[name], _Module) for name in names if name in CHECK_MODULES)
+    problems += _registrations(exercise, modules, lines, counts, complete)
     problems += _hint_uses(exercise, modules, counts)
     workers = parsed["workers"]
     if isinstance(workers, _Module):
@@ -125,8 +126,9 @@ def _name(node: ast.expr) -> str:
 
 def _registrations(exercise: Exercise, modules: list[_Module], lines: _CatalogLines, counts: dict[str, int],
                    complete: bool) -> list[Problem]:
-    """Every catalog check has a function, every `@check` a catalog entry, and no hidden check ships in checks.py;
-    `complete`: every module was read (else a check seems missing that is only unread)."""
+    """Every catalog check has a function and every `@check` a catalog entry, each in the module its visibility
+    needs (`grader release` ships checks.py, never hidden.py); `complete`: every module was read (else a check
+    seems missing that is only unread)."""
     problems = []
     where: dict[str, tuple[_Module, int]] = {}
     for module in modules:
@@ -142,6 +144,9 @@ def _registrations(exercise: Exercise, modules: list[_Module], lines: _CatalogLi
         elif spec.visibility == "hidden" and module.path.name == "checks.py":
             problems.append(Problem(module.path, line, f"hidden check {name!r} is in checks.py, which students "
                                     "receive: move it to hidden.py beside it"))
+        elif spec.visibility == "public" and module.path.name == "hidden.py":
+            problems.append(Problem(module.path, line, f"public check {name!r} is in hidden.py, which the student "
+                                    "copy leaves out: move it to checks.py beside it"))
     counts["checks"] += len(exercise.checks)
     if complete:
         defined = ", ".join(where) or "none"

@@ -117,10 +117,27 @@ def test_a_hidden_check_in_the_shipped_module(course: Path) -> None:
                "checks.py" in p for p in problems), problems
 
 
+def test_a_public_check_in_the_hidden_module(course: Path) -> None:
+    checks = course / "grader/checks/ex02_data_sharding/checks.py"
+    hidden = course / "grader/checks/ex02_data_sharding/hidden.py"
+    _edit(checks, '@check("shards_cover_dataset")', '@check("renamed")')
+    hidden.write_text(hidden.read_text() + '\n\n@check("shards_cover_dataset")\ndef moved(ctx):\n    pass\n')
+    line = hidden.read_text().split("\n").index('@check("shards_cover_dataset")') + 1
+    assert f"grader/checks/ex02_data_sharding/hidden.py:{line}: public check 'shards_cover_dataset' is in hidden.py, " \
+        "which the student copy leaves out: move it to checks.py beside it" in _lint(course)
+
+
 def test_a_checks_module_that_does_not_parse(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (course / EX01_CHECKS).write_text("def broken(:\n")
     assert _lint(course) == [f"{EX01_CHECKS}:1: syntax error: invalid syntax"]
     assert main(["lint-course"]) == 1 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_missing_workers_module(course: Path) -> None:
+    (course / "grader/checks/ex01_process_group/workers.py").unlink()
+    line = (course / CATALOG).read_text().split("\n").index('checks = "grader.checks.ex01_process_group"') + 1
+    assert _lint(course) == [f"{CATALOG}:{line}: ex01_process_group's checks package grader.checks.ex01_process_group "
+                             "has no workers.py (grader/checks/ex01_process_group/workers.py)"]
 
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
