@@ -26,6 +26,8 @@ WORKER_METHODS = frozenset({"run", "facts", "reference", "inspect", "job"})  # C
 
 @dataclass(frozen=True)
 class Problem:
+    """One authoring mistake, said where the author fixes it."""
+
     path: Path  # relative to the course root
     line: int | None
     message: str
