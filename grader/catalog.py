@@ -7,11 +7,13 @@ a checks package and a catalog entry; nothing in the engine or the CLI changes.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.paths import CATALOG
+from grader.paths import CATALOG, SOLUTIONS, STUBS, course_root
 
+FORMAT = 1  # the catalog's `format`: a loader refuses a catalog written for another one
 VISIBILITIES = ("public", "hidden")
 STRAY_POLICIES = ("warn", "fail")  # what a process the code left running costs a check
 
@@ -31,6 +33,14 @@ class CheckSpec:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """One hint: checks point at it by `name`, students ask for it by its number (its place, from 1)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Exercise:
     id: str
     number: int
@@ -39,9 +49,16 @@ class Exercise:
     functions: tuple[str, ...]  # signatures as written in the stub, e.g. "setup_ddp(rank, world_size, backend=None)"
     checks_package: str
     objectives: tuple[str, ...]
-    hints: tuple[str, ...]
+    hints: tuple[Hint, ...]
     checks: tuple[CheckSpec, ...] = field(default=())
     debug_collectives: bool = True
+
+    def hint_number(self, name: str) -> int | None:
+        """The number students see for the hint `name` (None for a name the catalog lacks)."""
+        for number, hint in enumerate(self.hints, 1):
+            if hint.name == name:
+                return number
+        return None
 
     @property
     def function_names(self) -> tuple[str, ...]:
@@ -56,6 +73,33 @@ class Exercise:
 class Catalog:
     root: Path
     exercises: tuple[Exercise, ...]
+
+    @property
+    def stubs_dir(self) -> Path:
+        return self.root / STUBS
+
+    @property
+    def solutions_dir(self) -> Path:
+        return self.root / SOLUTIONS
+
+    def stub_path(self, exercise: Exercise) -> Path:
+        """The exercise's file as handed out (and as the student edits it)."""
+        return self.stubs_dir / exercise.file
+
+    def solution_path(self, exercise: Exercise) -> Path:
+        return self.solutions_dir / exercise.file
+
+    def checks_path(self, exercise: Exercise, module: str) -> Path:
+        """A module of the exercise's checks package ("checks", "hidden", "workers") in this course's copy
+        of the grader: where a course author edits it, whichever grader is installed."""
+        return self.root.joinpath(*exercise.checks_package.split("."), f"{module}.py")
+
+    def select(self, keys: Sequence[str] | None) -> Catalog:
+        """The part of the catalog named by `keys` (ids, numbers, prefixes), in catalog order; all for none."""
+        if not keys:
+            return self
+        chosen = {self.get(key).id for key in keys}
+        return replace(self, exercises=tuple(e for e in self.exercises if e.id in chosen))
 
     def get(self, key: str) -> Exercise:
         """An exercise by id, by number ("3"), or by a unique prefix of its id."""
@@ -109,14 +153,47 @@ def _check(table: dict, where: str) -> CheckSpec:
     return CheckSpec(name, _require(table, "description", str, where), float(points), visibility, sizes, strays)
 
 
+def _hints(table: dict, where: str) -> tuple[Hint, ...]:
+    hints = []
+    for index, entry in enumerate(table.get("hints", ()), 1):
+        at = f"{where} hint {index}"
+        if not isinstance(entry, dict):
+            raise CatalogError(f'{at}: write it as {{ name = "what_it_is_about", text = "..." }}')
+        _no_unknown_keys(entry, {"name", "text"}, at)
+        name = _require(entry, "name", str, at)
+        if not name.isidentifier():
+            raise CatalogError(f"{at}: name {name!r} should be a word like mean_loss (letters, digits, _)")
+        hints.append(Hint(name, _require(entry, "text", str, at)))
+    names = [hint.name for hint in hints]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise CatalogError(f"{where}: hint name {twice[0]!r} is used twice; checks name a hint, so names are unique")
+    return tuple(hints)
+
+
+def _check_format(data: dict, text: str, path: Path) -> None:
+    """Refuse a catalog written for another layout before reading it as this one (the error names its line)."""
+    version = data.get("format")
+    if version is None:
+        raise CatalogError(f"{path}:1: no `format = {FORMAT}` line at the top: this grader reads catalogs of "
+                           f"format {FORMAT}")
+    if version != FORMAT or isinstance(version, bool):
+        line = next((n for n, row in enumerate(text.splitlines(), 1) if row.lstrip().startswith("format")), 1)
+        raise CatalogError(f"{path}:{line}: format {version!r} is unknown to this grader, which reads format {FORMAT}")
+
+
 def load_catalog(root: Path) -> Catalog:
     path = root / CATALOG
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except FileNotFoundError as exc:
         raise CatalogError(f"{path}: not found") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
+    _check_format(data, text, path)
     exercises = []
     for index, table in enumerate(data.get("exercise", [])):
         where = f"{path.name}: exercise #{index + 1}"
@@ -131,7 +208,7 @@ def load_catalog(root: Path) -> Catalog:
             functions=tuple(_require(table, "functions", list, where)),
             checks_package=_require(table, "checks", str, where),
             objectives=tuple(table.get("objectives", ())),
-            hints=tuple(table.get("hints", ())),
+            hints=_hints(table, where),
             checks=tuple(_check(check, where) for check in _require(table, "check", list, where)),
             debug_collectives=bool(table.get("debug_collectives", True)),
         ))
@@ -141,3 +218,8 @@ def load_catalog(root: Path) -> Catalog:
     if len(set(ids)) != len(ids):
         raise CatalogError(f"{path}: exercise ids must be unique")
     return Catalog(root, tuple(sorted(exercises, key=lambda e: e.number)))
+
+
+def course_catalog(exercises: Sequence[str] | None = None) -> Catalog:
+    """The catalog of the course the grader runs in (see `course_root`), or the part of it `exercises` names."""
+    return load_catalog(course_root()).select(exercises)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from grader import commands, doctor
+from grader.checks.api import DEFAULT_DEADLINE_S
 from grader.engine.platforms import LauncherError
 from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound
@@ -18,8 +19,8 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=int, metavar="N", help="run every check with N ranks (default: 2 and 4)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="gloo (CPU, default) or nccl (one GPU per rank)")
-    parser.add_argument("--deadline", type=float, default=30.0, metavar="S",
-                        help="seconds a check may run before its ranks are stopped (default 30)")
+    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="S",
+                        help=f"seconds a check may run before its ranks are stopped (default {DEFAULT_DEADLINE_S:g})")
     parser.add_argument("-v", "--verbose", action="store_true", help="show full details of every check")
 
 

@@ -10,14 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grader import pristine
-from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
+from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
 from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.instructor import notebooks
 from grader.instructor.notebooks import SourceMap
-from grader.paths import course_root
 from grader.progress import Progress
 from grader.report.json_report import write_results
 from grader.report.terminal import Terminal
@@ -38,25 +37,26 @@ class UsageError(Exception):
 
 
 def _catalog() -> Catalog:
-    catalog = load_catalog(course_root())
+    """The course's catalog, its stubs remembered while untouched (what `grader reset` restores)."""
+    catalog = course_catalog()
     pristine.remember_stubs(catalog)
     return catalog
 
 
 def _exercise_dir(catalog: Catalog, args: argparse.Namespace) -> Path:
     if getattr(args, "solutions", False):
-        return catalog.root / "solutions"
+        return catalog.solutions_dir
     if getattr(args, "path", None):
         path = Path(args.path)
         if not path.is_dir():
             raise UsageError(f"--path {args.path}: not a directory")
         return path
-    return catalog.root / "exercises"
+    return catalog.stubs_dir
 
 
 def _first_unfinished(catalog: Catalog, progress: Progress, skip: Sequence[Exercise] = ()) -> Exercise | None:
     for exercise in catalog.exercises:
-        if exercise not in skip and progress.status(exercise, catalog.root / "exercises" / exercise.file) != "passing":
+        if exercise not in skip and progress.status(exercise, catalog.stub_path(exercise)) != "passing":
             return exercise
     return None
 
@@ -64,8 +64,7 @@ def _first_unfinished(catalog: Catalog, progress: Progress, skip: Sequence[Exerc
 def _to_check(catalog: Catalog, progress: Progress) -> list[Exercise]:
     """What `grader check` checks with no argument: every exercise edited since its last check (a
     pass may have broken), then the first one not passing, all in one call."""
-    folder = catalog.root / "exercises"
-    edited = [e for e in catalog.exercises if progress.status(e, folder / e.file) in ("changed", "not checked")]
+    edited = [e for e in catalog.exercises if progress.status(e, catalog.stub_path(e)) in ("changed", "not checked")]
     unfinished = _first_unfinished(catalog, progress, skip=edited)
     return edited + ([unfinished] if unfinished else [])
 
@@ -91,7 +90,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     progress = Progress(catalog.root)
     rows = [
         {"id": e.id, "number": e.number, "title": e.title,
-         "status": progress.status(e, catalog.root / "exercises" / e.file)}
+         "status": progress.status(e, catalog.stub_path(e))}
         for e in catalog.exercises
     ]
     if args.json:
@@ -146,7 +145,7 @@ def _check_notebooks(args: argparse.Namespace) -> int:
     """Notebooks are graded as the module their `exercise` cells make (functions in cells cannot be pickled)."""
     if not all(key.endswith(".ipynb") for key in args.exercises):
         raise UsageError("check notebooks on their own, without exercise names")
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
         extracted = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
         maps = {e.exercise.id: e.source_map for e in extracted}
@@ -166,7 +165,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
         results = _grade(session, terminal, exercises, folder, source_maps)
-    if folder == catalog.root / "exercises":
+    if folder == catalog.stubs_dir:
         for exercise in exercises:
             progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
@@ -213,7 +212,7 @@ def cmd_hint(args: argparse.Namespace) -> int:
     if args.number is not None:
         if not 1 <= args.number <= len(exercise.hints):
             raise UsageError(f"{exercise.id} has hints 1 to {len(exercise.hints)}")
-        terminal.line(f"hint {args.number}: {exercise.hints[args.number - 1]}")
+        terminal.line(f"hint {args.number}: {exercise.hints[args.number - 1].text}")
         return 0
     terminal.heading(f"{exercise.id}: {exercise.title}")
     terminal.line("You will be able to:")
@@ -221,7 +220,7 @@ def cmd_hint(args: argparse.Namespace) -> int:
         terminal.line(f"  - {objective}")
     terminal.line()
     for number, hint in enumerate(exercise.hints, 1):
-        terminal.line(f"hint {number}: {hint}")
+        terminal.line(f"hint {number}: {hint.text}")
     return 0
 
 
@@ -250,7 +249,7 @@ class Watcher:
         self._seen = {e.id: _mtime(self._path(e)) for e in self.exercises}
 
     def _path(self, exercise: Exercise) -> Path:
-        return self.catalog.root / "exercises" / exercise.file
+        return self.catalog.stub_path(exercise)
 
     def check(self, exercises: Sequence[Exercise], why: str) -> None:
         self.terminal.separator(why)

@@ -29,9 +29,9 @@ from typing import Any
 
 import nbformat
 
-from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
+from grader.catalog import CatalogError, Exercise, course_catalog
 from grader.instructor import notebooks
-from grader.paths import CourseNotFound, course_root
+from grader.paths import CourseNotFound
 
 SAVE_ADVICE = "save the notebook (Ctrl-S) before you hand it in: the saved file is what gets graded"
 
@@ -189,25 +189,18 @@ def _shell() -> Any:
     return ipython.get_ipython() if ipython is not None else None
 
 
-def _catalog() -> Catalog:
-    try:
-        return load_catalog(course_root())
-    except (CourseNotFound, CatalogError) as exc:
-        raise KernelCheckError(str(exc)) from exc
-
-
 def check(exercise: str, world_size: int | None = None, verbose: bool = False,
           notebook: str | os.PathLike[str] | None = None) -> None:
     """Check an exercise as this kernel last ran it (see the module's docstring)."""
     options = [*(["--world-size", str(world_size)] if world_size else []), *(["-v"] if verbose else [])]
     try:
         _check(exercise, options, Path(notebook) if notebook else None)
-    except (KernelCheckError, CatalogError, notebooks.NotebookError) as exc:
+    except (KernelCheckError, CatalogError, CourseNotFound, notebooks.NotebookError) as exc:
         print(f"grader: {exc}")
 
 
 def _check(key: str, options: Sequence[str], explicit: Path | None) -> None:
-    catalog = _catalog()
+    catalog = course_catalog()
     exercise = catalog.get(key)
     shell = _shell()
     history = _history(shell) if shell is not None else []
@@ -249,7 +242,7 @@ def grader_magic(line: str) -> None:
     for key in keys:
         try:
             _check(key, options, None)
-        except (KernelCheckError, CatalogError, notebooks.NotebookError) as exc:
+        except (KernelCheckError, CatalogError, CourseNotFound, notebooks.NotebookError) as exc:
             print(f"grader: {exc}")
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CATALOG = Path("exercises") / "catalog.toml"
+STUBS = Path("exercises")  # the files students edit, and the catalog beside them
+SOLUTIONS = Path("solutions")
+CATALOG = STUBS / "catalog.toml"
 
 
 class CourseNotFound(Exception):

@@ -26,7 +26,7 @@ def _copy_path(root: Path, exercise: Exercise) -> Path:
 
 def remember_stubs(catalog: Catalog) -> None:
     for exercise in catalog.exercises:
-        stub = catalog.root / "exercises" / exercise.file
+        stub = catalog.stub_path(exercise)
         copy = _copy_path(catalog.root, exercise)
         if not copy.exists() and stub.is_file() and student_files.is_untouched(stub, exercise):
             copy.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def remember_stubs(catalog: Catalog) -> None:
 def reset(catalog: Catalog, exercise: Exercise) -> Path | None:
     """Restore the stub; returns where the student's version was backed up (None if absent)."""
     copy = _copy_path(catalog.root, exercise)
-    target = catalog.root / "exercises" / exercise.file
+    target = catalog.stub_path(exercise)
     if not copy.is_file():
         raise ResetError(
             f"no original copy of {exercise.file} was recorded (the grader records one the first "

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog, load_catalog
+from grader.checks.api import DEFAULT_DEADLINE_S
 from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 from grader.engine import Engine
 
@@ -54,7 +55,8 @@ def engine(catalog: Catalog) -> Iterator[Engine]:
 @pytest.fixture(scope="session")
 def grade(engine: Engine, catalog: Catalog) -> Grade:
     def run(exercise_id: str, path: Path, world_sizes: tuple[int, ...] | None = None,
-            deadline: float = 30.0, checks: set[str] | None = None, seed: int | None = SEED) -> list[CheckResult]:
+            deadline: float = DEFAULT_DEADLINE_S, checks: set[str] | None = None,
+            seed: int | None = SEED) -> list[CheckResult]:
         exercise = catalog.get(exercise_id)
         only = frozenset(checks) if checks is not None else None
         if seed is None:

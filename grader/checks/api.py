@@ -19,6 +19,7 @@ from grader.checks.diagnose import failure_verdict
 from grader.engine import Job, Runner, RunResult
 
 Status = Literal["passed", "failed", "error", "skipped"]
+DEFAULT_DEADLINE_S = 30.0  # seconds a check's run may take before its ranks are stopped, unless told otherwise
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Verdict:
     status: Status
     message: str
     details: str = ""
-    hint: int | None = None  # 1-based number of the exercise hint that addresses the mistake
+    hint: str | None = None  # the name of the exercise's hint that addresses the mistake (catalog.toml)
     verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
     engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
 
@@ -119,7 +120,7 @@ class CheckContext:
     student_file: Path
     world_size: int
     backend: str = "gloo"
-    deadline: float = 30.0
+    deadline: float = DEFAULT_DEADLINE_S
     seed: int = 0  # drawn per grading: inputs derived from it cannot be answered from a table
     notes: list[str] = field(default_factory=list)
     used: list[RunResult] = field(default_factory=list)  # the runs this check looked at
@@ -198,6 +199,6 @@ class CheckContext:
             )
         return result.ranks[0].facts
 
-    def fail(self, message: str, hint: int | None = None, details: str = "") -> CheckFailed:
+    def fail(self, message: str, hint: str | None = None, details: str = "") -> CheckFailed:
         """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site."""
         return CheckFailed(Verdict("failed", message, details, hint))

@@ -18,7 +18,16 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
-from grader.checks.api import CheckContext, CheckFailed, References, RunCache, Status, Verdict, checks_in
+from grader.checks.api import (
+    DEFAULT_DEADLINE_S,
+    CheckContext,
+    CheckFailed,
+    References,
+    RunCache,
+    Status,
+    Verdict,
+    checks_in,
+)
 from grader.checks.diagnose import import_calls, test_call_message
 from grader.checks.leftovers import stray_message
 from grader.engine import EngineError, Runner
@@ -36,7 +45,7 @@ class CheckResult:
     max_points: float
     visibility: str
     details: str = ""
-    hint: int | None = None
+    hint: int | None = None  # the number of the hint students ask for: `grader hint <exercise> <hint>`
     notes: list[str] = field(default_factory=list)
     verbose_details: str = ""  # details with the grader's own frames, for -v
     engine_failed: bool = False  # why it is an error: the engine broke (kept out of the result's record)
@@ -60,7 +69,7 @@ ENGINE_FAILURE = "the grader could not run the ranks"  # opens the message of a 
 class GradeOptions:
     world_sizes: tuple[int, ...] | None = None  # None: each check's own (catalog)
     backend: str = "gloo"
-    deadline: float = 30.0
+    deadline: float = DEFAULT_DEADLINE_S
     visibilities: frozenset[str] = PUBLIC_CHECKS
     only: frozenset[str] | None = None  # check names to run; None: all
     seed: int | None = None  # the grading's random inputs; None: drawn anew for each exercise graded
@@ -160,7 +169,7 @@ def _grade_checks(
                 visibility=spec.visibility,
                 details=verdict.details,
                 verbose_details=verdict.verbose_details,
-                hint=verdict.hint,
+                hint=exercise.hint_number(verdict.hint) if verdict.hint else None,
                 notes=warnings,
                 engine_failed=verdict.engine_failed,
             )

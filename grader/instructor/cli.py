@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from grader.catalog import Catalog, load_catalog
+from grader import course_lint
+from grader.catalog import Catalog, course_catalog
 from grader.checks.runner import ALL_CHECKS
 from grader.instructor import (
     class_report,
@@ -166,20 +167,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     rel.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty directory")
     rel.set_defaults(func=cmd_release)
 
+    linter = commands.add_parser("lint-course", help="for course authors: check that the catalog, the checks, "
+                                 "the stubs and the solutions name one another correctly")
+    linter.set_defaults(func=cmd_lint_course)
+
     notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
     sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
     build = sub.add_parser("build", help="one notebook per exercise")
     build.add_argument("--out", type=Path, required=True, metavar="DIR")
     build.set_defaults(func=cmd_notebook_build)
-
-
-def _catalog(exercises: tuple[str, ...] | None) -> Catalog:
-    """The course's catalog, or the part of it named by --exercises (in catalog order)."""
-    catalog = load_catalog(course_root())
-    if not exercises:
-        return catalog
-    chosen = {catalog.get(key).id for key in exercises}
-    return dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in chosen))
 
 
 def _check_batch_options(args: argparse.Namespace) -> None:
@@ -199,7 +195,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     repeated = sorted({f for f in folders if folders.count(f) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
-    catalog = _catalog(args.exercises)
+    catalog = course_catalog(args.exercises)
     paths = shard.select(args.submissions, args.shard) if args.shard else list(args.submissions)
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
@@ -278,7 +274,7 @@ def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
 def _write_class_report(path: Path, grades: list[SubmissionGrade], plots: bool | None = None) -> None:
     """The report of grades from any runs, over the exercises they were graded on."""
     graded = {r.exercise for g in grades for r in g.results}
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
     class_report.write_report(path, catalog, grades, "Class report", plots=plots)
 
@@ -325,7 +321,7 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     torch_version = args.torch or gradescope_bundle.installed_torch()
     if not torch_version:
         raise InstructorError("torch is not installed here: say which version the autograder installs with --torch")
-    catalog = _catalog(args.exercises)
+    catalog = course_catalog(args.exercises)
     options = gradescope_bundle.BundleOptions(torch_version=torch_version, hidden_visibility=args.hidden_visibility)
     try:
         path = gradescope_bundle.build(catalog, args.out, Path(__file__).resolve().parents[1], options)
@@ -380,7 +376,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if any(c.isspace() for c in str(args.results.resolve())):
         raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
                               "choose another")
-    job = _slurm_job(args, _catalog(args.exercises), count)
+    job = _slurm_job(args, course_catalog(args.exercises), count)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         script = slurm.render_job(job, args.out)
@@ -396,7 +392,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     try:
         written = release(catalog, args.out, Path(__file__).resolve().parents[1])
     except ReleaseError as exc:
@@ -405,8 +401,24 @@ def cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lint_course(args: argparse.Namespace) -> int:
+    """Each authoring mistake as `file:line: what` and exit 1; one line and exit 0 when there is none."""
+    root = course_root()
+    try:
+        problems, summary = course_lint.lint(root)
+    except Exception as exc:  # a course the lint cannot read is a finding too, never a traceback
+        problems, summary = [f"{root}: the lint could not read the course: {type(exc).__name__}: {exc}"], ""
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in the course at {root}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
 def cmd_notebook_build(args: argparse.Namespace) -> int:
-    catalog = load_catalog(course_root())
+    catalog = course_catalog()
     written = notebooks.build_all(catalog, args.out)
     print(f"{len(written)} notebook(s) written to {args.out}")
     return 0

@@ -19,9 +19,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from grader.catalog import Catalog, CatalogError, load_catalog
+from grader.catalog import Catalog, CatalogError, course_catalog
 from grader.instructor.notebooks import notebook_name
-from grader.paths import CourseNotFound, course_root
+from grader.paths import CourseNotFound
 from grader.report.inert import one_line
 
 SKIPPED_FOLDERS = ("__MACOSX", "__pycache__")
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m grader.instructor.gradescope_submission SUBMISSION WORKDIR", file=sys.stderr)
         return 2
     try:
-        print(locate(Path(argv[0]), Path(argv[1]), load_catalog(course_root())))
+        print(locate(Path(argv[0]), Path(argv[1]), course_catalog()))
     except (LocateError, OSError, CatalogError, CourseNotFound) as exc:
         print(f"grader: {one_line(str(exc))}", file=sys.stderr)  # one line: run_autograder shows it to the student
         return 2

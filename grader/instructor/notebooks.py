@@ -96,7 +96,7 @@ def build_all(catalog: Catalog, out: Path) -> list[Path]:
     written = []
     for exercise in catalog.exercises:
         path = out / notebook_name(exercise)
-        nbformat.write(build_notebook(exercise, catalog.root / "exercises" / exercise.file), path)
+        nbformat.write(build_notebook(exercise, catalog.stub_path(exercise)), path)
         written.append(path)
     return written
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from grader.catalog import Catalog
 from grader.checks import SECRET_MODULES
 from grader.checks.api import checks_in
-from grader.paths import CATALOG
+from grader.paths import CATALOG, STUBS
 from grader.quiz.bank import BankNotFound, load_banks
 from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
@@ -85,10 +85,10 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
         (folder / "expected.json").write_text(json.dumps(table))
 
 
-def _quiz_sheets(root: Path, out: Path) -> list[Path]:
+def _quiz_sheets(catalog: Catalog, out: Path) -> list[Path]:
     """The practice pool as one rendered sheet per format; exam questions never leave the course."""
     try:
-        bank = load_banks(root / "quizzes")
+        bank = load_banks(catalog.root / "quizzes", [exercise.id for exercise in catalog.exercises])
     except BankNotFound:
         return []
     questions = select(bank.questions, seed=0, pool="practice")
@@ -115,9 +115,9 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         raise ReleaseError(f"{out} is inside the course itself: release outside it")
     _refuse_leaks(catalog)
     root = catalog.root
-    (out / "exercises").mkdir(parents=True)
+    (out / STUBS).mkdir(parents=True)
     for exercise in catalog.exercises:
-        shutil.copyfile(root / "exercises" / exercise.file, out / "exercises" / exercise.file)
+        shutil.copyfile(catalog.stub_path(exercise), out / STUBS / exercise.file)
     (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
     shutil.copytree(grader_package, out / "grader", ignore=_ignore)
     _public_tables(catalog, out / "grader")
@@ -131,5 +131,5 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
             return set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set()
 
         shutil.copytree(docs, out / "docs", ignore=not_for_students)
-    _quiz_sheets(root, out / "quizzes")
+    _quiz_sheets(catalog, out / "quizzes")
     return sorted(out.iterdir())

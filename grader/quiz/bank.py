@@ -10,30 +10,20 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.catalog import CatalogError, load_catalog
+from grader.paths import CourseNotFound, course_root
 from grader.quiz import formula
 from grader.quiz.precision import Precision, PrecisionError, parse_precision
 
 TYPES = ("single", "multiple", "numeric", "truefalse")
 DIFFICULTIES = ("easy", "medium", "hard")
 POOLS = ("practice", "exam")
-EXERCISES = (
-    "ex01_process_group",
-    "ex02_data_sharding",
-    "ex03_train_ddp",
-    "ex04_launch",
-    "ex05_no_sync",
-    "ex06_fsdp",
-    "ex07_torchrun",
-    "ex08_ring_allreduce",
-    "ex09_checkpoint",
-    "ex10_scaling",
-    "ex11_syncbn_unused",
-    "general",
-)
+GENERAL = "general"  # the exercise tag of a question about no one exercise
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)(?::([^{}]+))?\}")
 LETTERS = "ABCDEFGHIJ"
@@ -120,8 +110,19 @@ class BankNotFound(Exception):
     """The bank directory is missing or holds no bank file."""
 
 
-def load_banks(directory: Path) -> Bank:
-    """Load and validate every `*.toml` in `directory` (sorted, so the order is stable)."""
+def course_exercises(directory: Path) -> tuple[str, ...] | None:
+    """The exercise ids of the course holding `directory` (found as `grader` finds its course), which
+    questions are tagged with; None where no course can say, and then any exercise tag is taken."""
+    try:
+        return tuple(exercise.id for exercise in load_catalog(course_root(directory)).exercises)
+    except (CourseNotFound, CatalogError):
+        return None
+
+
+def load_banks(directory: Path, exercises: Sequence[str] | None = None) -> Bank:
+    """Load and validate every `*.toml` in `directory` (sorted, so the order is stable).
+
+    `exercises`: the ids a question may be tagged with (besides "general"); by default the course's."""
     if not directory.is_dir():
         raise BankNotFound(f"bank directory {directory} does not exist; pass --bank DIR")
     files = sorted(directory.glob("*.toml"))
@@ -129,8 +130,9 @@ def load_banks(directory: Path) -> Bank:
         raise BankNotFound(f"no *.toml question bank in {directory}; pass --bank DIR")
     bank = Bank(files=files)
     seen: dict[str, Path] = {}
+    known = tuple(exercises) if exercises is not None else course_exercises(directory)
     for path in files:
-        questions, problems = load_file(path)
+        questions, problems = load_file(path, known)
         bank.problems.extend(problems)
         for question in questions:
             if question.id in seen:
@@ -142,8 +144,9 @@ def load_banks(directory: Path) -> Bank:
     return bank
 
 
-def load_file(path: Path) -> tuple[list[Question], list[Problem]]:
-    """Parse one bank file; a TOML syntax error is one problem naming the line."""
+def load_file(path: Path, exercises: tuple[str, ...] | None = None) -> tuple[list[Question], list[Problem]]:
+    """Parse one bank file; a TOML syntax error is one problem naming the line. `exercises`: the ids a
+    question may be tagged with (None: any)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -158,7 +161,7 @@ def load_file(path: Path) -> tuple[list[Question], list[Problem]]:
     questions: list[Question] = []
     problems: list[Problem] = []
     for index, entry in enumerate(entries, start=1):
-        checker = _Checker(path, entry, index)
+        checker = _Checker(path, entry, index, exercises)
         question = checker.build()
         problems.extend(checker.problems)
         if question is not None:
@@ -169,9 +172,10 @@ def load_file(path: Path) -> tuple[list[Question], list[Problem]]:
 class _Checker:
     """Validates one `[[questions]]` table, collecting problems, and builds the Question."""
 
-    def __init__(self, path: Path, entry: dict[str, Any], index: int) -> None:
+    def __init__(self, path: Path, entry: dict[str, Any], index: int, exercises: tuple[str, ...] | None) -> None:
         self.path = path
         self.entry = entry
+        self.exercises = exercises
         raw_id = entry.get("id")
         self.qid = raw_id if isinstance(raw_id, str) and raw_id else f"#{index}"
         self.problems: list[Problem] = []
@@ -240,8 +244,12 @@ class _Checker:
         if not isinstance(objective, str) or not objective.strip():
             self.problem("tags.objective", "missing learning objective", fix)
         exercise = tags.get("exercise")
-        if exercise not in EXERCISES:
-            self.problem("tags.exercise", f"unknown exercise {exercise!r}", f"use one of {', '.join(EXERCISES)}")
+        if self.exercises is None:
+            if not isinstance(exercise, str) or not exercise.strip():
+                self.problem("tags.exercise", "missing exercise", f'name the exercise, or "{GENERAL}"')
+        elif exercise not in (*self.exercises, GENERAL):
+            self.problem("tags.exercise", f"unknown exercise {exercise!r}",
+                         f"use one of {', '.join((*self.exercises, GENERAL))}")
         topics = tags.get("topics", [])
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
             self.problem("tags.topics", "is not a list of strings", 'use topics = ["ddp", "bucketing"]')

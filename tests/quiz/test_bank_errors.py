@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.quiz.bank import BankNotFound, load_banks
+from grader.paths import CourseNotFound
+from grader.quiz import bank as bank_module
+from grader.quiz.bank import BankNotFound, course_exercises, load_banks
 
 from .support import NUMERIC, SINGLE, write_bank
 
@@ -123,3 +125,27 @@ def test_float_ranges_are_tidy(tmp_path: Path) -> None:
     (question,) = load_banks(tmp_path / "bank").questions
     assert question.parameters[0].values == (0.1, 0.2, 0.3, 0.4, 0.5)
     assert question.parameters[1].values == (100, 200, 300)
+
+
+def test_exercise_tags_come_from_the_course_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A course with its own exercises tags its questions with those, not with this course's ids."""
+    monkeypatch.delenv("GRADER_COURSE", raising=False)
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "catalog.toml").write_text(
+        'format = 1\n[[exercise]]\nid = "exA_intro"\nnumber = 1\ntitle = "t"\nfile = "exA_intro.py"\n'
+        'functions = ["f()"]\nchecks = "grader.checks.exA_intro"\n[[exercise.check]]\nname = "c"\n'
+        'description = "d"\n')
+    write_bank(tmp_path / "quizzes", SINGLE.replace('exercise = "general"', 'exercise = "exA_intro"')
+               + NUMERIC)  # tagged ex08_ring_allreduce, an exercise of this course but not of that one
+    problems = [str(p) for p in load_banks(tmp_path / "quizzes").problems]
+    assert len(problems) == 1 and "unknown exercise 'ex08_ring_allreduce'" in problems[0], problems
+    assert "use one of exA_intro, general" in problems[0]
+    (problem,) = load_banks(tmp_path / "quizzes", exercises=["ex08_ring_allreduce"]).problems
+    assert problem.question == "q-single" and problem.field == "tags.exercise"
+
+
+def test_without_a_course_any_exercise_tag_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bank_module, "course_root", lambda start: (_ for _ in ()).throw(CourseNotFound("none")))
+    assert course_exercises(tmp_path) is None
+    assert problems_for(tmp_path, SINGLE.replace('exercise = "general"', 'exercise = "exZ_own"')) == []
+    assert "missing exercise" in problems_for(tmp_path, SINGLE.replace('exercise = "general"', 'exercise = ""'))[0]

@@ -44,16 +44,16 @@ def _named_init_mistake(ctx: CheckContext, rank: int, facts: dict[str, Any]) -> 
     if overridden:
         raise ctx.fail(f"hard-coded rendezvous on rank {rank}: {overridden}. setup_ddp must take "
                        "MASTER_ADDR/MASTER_PORT from the environment (a fixed port collides when two jobs share "
-                       "a machine)", hint=1)
+                       "a machine)", hint="launcher_sets_address")
     calls = facts.get("init_calls", [])
     backends = {call.get("backend") or "" for call in calls}
     if ctx.backend == "gloo" and any("nccl" in backend for backend in backends):
         raise ctx.fail(f"rank {rank} asked for the nccl backend on a machine without a GPU: NCCL needs GPUs; "
-                       "choose gloo when torch.cuda.is_available() is False", hint=2)
+                       "choose gloo when torch.cuda.is_available() is False", hint="backend_choice")
     bound = [api for api, made in facts.get("device_bindings", {}).items() if made]
     if ctx.backend == "gloo" and bound:
         raise ctx.fail(f"rank {rank} called {bound[0]}() on a machine without a GPU, with the gloo backend: bind "
-                       "a GPU only under nccl", hint=3)
+                       "a GPU only under nccl", hint="local_rank_gpu")
     for call in calls[:1]:
         if call.get("rank") is not None and call["rank"] != rank:
             raise ctx.fail(f"wrong rank: the process given rank={rank} called init_process_group(rank="
@@ -103,7 +103,7 @@ def _store_saw(ctx: CheckContext, facts: dict[str, Any]) -> None:
         return
     raise ctx.fail(f"the launcher's rendezvous store (MASTER_ADDR:MASTER_PORT) saw ranks {seen} form their group, "
                    f"not ranks 0..{ctx.world_size - 1}: every rank must join through it (init_process_group with "
-                   "env://, its default, or tcp:// to that address)", hint=1)
+                   "env://, its default, or tcp:// to that address)", hint="launcher_sets_address")
 
 
 @check("joins_group")
@@ -161,7 +161,8 @@ def _judge_gpu(ctx: CheckContext, rank: int, facts: dict[str, Any], raised: bool
     attempted = [e["device"] for e in bindings]
     if rank != local and rank in attempted and local not in attempted:
         raise ctx.fail(f"RANK used where LOCAL_RANK is needed: {place} bound GPU {rank}; GPUs are numbered per "
-                       "node: use int(os.environ['LOCAL_RANK']) (or rank % torch.cuda.device_count())", hint=3)
+                       "node: use int(os.environ['LOCAL_RANK']) (or rank % torch.cuda.device_count())",
+                       hint="local_rank_gpu")
     if raised:
         return  # the rank's own error is the story: told by the generic failure below
     used, decided_by = _gpu_used(events)
@@ -170,12 +171,12 @@ def _judge_gpu(ctx: CheckContext, rank: int, facts: dict[str, Any], raised: bool
     if not bindings:
         raise ctx.fail(f"set_device missing under nccl: {place} never bound its GPU, so every rank of a node uses "
                        "GPU 0; call torch.cuda.set_device(local_rank) (or torch.accelerator.set_device_index)",
-                       hint=3)
+                       hint="local_rank_gpu")
     if local in attempted:
         raise ctx.fail(f"{place} bound GPU {local} only after {decided_by}, which ran on GPU {used}: bind the GPU "
-                       "before the group is first used", hint=3)
+                       "before the group is first used", hint="local_rank_gpu")
     raise ctx.fail(f"{place} used GPU {used} for {decided_by}; expected GPU {local}, its LOCAL_RANK "
-                   f"(it bound {attempted})", hint=3)
+                   f"(it bound {attempted})", hint="local_rank_gpu")
 
 
 @check("nccl_setup")
@@ -190,7 +191,7 @@ def nccl_setup(ctx: CheckContext) -> None:
         if inits and backend is not None and "nccl" not in backend:
             raise ctx.fail(f"on a GPU node setup_ddp chose {backend!r} when no backend was given; default to nccl "
                            "when a GPU is available (torch.cuda.is_available(), or "
-                           "dist.get_default_backend_for_device(...))", hint=2)
+                           "dist.get_default_backend_for_device(...))", hint="backend_choice")
         _judge_gpu(ctx, rank, facts, raised=outcome.error is not None)
     for facts in ctx.require(result, "on a simulated GPU node"):
         if not any(e["call"] == "init_process_group" for e in facts["events"]):
@@ -202,4 +203,4 @@ def cleans_up(ctx: CheckContext) -> None:
     for rank, facts in enumerate(_joined(ctx)):
         if facts.get("initialized_after_cleanup"):
             raise ctx.fail(f"no destroy: after cleanup_ddp rank {rank} is still in a process group; "
-                           "call dist.destroy_process_group()", hint=4)
+                           "call dist.destroy_process_group()", hint="destroy_group")

@@ -34,7 +34,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
         message = (outcome.error or {}).get("message", "")
         if "mutually exclusive with shuffle" in message:
             raise ctx.fail("shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "
-                           "The DistributedSampler shuffles; drop the loader's shuffle", hint=4)
+                           "The DistributedSampler shuffles; drop the loader's shuffle", hint="sampler_shuffles")
         invalid = INVALID_RANK.search(message)
         if invalid:
             rank, replicas = int(invalid[1]), int(invalid[2]) + 1
@@ -42,7 +42,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
                        "(dataset, num_replicas, rank))" if (rank, replicas) == (ctx.world_size, outcome.rank) else "")
             raise ctx.fail(f"on rank {outcome.rank} the DistributedSampler got rank={rank} and "
                            f"num_replicas={replicas}; it needs rank={outcome.rank}, "
-                           f"num_replicas={ctx.world_size}{swapped}", hint=1)
+                           f"num_replicas={ctx.world_size}{swapped}", hint="distributed_sampler")
 
 
 def _epochs(ctx: CheckContext) -> list[Shards]:
@@ -58,7 +58,7 @@ def _epochs(ctx: CheckContext) -> list[Shards]:
                                f"not of batch_size={BATCH} (a last, smaller batch aside)")
         if ctx.world_size > 1 and any(len(seen) >= SIZE for seen in facts["epochs"]):
             raise ctx.fail(f"no sampler: rank {rank} iterated over all {SIZE} samples in an epoch; each rank "
-                           f"should see about {padded}. Use a DistributedSampler", hint=1)
+                           f"should see about {padded}. Use a DistributedSampler", hint="distributed_sampler")
     return [[facts["epochs"][e] for facts in ranks] for e in range(EPOCHS)]
 
 
@@ -102,22 +102,22 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
         if all(shard == shards[0] for shard in shards):
             raise ctx.fail(f"epoch {epoch}: every rank got the same shard ({len(shards[0])} samples, in the same "
                            "order): the sampler does not know which rank it is on; pass rank=rank (and "
-                           "num_replicas=world_size)", hint=1)
+                           "num_replicas=world_size)", hint="distributed_sampler")
         orders = _orders(ctx)
         sliced = [_sliced_seed(shard, rank, orders, world) for rank, shard in enumerate(shards)]
         if sliced == [seed + rank + epoch for rank in range(world)]:
             raise ctx.fail(f"epoch {epoch}: shards overlap ({repeated} samples seen twice, the padding allows "
                            f"{padding}): rank r took its slice of the permutation for seed {seed} + r, so every "
                            "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
-                           hint=3)
+                           hint="same_seed")
         if None not in sliced:
             at = ", ".join(f"rank {rank} as in epoch {own - seed}" for rank, own in enumerate(sliced))
             raise ctx.fail(f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
                            "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "
-                           "rank", hint=2)
+                           "rank", hint="set_epoch")
         raise ctx.fail(f"epoch {epoch}: shards overlap: {repeated} samples are seen by more than one rank (the sampler "
                        f"pads only {padding}), so the ranks do not slice one common permutation; the seed and "
-                       "the shuffling must be the same on every rank", hint=3)
+                       "the shuffling must be the same on every rank", hint="same_seed")
 
 
 def _sliced_seed(shard: list[int], rank: int, orders: dict[int, list[int]], world: int) -> int | None:
@@ -152,7 +152,8 @@ def shards_cover_dataset(ctx: CheckContext) -> None:
         if missing == set(range(SIZE - len(missing), SIZE)):
             raise ctx.fail(f"epoch {epoch}: the last {len(missing)} samples of the dataset ({sorted(missing)}) are "
                            f"seen by no rank: {SIZE} / W={ctx.world_size} leaves a remainder that contiguous "
-                           "shards of len // W samples drop; DistributedSampler pads instead", hint=1)
+                           "shards of len // W samples drop; DistributedSampler pads instead",
+                           hint="distributed_sampler")
         example = sorted(missing)[:8]
         raise ctx.fail(f"epoch {epoch}: {len(missing)} of {SIZE} samples are seen by no rank (e.g. {example}); every "
                        "sample must be in some rank's shard")
@@ -170,10 +171,11 @@ def reshuffles_each_epoch(ctx: CheckContext) -> None:
             first = per_epoch[0][0]
             if first == sorted(first):
                 raise ctx.fail("the shards are never shuffled: every epoch gives each rank the same sorted indices; "
-                               "the sampler should shuffle (its default)", hint=2)
+                               "the sampler should shuffle (its default)", hint="set_epoch")
             raise ctx.fail(f"forgot set_epoch: epoch {epoch} repeats epoch {epoch - 1}'s order on every rank, so the "
-                           "sampler's epoch never changed; call loader.sampler.set_epoch(epoch) in start_epoch", hint=2)
+                           "sampler's epoch never changed; call loader.sampler.set_epoch(epoch) in start_epoch",
+                           hint="set_epoch")
         stale = [rank for rank, shard in enumerate(per_epoch[epoch]) if shard == per_epoch[epoch - 1][rank]]
         if stale:
             raise ctx.fail(f"epoch {epoch}: rank {stale[0]} repeats its order of epoch {epoch - 1} while other ranks "
-                           "reshuffle: start_epoch must set the epoch on every rank's sampler", hint=2)
+                           "reshuffle: start_epoch must set the epoch on every rank's sampler", hint="set_epoch")

@@ -13,15 +13,15 @@ from grader.checks.writes import landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 
-# the hint (1-based, catalog order) that addresses each cause a diagnosis can name
+# the hint that addresses each cause a diagnosis can name
 _HINTS = {
     **dict.fromkeys(("no_sampler", "batch_size", "dropped_partial_batch", "no_set_epoch", "unshuffled",
-                     "shards_overlap", "data"), 6),
-    **dict.fromkeys(("loss_summed", "divided_by_b", "summed_over_ranks", "divided_by_world_size"), 3),
-    "not_averaged": 2,
+                     "shards_overlap", "data"), "data_sampler"),
+    **dict.fromkeys(("loss_summed", "divided_by_b", "summed_over_ranks", "divided_by_world_size"), "mean_loss"),
+    "not_averaged": "forward_through_wrapper",
     **dict.fromkeys(("optimizer_parameters", "gradients_not_cleared", "no_momentum", "other_momentum", "nesterov",
                      "weight_decay", "adam_like", "lr_times_world_size", "lr_over_world_size", "lr_times_batch",
-                     "learning_rate", "no_update", "zero_gradient", "no_gradient", "steps_per_batch"), 7),
+                     "learning_rate", "no_update", "zero_gradient", "no_gradient", "steps_per_batch"), "optimizer"),
 }
 
 
@@ -62,7 +62,8 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
         if _differs(facts["start"], ranks[0]["start"]):
             if not wrapped:
                 raise ctx.fail(f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader "
-                               "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)", hint=1)
+                               "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)",
+                               hint="wrap_model")
             raise ctx.fail(f"rank {rank}'s first optimizer step started from other weights than rank 0's "
                            f"({first_difference(facts['start'], ranks[0]['start'])}), although a DDP was built: "
                            "the optimizer does not step the parameters of the wrapped model")
@@ -72,12 +73,12 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
             difference = first_difference(mine["params"], first["params"], rtol=1e-6, atol=1e-7)
             if not wrapped:
                 raise ctx.fail(f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
-                               "are never averaged across ranks", hint=1)
+                               "are never averaged across ranks", hint="wrap_model")
             outside = [r for r, f in enumerate(ranks) if any(c["grad"] and not c["ddp"] for c in f["forwards"])]
             if outside:
                 raise ctx.fail(f"forward through the unwrapped model: rank {outside[0]}'s forward passes did not go "
                                f"through the DDP wrapper, so its gradients were never averaged; the ranks diverge at "
-                               f"step {step} (rank {rank}'s {difference})", hint=2)
+                               f"step {step} (rank {rank}'s {difference})", hint="forward_through_wrapper")
             gradient = first_difference(mine["grads"], first["grads"], rtol=1e-6, atol=1e-7)
             if gradient:
                 raise ctx.fail(f"ranks diverge at step {step}: rank {rank}'s gradient differs from rank 0's "
@@ -157,7 +158,7 @@ def checkpoint_rank0_only(ctx: CheckContext) -> None:
     exists = ctx.inspect("inspect_checkpoint", path=path)["exists"]
     problem = writers_problem([f["writes"] for f in ranks], path, exists, once=False)
     if problem:
-        raise ctx.fail(problem, hint=4)
+        raise ctx.fail(problem, hint="rank0_saves")
 
 
 @check("waits_for_checkpoint")
@@ -165,13 +166,13 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     writes = [f["writes"] for f in ranks]
     if landed_at(writes, _checkpoint_path(ctx)) is None:
-        raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint=4)
+        raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint="rank0_saves")
     returns = [[f["returned_at"]] for f in ranks]
     early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
     if early:
         raise ctx.fail(f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
                        "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "
-                       "move on); every rank waits at dist.barrier() after rank 0's torch.save", hint=4)
+                       "move on); every rank waits at dist.barrier() after rank 0's torch.save", hint="rank0_saves")
 
 
 @check("checkpoint_loads_plain")
@@ -179,14 +180,14 @@ def checkpoint_loads_plain(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     saved = ctx.inspect("inspect_checkpoint", path=_checkpoint_path(ctx))
     if not saved["exists"]:
-        raise ctx.fail("no checkpoint was written at checkpoint_path", hint=4)
+        raise ctx.fail("no checkpoint was written at checkpoint_path", hint="rank0_saves")
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be used: {saved['problem']}")
     prefixed = [key for key in saved["keys"] if key.startswith("module.")]
     if prefixed:
         raise ctx.fail(f"`module.` prefix in the checkpoint (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
                        "state_dict, which a plain model cannot load; save model.state_dict() of the inner model",
-                       hint=5)
+                       hint="unwrapped_state_dict")
     if saved["loads_plain"]:
         raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}")
     difference = first_difference(saved["tensors"], ranks[0]["final"])

@@ -18,14 +18,15 @@ SIZE, BATCH, LR = 151, 3, 0.05
 KS = (2, 4)
 
 _HINTS = {
-    **dict.fromkeys(("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"), 5),
-    "loss_not_divided_by_k": 2, "divided_by_k_twice": 2,
-    "zero_grad_every_micro_step": 3, "gradients_not_cleared": 3,
-    "micro_batches_per_step": 4,
+    **dict.fromkeys(("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"),
+                    "data_and_optimizer"),
+    "loss_not_divided_by_k": "divide_loss_by_k", "divided_by_k_twice": "divide_loss_by_k",
+    "zero_grad_every_micro_step": "zero_grad_per_step", "gradients_not_cleared": "zero_grad_per_step",
+    "micro_batches_per_step": "step_per_group",
     **dict.fromkeys(("optimizer_parameters", "no_momentum", "other_momentum", "nesterov", "weight_decay", "adam_like",
                      "lr_times_world_size", "lr_over_world_size", "lr_times_k", "lr_over_k", "lr_times_batch",
-                     "learning_rate", "no_update", "measured"), 5),
-    "never_synchronized": 1,
+                     "learning_rate", "no_update", "measured"), "data_and_optimizer"),
+    "never_synchronized": "no_sync",
 }
 
 
@@ -33,12 +34,12 @@ def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
     ranks = ctx.facts("train", size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
     if not ranks[0]["ddp_wraps"]:
         raise ctx.fail("no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
-                       "to suppress and the gradients are never averaged", hint=1)
+                       "to suppress and the gradients are never averaged", hint="no_sync")
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(f"with k={k} the ranks took different numbers of optimizer steps ({counts})")
     if counts[0] == 0:
-        raise ctx.fail(f"with k={k} train_accumulate never called optimizer.step()", hint=4)
+        raise ctx.fail(f"with k={k} train_accumulate never called optimizer.step()", hint="step_per_group")
     return ranks
 
 
@@ -160,10 +161,10 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                 if sum(ranks[0]["all_reduces_per_step"]) == 0:
                     raise ctx.fail(f"no gradient was ever all-reduced: with k={k} the ranks diverge at step {step} "
                                    f"(rank {rank}'s {difference} from rank 0's): {_why_never_synchronized(ranks[0])}",
-                                   hint=1)
+                                   hint="no_sync")
                 raise ctx.fail(f"with k={k} the ranks diverge at step {step}: rank {rank}'s {difference} from "
                                f"rank 0's (all-reduces per step on rank 0: {ranks[0]['all_reduces_per_step'][:6]})",
-                               hint=1)
+                               hint="no_sync")
 
 
 @check("one_allreduce_per_step")
@@ -172,7 +173,7 @@ def one_allreduce_per_step(ctx: CheckContext) -> str:
         ranks, want = _ranks(ctx, k), _reference(ctx, k)
         counted = _step_count(k, ranks[0]["steps"], ranks, want)
         if counted:
-            raise ctx.fail(counted.message, hint=4)
+            raise ctx.fail(counted.message, hint="step_per_group")
         counts = ranks[0]["all_reduces_per_step"]
         if all(count == 1 for count in counts):
             continue
@@ -180,15 +181,17 @@ def one_allreduce_per_step(ctx: CheckContext) -> str:
             if not ranks[0]["no_sync_entries"]:
                 raise ctx.fail(f"correct but k times the communication: with k={k} every optimizer step all-reduced "
                                f"the gradients {k} times, once per micro-batch, and no_sync was never used; run the "
-                               "first k-1 micro-batches inside ddp_model.no_sync()", hint=1)
+                               "first k-1 micro-batches inside ddp_model.no_sync()", hint="no_sync")
             raise ctx.fail(f"no_sync had no effect: with k={k} every optimizer step all-reduced the gradients {k} "
                            f"times, although no_sync was entered {len(ranks[0]['no_sync_entries'])} times; the forward "
                            "passes ran outside it (DDP decides in the forward pass whether the coming backward "
-                           "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too", hint=1)
+                           "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too",
+                           hint="no_sync")
         if all(count == 0 for count in counts):
-            raise ctx.fail(f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}", hint=1)
+            raise ctx.fail(f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}",
+                           hint="no_sync")
         raise ctx.fail(f"with k={k} the gradient all-reduces per optimizer step were {counts}; expected exactly one "
-                       "per step, on the last micro-batch", hint=1)
+                       "per step, on the last micro-batch", hint="no_sync")
     size = 4 * ranks[0]["parameters"]  # fp32 gradients
     return f"one all-reduce of {size} bytes per optimizer step, where accumulating without no_sync sends k times that"
 

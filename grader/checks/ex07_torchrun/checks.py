@@ -106,7 +106,7 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
         raise ctx.fail(f"not implemented yet: {function}() still raises NotImplementedError")
     named = _named_init_mistake(processes)
     if named:
-        raise ctx.fail(named, hint=2)
+        raise ctx.fail(named, hint="rank_from_env")
     for process in processes:
         error = process["error"]
         if error and error["stage"] == "running the script":
@@ -126,11 +126,11 @@ def joins_from_env(ctx: CheckContext) -> None:
         env = process["env"]
         if not process["init_calls"]:
             raise ctx.fail(f"the process with RANK={env['RANK']} never called init_process_group: does the script "
-                           "call main() under `if __name__ == \"__main__\":`?", hint=1)
+                           "call main() under `if __name__ == \"__main__\":`?", hint="main_guard")
         group = process["init_calls"][0].get("group")
         if group != {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"])}:
             raise ctx.fail(f"the process with RANK={env['RANK']} of WORLD_SIZE={env['WORLD_SIZE']} joined the group "
-                           f"as {group}", hint=2)
+                           f"as {group}", hint="rank_from_env")
 
 
 def _close(a: list[list[float]], b: list[list[float]]) -> bool:
@@ -178,17 +178,19 @@ def trains_in_sync(ctx: CheckContext) -> None:
     processes, steps = _processes(ctx), _steps(ctx)
     counts = [len(p["steps"]) for p in processes]
     if counts != [steps] * WORLD:
-        raise ctx.fail(f"the processes took {counts} optimizer steps; the script was run with --steps {steps}", hint=4)
+        raise ctx.fail(f"the processes took {counts} optimizer steps; the script was run with --steps {steps}",
+                       hint="ddp_training")
     rank0 = processes[0]
     for process in processes[1:]:
         for step, (mine, theirs) in enumerate(zip(process["steps"], rank0["steps"]), 1):
             if not _close(mine["params"], theirs["params"]):
                 raise ctx.fail(f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
-                               "than rank 0: train the DistributedDataParallel wrapper, not the plain model", hint=4)
+                               "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
+                               hint="ddp_training")
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
         if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
-            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint=4)
+            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint="ddp_training")
 
 
 @check("device_from_local_rank")
@@ -203,14 +205,15 @@ def device_from_local_rank(ctx: CheckContext) -> None:
             picked = process["device"] or (f"cuda:{chosen[-1]}" if chosen else None)
             if picked == f"cuda:{rank}" and rank != local:
                 raise ctx.fail(f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {place} picked "
-                               f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK", hint=3)
+                               f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK", hint="local_rank_gpu")
             shown = f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
             raise ctx.fail(f"pick_device() on a node with simulated GPUs, in {place}, {shown}; expected cuda:{local}",
-                           hint=3)
+                           hint="local_rank_gpu")
         if process.get("bound") != int(local):
             bound = f"left GPU {process.get('bound')} bound" if chosen else "bound no GPU"
             raise ctx.fail(f"pick_device() in {place} returned cuda:{local} but {bound}; bind the process to its GPU "
-                           f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)", hint=3)
+                           f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
+                           hint="local_rank_gpu")
 
 
 @check("logs_from_rank0")
@@ -221,15 +224,15 @@ def logs_from_rank0(ctx: CheckContext) -> None:
     if printing and processes[0]["printed"].strip() and {p["env"]["RANK"] for p in printing} == per_node:
         raise ctx.fail(f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
                        f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
-                       "rank, RANK == 0", hint=5)
+                       "rank, RANK == 0", hint="print_on_rank0")
     if printing:
         process = printing[0]
         line = process["printed"].strip().splitlines()[0]
         raise ctx.fail(f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
-                       f"{line!r}; print (or log) only where RANK is 0", hint=5)
+                       f"{line!r}; print (or log) only where RANK is 0", hint="print_on_rank0")
     if not processes[0]["printed"].strip():
         raise ctx.fail("rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from "
-                       "rank 0", hint=5)
+                       "rank 0", hint="print_on_rank0")
 
 
 @check("destroys_group")
@@ -237,4 +240,5 @@ def destroys_group(ctx: CheckContext) -> None:
     for process in _processes(ctx):
         if process["initialized_at_end"]:
             raise ctx.fail(f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
-                           "process group; call dist.destroy_process_group() when training is done", hint=6)
+                           "process group; call dist.destroy_process_group() when training is done",
+                           hint="destroy_group")

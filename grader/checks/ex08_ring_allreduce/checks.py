@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.api import CheckContext, check
+from grader.checks.api import CheckContext, CheckFailed, check
 from grader.checks.diagnose import where
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
@@ -35,7 +35,7 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
         rank = aborted[0].rank
         raise ctx.fail(f"rank {rank} aborted inside gloo (SIGABRT) at {places[rank] or 'a point-to-point call'}: a "
                        "message arrived into a receive buffer of another size, so the chunk a rank sends is not the "
-                       "chunk its neighbour receives at that step", hint=2)
+                       "chunk its neighbour receives at that step", hint="chunk_bounds")
     if len(failing) < ctx.world_size:
         return
     # The first rank to time out closes its connections: the others then fail where they were.
@@ -46,7 +46,8 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
                                     "when right = (rank + 1) % W), or there are more receives than sends")):
         stuck = [r for r in failing if _timed_out(r, operation)]
         if stuck and all(operation in place for place in places.values()):
-            raise ctx.fail(f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}", hint=3)
+            raise ctx.fail(f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}",
+                           hint="isend_not_send")
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -73,9 +74,10 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _wrong_sum(rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray, messages: int,
-               world: int) -> tuple[str, int | None]:
-    """What is wrong with one rank's result, named from what its elements hold; (message, hint)."""
+def _wrong_sum(ctx: CheckContext, rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray,
+               messages: int) -> CheckFailed:
+    """What is wrong with one rank's result, named from what its elements hold: the failure to raise."""
+    world = ctx.world_size
     size = output.size
     runs = explain(output, inputs)
     sum_ = (1.0,) * world
@@ -84,35 +86,40 @@ def _wrong_sum(rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarr
     if len(mixtures) == 1 and None not in mixtures and len(set(runs[0].mixture)) == 1:
         factor = runs[0].mixture[0]
         what = "averaged: it holds exactly 1/W of the sum (the mean)" if factor < 1 else f"{factor:g} times the sum"
-        return (f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W", 1)
+        return ctx.fail(f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W",
+                        hint="in_place")
     tail = size - size % world
     wrong = [run for run in runs if run.mixture != sum_]
     own = tuple(float(r == rank) for r in range(world))
     if size % world and wrong == [r for r in runs if r.start >= tail] and all(r.mixture == own for r in wrong):
-        return (f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements (the remainder of "
-                f"{size} / W={world}) are wrong: they still hold this rank's own input, so no chunk covered them; "
-                "the chunks must cover the whole tensor (tensor_split)", 2)
+        return ctx.fail(f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
+                        f"(the remainder of {size} / W={world}) are wrong: they still hold this rank's own input, "
+                        "so no chunk covered them; the chunks must cover the whole tensor (tensor_split)",
+                        hint="chunk_bounds")
     if all(run.mixture is not None and sorted(run.mixture) == [0.0] * (world - 1) + [1.0] for run in runs):
-        return (f"nothing was added up: every element of {whole} holds a single rank's input ("
-                f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the ring "
-                "carried a sum: either the reduce-scatter overwrites the chunks it receives instead of adding "
-                "them (+=), or the all-gather passes on chunks the reduce-scatter had not completed", 2)
+        return ctx.fail(f"nothing was added up: every element of {whole} holds a single rank's input ("
+                        f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the "
+                        "ring carried a sum: either the reduce-scatter overwrites the chunks it receives instead of "
+                        "adding them (+=), or the all-gather passes on chunks the reduce-scatter had not completed",
+                        hint="chunk_bounds")
     if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
-        return (f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in {whole}: "
-                "a received chunk was added where it should replace one (the reduce-scatter adds, the all-gather "
-                "copies the complete chunks)", 2)
+        return ctx.fail(f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in "
+                        f"{whole}: a received chunk was added where it should replace one (the reduce-scatter adds, "
+                        "the all-gather copies the complete chunks)", hint="chunk_bounds")
     complete = [run for run in runs if run.mixture == sum_]
     partial = all(run.mixture is not None and set(run.mixture) <= {0.0, 1.0} for run in wrong)
     if len(complete) == 1 and partial and messages <= world - 1:
         run = complete[0]
-        return (f"only the reduce-scatter ran: {whole} holds the complete sum in elements {run.start}-{run.stop - 1} "
-                f"(one chunk) and partial sums elsewhere, after {_count(messages, 'message')}; the all-gather phase "
-                "(W-1 more steps passing the complete chunks around the ring) is missing", 2)
+        return ctx.fail(f"only the reduce-scatter ran: {whole} holds the complete sum in elements "
+                        f"{run.start}-{run.stop - 1} (one chunk) and partial sums elsewhere, after "
+                        f"{_count(messages, 'message')}; the all-gather phase (W-1 more steps passing the complete "
+                        "chunks around the ring) is missing", hint="chunk_bounds")
     steps = "" if messages == 2 * (world - 1) else (f"; it sent {_count(messages, 'message')} where a ring sends "
                                                      f"2(W-1) = {2 * (world - 1)}")
     shown = "; ".join(run.describe(rank) for run in wrong[:3]) + ("; ..." if len(wrong) > 3 else "")
     count = sum(run.stop - run.start for run in wrong)
-    return (f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}", 2)
+    return ctx.fail(f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}",
+                    hint="chunk_bounds")
 
 
 @check("sums_correctly")
@@ -133,9 +140,8 @@ def sums_correctly(ctx: CheckContext) -> None:
             if np.allclose(output, inputs[rank]):
                 returned = " (the function returned a new tensor: the sum must be written into `tensor`)" \
                     if call["returned_tensor"] else ""
-                raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint=1)
-            message, hint = _wrong_sum(rank, shape, output, inputs, call["messages"], ctx.world_size)
-            raise ctx.fail(message, hint=hint)
+                raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint="in_place")
+            raise _wrong_sum(ctx, rank, shape, output, inputs, call["messages"])
 
 
 @check("ring_traffic")
@@ -151,7 +157,8 @@ def ring_traffic(ctx: CheckContext) -> None:
             sent = rank_calls[index]["bytes"]
             if low <= sent <= high:
                 continue
-            raise ctx.fail(_traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)), hint=4)
+            raise ctx.fail(_traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)),
+                           hint="right_neighbour")
 
 
 def _traffic(rank: int, sent: int, messages: int, message: int, world: int, ring: tuple[int, int]) -> str:
@@ -182,4 +189,4 @@ def point_to_point_only(ctx: CheckContext) -> None:
         if used:
             raise ctx.fail(f"rank {rank} called the built-in collective ProcessGroup.{used[0]} (dist.all_reduce, "
                            "all_gather, reduce_scatter, broadcast... are not allowed): build the ring from send "
-                           "and recv", hint=5)
+                           "and recv", hint="no_collectives")

@@ -42,7 +42,7 @@ def _run(ctx: CheckContext) -> RunResult:
     if race:
         raise ctx.fail(f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
                        "ranks wait for it or move on). Every rank must wait at dist.barrier() after rank 0's "
-                       "torch.save", hint=3)
+                       "torch.save", hint="barrier_after_save")
     return result
 
 
@@ -60,7 +60,7 @@ def saves_once_rank0(ctx: CheckContext) -> None:
     exists = ctx.inspect("inspect_checkpoint", path=_path(ctx))["exists"]
     problem = writers_problem([facts["writes"] for facts in ranks], _path(ctx), exists, once=True)
     if problem:
-        raise ctx.fail(problem, hint=2)
+        raise ctx.fail(problem, hint="rank0_saves")
     ctx.require(result)
 
 
@@ -69,7 +69,8 @@ def waits_for_save(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
         if not any(e["op"] == "load" for e in facts["writes"]):
-            raise ctx.fail(f"rank {rank} never called torch.load: every rank restores from the file", hint=4)
+            raise ctx.fail(f"rank {rank} never called torch.load: every rank restores from the file",
+                           hint="load_checkpoint")
 
 
 @check("checkpoint_contents")
@@ -78,26 +79,27 @@ def checkpoint_contents(ctx: CheckContext) -> None:
     saved = ctx.inspect("inspect_checkpoint", path=_path(ctx))
     if not saved["exists"]:
         ctx.require(result)
-        raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint=2)
+        raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint="rank0_saves")
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be read: {saved['problem']}")
     if "model" not in saved:
         raise ctx.fail(f"the checkpoint holds no state dict of the model (its {MODEL_KEYS}, with no `module.` "
-                       f"prefix); its keys: {saved['keys']}", hint=1)
+                       f"prefix); its keys: {saved['keys']}", hint="unwrapped_state_dict")
     prefixed = [key for key in saved["model"] if key.startswith("module.")]
     if prefixed:
         raise ctx.fail(f"`module.` prefix in the saved model (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
-                       "state_dict; save ddp_model.module.state_dict()", hint=1)
+                       "state_dict; save ddp_model.module.state_dict()", hint="unwrapped_state_dict")
     if saved.get("only_model"):
         raise ctx.fail("optimizer state not saved: the checkpoint is the model's state dict alone, with no "
-                       "optimizer state (momentum buffers) and no step; save a dict of all three", hint=5)
+                       "optimizer state (momentum buffers) and no step; save a dict of all three",
+                       hint="optimizer_state")
     if saved.get("momentum_buffers", 0) < PARAMETERS:
         raise ctx.fail(f"optimizer state not saved: the checkpoint holds {saved.get('momentum_buffers', 0)} momentum "
                        f"buffers for {PARAMETERS} parameters (its keys: {saved['keys']}); save optimizer.state_dict()",
-                       hint=5)
+                       hint="optimizer_state")
     if STEPS_BEFORE not in saved["integers"].values():
         raise ctx.fail(f"the checkpoint holds no step equal to the step it was saved at ({STEPS_BEFORE}): its "
-                       f"integers are {saved['integers'] or 'none'}", hint=4)
+                       f"integers are {saved['integers'] or 'none'}", hint="load_checkpoint")
     ranks = ctx.require(result)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
     if difference:
@@ -113,10 +115,10 @@ def resume_matches(ctx: CheckContext) -> None:
         difference = first_difference(facts["loaded_state"], facts["saved_state"])
         if difference:
             raise ctx.fail(f"after load_checkpoint, rank {rank}'s model does not hold the saved weights: {difference}",
-                           hint=4)
+                           hint="load_checkpoint")
         if facts["returned_step"] != STEPS_BEFORE:
             raise ctx.fail(f"load_checkpoint returned {facts['returned_step']!r} on rank {rank}, not the saved step "
-                           f"{STEPS_BEFORE}", hint=4)
+                           f"{STEPS_BEFORE}", hint="load_checkpoint")
     resumed = STEPS_BEFORE + 1
     setting = Setting(lr=LR, momentum=reference["momentum"], factors={"W": ctx.world_size},
                       reference="uninterrupted training", labels={resumed: "the first step after resuming"})
@@ -130,5 +132,5 @@ def resume_matches(ctx: CheckContext) -> None:
             raise ctx.fail(f"momentum lost: {where}step {resumed}, the first after resuming, is -lr * gradient, as if "
                            f"SGD's momentum buffer restarted from zero (after load_checkpoint the optimizer held "
                            f"{restored} momentum buffers for {PARAMETERS} parameters). Save optimizer.state_dict() "
-                           "and load it on every rank", hint=5)
+                           "and load it on every rank", hint="optimizer_state")
         raise ctx.fail(f"{where}resumed training differs from uninterrupted training: {finding.message}")

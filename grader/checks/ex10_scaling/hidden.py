@@ -19,12 +19,13 @@ def holds_off_grid(ctx: CheckContext) -> None:
     again = f" (random inputs, seed {ctx.seed})"
     speedup = values["amdahl_speedup"]
     if not _non_decreasing(list(speedup.values())):
-        raise ctx.fail(f"amdahl_speedup is not monotone in n: {list(speedup.items())[:4]}{again}", hint=4)
+        raise ctx.fail(f"amdahl_speedup is not monotone in n: {list(speedup.items())[:4]}{again}", hint="amdahl")
     for (p, n), got in speedup.items():
         if got > min(n, 1 / (1 - p)) * (1 + REL):
-            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}", hint=4)
+            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}",
+                           hint="amdahl")
     if not _non_decreasing(list(values["ring_allreduce_bytes"].values())):
-        raise ctx.fail(f"ring_allreduce_bytes does not grow with W{again}", hint=5)
+        raise ctx.fail(f"ring_allreduce_bytes does not grow with W{again}", hint="ring_traffic")
     for name, form in CLOSED_FORMS.items():
         for args, got in values[name].items():
             want = form(*args)

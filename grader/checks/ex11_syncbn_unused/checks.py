@@ -42,7 +42,7 @@ def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
         if mine != layers[0][1]:
             raise ctx.fail(f"the ranks prepared different models: rank {layers[0][0]} has {layers[0][1]}, rank {rank} "
                            f"has {mine}; every rank must convert its BatchNorm layers (SyncBatchNorm all-reduces "
-                           "with every rank of its group in each forward)", hint=1)
+                           "with every rank of its group in each forward)", hint="sync_batchnorm")
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -54,16 +54,16 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
         raise ctx.fail("static_graph=True on a graph that changes: the aux head is used on even steps only, so the "
                        f"set of unused parameters changes from step to step, and {rank} failed at the next step "
                        "(DDP: 'your training graph has changed in this iteration'). static_graph fits only a "
-                       "fixed set; pass find_unused_parameters=True instead", hint=3)
+                       "fixed set; pass find_unused_parameters=True instead", hint="find_unused_parameters")
     if rank:
         raise ctx.fail(f"parameters that received no gradient: the aux head is unused on odd steps, so DDP never "
                        f"reduced its gradient bucket, and {rank} failed at the next step with DDP's "
                        "'parameters that were not used in producing loss' error. Pass "
-                       "find_unused_parameters=True to DistributedDataParallel", hint=3)
+                       "find_unused_parameters=True to DistributedDataParallel", hint="find_unused_parameters")
     ranks = ctx.require(result)
     if ranks[0]["returned"] != "DistributedDataParallel":
         raise ctx.fail(f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model",
-                       hint=2)
+                       hint="return_ddp")
     return ranks
 
 
@@ -81,14 +81,15 @@ def converts_batchnorm(ctx: CheckContext) -> None:
         plain = [name for name, kind in layers.items() if kind != "SyncBatchNorm"]
         if plain and "BatchNorm" in layers[plain[0]]:
             raise ctx.fail(f"BatchNorm not converted{on}: {plain[0]} is a {layers[plain[0]]}; "
-                           "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer", hint=1)
+                           "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer",
+                           hint="sync_batchnorm")
         if plain:
             raise ctx.fail(f"the BatchNorm layer was replaced{on}: {plain[0]} is a {layers[plain[0]]}, another "
                            "normalization than the model's; keep BatchNorm and synchronize it with "
-                           "nn.SyncBatchNorm.convert_sync_batchnorm(model)", hint=1)
+                           "nn.SyncBatchNorm.convert_sync_batchnorm(model)", hint="sync_batchnorm")
         if not layers:
             raise ctx.fail("the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
-                           hint=1)
+                           hint="sync_batchnorm")
 
 
 def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict[str, str]) -> str:
@@ -124,13 +125,14 @@ def global_batch_statistics(ctx: CheckContext) -> None:
         after = facts["steps"][0]
         missing = [name for name in STATISTICS if name not in after]
         if missing:
-            raise ctx.fail(f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}", hint=1)
+            raise ctx.fail(f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}",
+                           hint="sync_batchnorm")
         got = {name: after[name] for name in STATISTICS}
         difference = first_difference(got, want)
         if difference:
             why = _statistics_mistake(got, reference["local"][rank], facts["norm_layers"])
             raise ctx.fail(f"after step 1, rank {rank}'s running statistics are not those of the global batch of "
-                           f"{BATCH * ctx.world_size} samples ({difference}): {why}", hint=1)
+                           f"{BATCH * ctx.world_size} samples ({difference}): {why}", hint="sync_batchnorm")
 
 
 @check("trains_with_unused_branch")
@@ -143,7 +145,7 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
             difference = first_difference(facts["steps"][step - 1], parameters)
             if difference and difference.name not in facts["steps"][0]:
                 raise ctx.fail(f"the prepared model has no {difference.name}"
-                               f"{_wrapped_inside(facts['steps'][0], difference.name)}", hint=2)
+                               f"{_wrapped_inside(facts['steps'][0], difference.name)}", hint="return_ddp")
             if difference:
                 frozen = ""
                 if all(np.array_equal(after[difference.name], facts["steps"][0][difference.name])
@@ -152,4 +154,4 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
                               "did: it gets no update (its requires_grad switched off?)")
                 raise ctx.fail(f"step {step} (aux head {'used' if step % 2 else 'unused'}) on rank {rank} differs "
                                f"from one process training on the union of the ranks' batches: {difference}{frozen}",
-                               hint=3)
+                               hint="find_unused_parameters")

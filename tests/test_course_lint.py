@@ -1,0 +1,184 @@
+"""`grader lint-course`: each authoring mistake is named with its file and line, and the shipped course has none.
+
+Each test breaks one name in a private copy of the course (its grader package included, since the
+lint reads the copy's checks) and expects the problem at the line where the broken name is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from grader.catalog import CatalogError, load_catalog
+from grader.checks import runner
+from grader.checks.api import CheckContext
+from grader.cli import main
+from grader.course_lint import lint
+from instructor import support
+
+CATALOG = "exercises/catalog.toml"
+EX01_CHECKS = "grader/checks/ex01_process_group/checks.py"
+
+
+@pytest.fixture
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = support.course_copy(tmp_path / "course")
+    monkeypatch.setenv("GRADER_COURSE", str(root))
+    return root
+
+
+def _edit(path: Path, old: str, new: str) -> int:
+    """Replace the first `old` in the file; returns the 1-based line where it was."""
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    line = text[:text.index(old)].count("\n") + 1
+    path.write_text(text.replace(old, new, 1))
+    return line
+
+
+def _lint(root: Path) -> list[str]:
+    problems, summary = lint(root)
+    assert problems, f"no problem found: {summary}"
+    return problems
+
+
+def test_the_shipped_course_passes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert lint(REPO)[0] == []
+    monkeypatch.setenv("GRADER_COURSE", str(REPO))
+    assert main(["lint-course"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("course OK: 11 exercises") and out.count("\n") == 1
+
+
+def test_a_misspelt_check_name_in_the_catalog(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _edit(course / CATALOG, 'name = "joins_group"', 'name = "joins_grup"')
+    registered = (course / EX01_CHECKS).read_text().split("\n").index('@check("joins_group")') + 1
+    problems = _lint(course)
+    assert f"{CATALOG}:{line}: check 'joins_grup' of ex01_process_group is registered by no @check" in problems[1]
+    assert problems[0].startswith(f"{EX01_CHECKS}:{registered}: check 'joins_group' is not a check of "
+                                  "ex01_process_group in the catalog (its checks: joins_grup, ")
+    assert main(["lint-course"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == problems and "2 problem(s)" in captured.err and "Traceback" not in captured.err
+
+
+def test_a_misspelt_hint_name_in_a_checks_module(course: Path) -> None:
+    line = _edit(course / EX01_CHECKS, 'hint="local_rank_gpu"', 'hint="local_rank_gpo"')
+    assert _lint(course) == [f"{EX01_CHECKS}:{line}: hint 'local_rank_gpo' is not a hint of ex01_process_group "
+                             "(its hints: launcher_sets_address, backend_choice, local_rank_gpu, destroy_group)"]
+
+
+def test_a_misspelt_hint_name_in_a_hint_table(course: Path) -> None:
+    checks = "grader/checks/ex03_train_ddp/checks.py"
+    line = _edit(course / checks, '"divided_by_world_size"), "mean_loss")', '"divided_by_world_size"), "mean_los")')
+    (problem,) = _lint(course)
+    assert problem.startswith(f"{checks}:{line}: hint 'mean_los' is not a hint of ex03_train_ddp (its hints: ")
+
+
+def test_a_hint_by_number(course: Path) -> None:
+    line = _edit(course / EX01_CHECKS, 'hint="local_rank_gpu"', "hint=3")
+    (problem,) = _lint(course)
+    assert problem.startswith(f"{EX01_CHECKS}:{line}: a hint is named by a string, not 3")
+
+
+def test_a_misspelt_worker(course: Path) -> None:
+    line = _edit(course / EX01_CHECKS, 'ctx.run("join_and_leave"', 'ctx.run("join_and_leav"')
+    assert _lint(course) == [f"{EX01_CHECKS}:{line}: worker 'join_and_leav' is not a function of "
+                             "grader/checks/ex01_process_group/workers.py "
+                             "(grader.checks.ex01_process_group.workers:join_and_leav)"]
+
+
+def test_a_stub_missing_a_function(course: Path) -> None:
+    _edit(course / "exercises/ex01_process_group.py", "def cleanup_ddp(", "def cleanup(")
+    functions = (course / CATALOG).read_text().split("\n").index(
+        'functions = ["setup_ddp(rank, world_size, backend=None)", "cleanup_ddp()"]') + 1
+    assert _lint(course) == ["exercises/ex01_process_group.py: ex01_process_group.py defines no function cleanup_ddp() "
+                             "(keep the stub's name and parameters) "
+                             f"({CATALOG}:{functions} lists setup_ddp(rank, world_size, backend=None), cleanup_ddp())"]
+
+
+def test_a_solution_with_other_parameters(course: Path) -> None:
+    line = _edit(course / "solutions/ex01_process_group.py", "def cleanup_ddp()", "def cleanup_ddp(rank)")
+    (problem,) = _lint(course)
+    assert problem.startswith(f"solutions/ex01_process_group.py:{line}: cleanup_ddp in ex01_process_group.py takes "
+                              "(rank) but the grader calls it as cleanup_ddp()")
+
+
+def test_a_hidden_check_in_the_shipped_module(course: Path) -> None:
+    hidden = course / "grader/checks/ex02_data_sharding/hidden.py"
+    name = next(spec.name for spec in load_catalog(course).get("ex02").checks if spec.visibility == "hidden")
+    checks = course / "grader/checks/ex02_data_sharding/checks.py"
+    checks.write_text(checks.read_text() + f'\n\n@check("{name}")\ndef leaked(ctx):\n    pass\n')
+    hidden.write_text(hidden.read_text().replace(f'@check("{name}")', '@check("moved")'))
+    problems = _lint(course)
+    assert any(p.startswith("grader/checks/ex02_data_sharding/checks.py:") and f"hidden check {name!r} is in "
+               "checks.py" in p for p in problems), problems
+
+
+def test_a_public_check_in_the_hidden_module(course: Path) -> None:
+    checks = course / "grader/checks/ex02_data_sharding/checks.py"
+    hidden = course / "grader/checks/ex02_data_sharding/hidden.py"
+    _edit(checks, '@check("shards_cover_dataset")', '@check("renamed")')
+    hidden.write_text(hidden.read_text() + '\n\n@check("shards_cover_dataset")\ndef moved(ctx):\n    pass\n')
+    line = hidden.read_text().split("\n").index('@check("shards_cover_dataset")') + 1
+    assert f"grader/checks/ex02_data_sharding/hidden.py:{line}: public check 'shards_cover_dataset' is in hidden.py, " \
+        "which the student copy leaves out: move it to checks.py beside it" in _lint(course)
+
+
+def test_a_checks_module_that_does_not_parse(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (course / EX01_CHECKS).write_text("def broken(:\n")
+    assert _lint(course) == [f"{EX01_CHECKS}:1: syntax error: invalid syntax"]
+    assert main(["lint-course"]) == 1 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_missing_workers_module(course: Path) -> None:
+    (course / "grader/checks/ex01_process_group/workers.py").unlink()
+    line = (course / CATALOG).read_text().split("\n").index('checks = "grader.checks.ex01_process_group"') + 1
+    assert _lint(course) == [f"{CATALOG}:{line}: ex01_process_group's checks package grader.checks.ex01_process_group "
+                             "has no workers.py (grader/checks/ex01_process_group/workers.py)"]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("format = 1  #", "#", f"{CATALOG}:1: no `format = 1` line at the top"),
+    ("format = 1  #", "format = 2  #", f"{CATALOG}:11: format 2 is unknown to this grader, which reads format 1"),
+])
+def test_a_catalog_without_a_known_format(course: Path, old: str, new: str, expected: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _edit(course / CATALOG, old, new)
+    (problem,) = _lint(course)
+    assert problem.startswith(expected)
+    with pytest.raises(CatalogError, match="format"):
+        load_catalog(course)
+    assert main(["lint-course"]) == 1 and "Traceback" not in capsys.readouterr().err
+
+
+def test_hints_are_named_uniquely(course: Path) -> None:
+    _edit(course / CATALOG, '{ name = "backend_choice"', '{ name = "launcher_sets_address"')
+    with pytest.raises(CatalogError, match="hint name 'launcher_sets_address' is used twice"):
+        load_catalog(course)
+    _edit(course / CATALOG, '{ name = "launcher_sets_address"', '{ nom = "x"')
+    with pytest.raises(CatalogError, match="unknown field"):
+        load_catalog(course)
+
+
+def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lint is where authors learn of a misspelt hint: a student still sees the failure, never an error."""
+    catalog = load_catalog(REPO)
+    exercise = catalog.get("ex01")
+
+    def misspelt(ctx: CheckContext) -> None:
+        raise ctx.fail("the group was not formed", hint="no_such_hint")
+
+    def named(ctx: CheckContext) -> None:
+        raise ctx.fail("the group was not formed", hint="local_rank_gpu")
+
+    monkeypatch.setattr(runner, "load_checks", lambda _: {"joins_group": misspelt, "cleans_up": named})
+    options = runner.GradeOptions(world_sizes=(2,), only=frozenset({"joins_group", "cleans_up"}))
+    no_engine = None  # the checks above start no rank
+    results = runner.grade_exercise(no_engine, exercise, catalog.solution_path(exercise), options)  # type: ignore
+    assert [(r.check, r.status, r.message, r.hint) for r in results] == [
+        ("joins_group", "failed", "the group was not formed", None),
+        ("cleans_up", "failed", "the group was not formed", 3),
+    ]
