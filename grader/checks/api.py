@@ -16,10 +16,9 @@ from typing import Any, Literal
 
 from grader.catalog import Exercise
 from grader.checks.diagnose import failure_verdict
-from grader.engine import Job, Runner, RunResult
+from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 
 Status = Literal["passed", "failed", "error", "skipped"]
-DEFAULT_DEADLINE_S = 30.0  # seconds a check's run may take before its ranks are stopped, unless told otherwise
 
 
 @dataclass

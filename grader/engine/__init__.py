@@ -5,8 +5,8 @@ Shared by every launcher and caller: `contract` (Job, RunResult, the `Runner` pr
 Between them: `zygote` (the warm template that forks ranks) and `wire` (the safe report format).
 """
 
-from grader.engine.contract import EngineError, Job, RankOutcome, RankSpec, Runner, RunResult
+from grader.engine.contract import DEFAULT_DEADLINE_S, EngineError, Job, RankOutcome, RankSpec, Runner, RunResult
 from grader.engine.opening import open_engine
 from grader.engine.supervisor import Engine
 
-__all__ = ["Engine", "EngineError", "Job", "RankOutcome", "RankSpec", "RunResult", "Runner", "open_engine"]
+__all__ = ["DEFAULT_DEADLINE_S", "Engine", "EngineError", "Job", "RankOutcome", "RankSpec", "RunResult", "Runner", "open_engine"]

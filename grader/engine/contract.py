@@ -16,6 +16,8 @@ from typing import Any, NotRequired, Protocol, TypedDict
 OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024  # bytes of a rank's output kept from its start and from its end
 
 
+DEFAULT_DEADLINE_S = 30.0  # seconds a run may take before its ranks are stopped, unless told otherwise
+
 class EngineError(RuntimeError):
     """The engine itself failed (not the code under test)."""
 
@@ -66,7 +68,7 @@ class Job:
     kwargs: dict[str, Any] = field(default_factory=dict)
     student_file: Path | None = None
     backend: str = "gloo"
-    deadline: float = 30.0
+    deadline: float = DEFAULT_DEADLINE_S
     env: dict[str, str] = field(default_factory=dict)
     # TORCH_DISTRIBUTED_DEBUG=DETAIL: mismatched collectives fail at once instead of hanging.
     # Off for DDP: in torch 2.13 DDP over the DETAIL wrapper process group segfaults.
