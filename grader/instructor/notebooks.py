@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 from grader.catalog import Catalog, Exercise
-from grader.checks.runner import CheckResult
+from grader.checks.verdict import CheckResult
 
 TAG = "exercise"
 METADATA_KEY = "grader"

@@ -87,7 +87,8 @@ def test_what_the_grader_says_points_at_the_cell_and_its_line(tmp_path: Path) ->
     path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("x = 1", False), ("import torch\n\nbad(", True))
     extracted = notebooks.extract(path, CATALOG, tmp_path)
     problem = student_files.problems(tmp_path / extracted.exercise.file, extracted.exercise)
-    result = CheckResult("ex02_data_sharding", "c", 2, "error", problem or "", 0.0, 0.0, 1.0, "public",
+    result = CheckResult("error", problem or "", exercise="ex02_data_sharding", check="c", world_size=2, seconds=0.0,
+                         points=0.0, max_points=1.0, visibility="public",
                          details=f'  File "{tmp_path}/ex02_data_sharding.py", line 4, in f')
     located = extracted.source_map.apply(result)
     assert "syntax error in cell 3, line 3" in located.message, located.message
@@ -99,7 +100,8 @@ def test_a_name_defined_in_an_untagged_cell_says_to_tag_it(tmp_path: Path) -> No
                      ("def make_loader():\n    return helper()", True))
     source_map = notebooks.extract(path, CATALOG, tmp_path).source_map
     message = "every rank raised NameError: name 'helper' is not defined\n  at ex02_data_sharding.py:3 in make_loader()"
-    located = source_map.apply(CheckResult("ex02_data_sharding", "c", 2, "failed", message, 0.0, 0.0, 1.0, "public"))
+    located = source_map.apply(CheckResult("failed", message, exercise="ex02_data_sharding", check="c", world_size=2,
+                                           seconds=0.0, points=0.0, max_points=1.0, visibility="public"))
     assert "at cell 3, line 2 in make_loader()" in located.message
     assert "`helper` is defined in cell 2, which is not tagged `exercise`" in located.message
     assert "Tag that cell" in located.message
