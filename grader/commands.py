@@ -15,8 +15,8 @@ from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOp
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
-from grader.instructor import notebooks
-from grader.instructor.notebooks import SourceMap
+from grader import notebook_source
+from grader.notebook_source import SourceMap
 from grader.paths import course_root
 from grader.progress import Progress
 from grader.report.json_report import write_results
@@ -148,7 +148,7 @@ def _check_notebooks(args: argparse.Namespace) -> int:
         raise UsageError("check notebooks on their own, without exercise names")
     catalog = load_catalog(course_root())
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
-        extracted = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
+        extracted = [notebook_source.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
         maps = {e.exercise.id: e.source_map for e in extracted}
         return _check(args, catalog, Path(folder), [e.exercise for e in extracted], maps)
 
@@ -296,4 +296,4 @@ def _mtime(path: Path) -> float:
         return -1.0
 
 
-ERRORS = (UsageError, CatalogError, notebooks.NotebookError)
+ERRORS = (UsageError, CatalogError, notebook_source.NotebookError)

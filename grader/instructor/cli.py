@@ -18,7 +18,7 @@ from grader.instructor import (
     gradescope,
     gradescope_bundle,
     manifest,
-    notebooks,
+    notebook_build,
     shard,
     slurm,
 )
@@ -27,6 +27,7 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
+from grader.notebook_source import NotebookError
 from grader.paths import course_root
 from grader.report.inert import file_name, one_line
 from grader.engine.platforms import LAUNCHERS
@@ -407,9 +408,9 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_notebook_build(args: argparse.Namespace) -> int:
     catalog = load_catalog(course_root())
-    written = notebooks.build_all(catalog, args.out)
+    written = notebook_build.build_all(catalog, args.out)
     print(f"{len(written)} notebook(s) written to {args.out}")
     return 0
 
 
-ERRORS = (InstructorError, notebooks.NotebookError)
+ERRORS = (InstructorError, NotebookError)

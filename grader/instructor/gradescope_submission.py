@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from grader.catalog import Catalog, CatalogError, load_catalog
-from grader.instructor.notebooks import notebook_name
+from grader.notebook_source import notebook_name
 from grader.paths import CourseNotFound, course_root
 from grader.report.inert import one_line
 

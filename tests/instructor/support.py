@@ -14,8 +14,9 @@ from pathlib import Path
 
 import nbformat
 
+from grader import notebook_source
 from grader.catalog import Catalog
-from grader.instructor import notebooks, sample_submissions
+from grader.instructor import notebook_build, sample_submissions
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -57,8 +58,8 @@ def syntax_error(folder: Path) -> Path:
 def notebook(path: Path, catalog: Catalog, exercise_id: str = "ex02_data_sharding") -> Path:
     """A notebook built by `grader notebook build`, with the solution typed into its exercise cell."""
     exercise = catalog.get(exercise_id)
-    book = notebooks.build_notebook(exercise, REPO / "exercises" / exercise.file)
-    (cell,) = [c for c in book.cells if notebooks.TAG in c.metadata.get("tags", [])]
+    book = notebook_build.build_notebook(exercise, REPO / "exercises" / exercise.file)
+    (cell,) = [c for c in book.cells if notebook_source.TAG in c.metadata.get("tags", [])]
     cell.source = (SOLUTIONS / exercise.file).read_text() + "\n%time\n"  # a magic line must not break it
     nbformat.write(book, path)
     return path
