@@ -25,9 +25,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from grader import student_files
+from grader import notebook_source, student_files
 from grader.catalog import Catalog, Exercise
-from grader import notebook_source
+from grader.grading import ExerciseFiles
 
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # a submission's files, unpacked or copied, and a zip as handed in
 MAX_MEMBERS = 10_000  # entries of a zip, or files and folders of a submission folder
@@ -44,14 +44,21 @@ class SubmissionError(Exception):
     """The submission cannot be opened at all; it is graded zero with this message."""
 
 
-@dataclass
-class Submission:
+@dataclass(kw_only=True)
+class Submission(ExerciseFiles):
+    """Its exercise files, ready to grade (`folder`), and what was handed in."""
+
     name: str
     source: Path
-    folder: Path  # the exercise files, ready to grade
-    problems: dict[str, str] = field(default_factory=dict)  # exercise id -> why its file is unusable
     notes: list[str] = field(default_factory=list)  # which file was graded where there was a choice
-    source_maps: dict[str, notebook_source.SourceMap] = field(default_factory=dict)  # exercise id -> its cells
+
+    def problem(self, exercise: Exercise) -> str | None:
+        """A submission must hold each exercise's file: one it lacks is said missing, not left to its checks."""
+        if exercise.id in self.problems:
+            return self.problems[exercise.id]
+        if not (self.folder / exercise.file).is_file():
+            return f"file missing: {exercise.file} is not in the submission"
+        return None
 
 
 def name_of(path: Path) -> str:
@@ -274,7 +281,7 @@ def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
     """Turn one handed-in path into a folder of exercise files under `workdir` (which must be empty)."""
     folder = workdir / "files"
     folder.mkdir(parents=True)
-    submission = Submission(name_of(path), path, folder)
+    submission = Submission(folder, name=name_of(path), source=path)
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError as exc:
