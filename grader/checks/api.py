@@ -19,6 +19,7 @@ from grader.checks.diagnose import failure_verdict
 from grader.checks.verdict import Verdict
 from grader.engine import Job, Runner, RunResult
 
+
 class CheckFailed(Exception):
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(verdict.message)

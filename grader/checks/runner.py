@@ -24,7 +24,6 @@ from grader.checks.leftovers import stray_message
 from grader.checks.verdict import CheckResult, Status, Verdict
 from grader.engine import EngineError, Runner
 
-
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
 ENGINE_FAILURE = "the grader could not run the ranks"  # opens the message of a result whose engine broke
