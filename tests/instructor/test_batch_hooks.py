@@ -76,11 +76,3 @@ def test_hooks_that_raise_cost_no_grade(tmp_path: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert "announcing a submission failed: UnicodeEncodeError" in err
     assert "reporting b_unwritable failed: ValueError: a row that cannot be drawn" in err
-
-
-def test_options_are_refused_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A refused `grader grade` leaves no results folder (no manifest) behind to be taken for a run."""
-    out = tmp_path / "out"
-    code = main(["grade", str(support.solutions(tmp_path / "a")), "--out", str(out), "--launcher", "portable"])
-    assert code == 2 and "--launcher portable grades without a sandbox only" in capsys.readouterr().err
-    assert not out.exists()
