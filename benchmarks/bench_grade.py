@@ -20,15 +20,16 @@ from pathlib import Path
 
 from grader.catalog import Catalog, load_catalog
 from grader.checks.runner import ALL_CHECKS
+from grader.instructor import sample_submissions as sample
 from grader.instructor.batch import BatchOptions, grade_batch
 from grader.sandbox import SandboxError, open_sandbox
-from tests.instructor import support
 
+REPO = Path(__file__).resolve().parents[1]
 KINDS = (
-    lambda folder: support.solutions(folder),
-    lambda folder: support.with_mistake(folder, "ex03_train_ddp.py", "loss_summed"),
-    lambda folder: support.with_mistake(folder, "ex02_data_sharding.py", "forgot_set_epoch"),
-    lambda folder: support.stubs(folder),
+    lambda folder: sample.solutions(REPO, folder),
+    lambda folder: sample.with_mistake(REPO, folder, "ex03_train_ddp.py", "loss_summed"),
+    lambda folder: sample.with_mistake(REPO, folder, "ex02_data_sharding.py", "forgot_set_epoch"),
+    lambda folder: sample.stubs(REPO, folder),
 )
 
 
@@ -62,7 +63,7 @@ def main() -> int:
     parser.add_argument("--exercises", type=int, metavar="N", help="grade exercises 1..N only (default: all)")
     parser.add_argument("--rounds", type=int, default=1, help="batches of each kind, alternating")
     args = parser.parse_args()
-    catalog = load_catalog(support.REPO)
+    catalog = load_catalog(REPO)
     if args.exercises:
         catalog = dataclasses.replace(catalog, exercises=catalog.exercises[: args.exercises])
     with tempfile.TemporaryDirectory() as tmp:

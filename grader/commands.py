@@ -9,14 +9,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from grader import pristine
+from grader import notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
 from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
-from grader.instructor import notebooks
-from grader.instructor.notebooks import SourceMap
+from grader.grading import ExerciseFiles
 from grader.progress import Progress
 from grader.report.json_report import write_results
 from grader.report.terminal import Terminal
@@ -117,19 +116,13 @@ def _select(catalog: Catalog, args: argparse.Namespace, progress: Progress) -> l
     return _to_check(catalog, progress)
 
 
-def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise], folder: Path,
-           source_maps: dict[str, SourceMap] | None = None) -> list[CheckResult]:
-    """Grade each exercise and print its results, grouped; a notebook's are pointed at its cells."""
+def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise],
+           files: ExerciseFiles) -> list[CheckResult]:
+    """Grade each exercise and print its results as they come, grouped under its heading."""
     results: list[CheckResult] = []
     for exercise in exercises:
         terminal.heading(f"{exercise.id}: {exercise.title}")
-        locate = (source_maps or {}).get(exercise.id)
-
-        def shown(result: CheckResult) -> None:
-            results.append(locate.apply(result) if locate else result)
-            terminal.result(results[-1])
-
-        session.grade(exercise, folder / exercise.file, shown)
+        results += session.grade(files, [exercise], terminal.result)
         terminal.finish_exercise()
     return results
 
@@ -138,7 +131,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if any(key.endswith(".ipynb") for key in args.exercises):
         return _check_notebooks(args)
     catalog = _catalog()
-    return _check(args, catalog, _exercise_dir(catalog, args), _select(catalog, args, Progress(catalog.root)))
+    return _check(args, catalog, ExerciseFiles(_exercise_dir(catalog, args)),
+                  _select(catalog, args, Progress(catalog.root)))
 
 
 def _check_notebooks(args: argparse.Namespace) -> int:
@@ -147,13 +141,12 @@ def _check_notebooks(args: argparse.Namespace) -> int:
         raise UsageError("check notebooks on their own, without exercise names")
     catalog = course_catalog()
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
-        extracted = [notebooks.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
-        maps = {e.exercise.id: e.source_map for e in extracted}
-        return _check(args, catalog, Path(folder), [e.exercise for e in extracted], maps)
+        extracted = [notebook_source.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
+        files = ExerciseFiles(Path(folder), source_maps={e.exercise.id: e.source_map for e in extracted})
+        return _check(args, catalog, files, [e.exercise for e in extracted])
 
 
-def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: list[Exercise],
-           source_maps: dict[str, SourceMap] | None = None) -> int:
+def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exercises: list[Exercise]) -> int:
     started = time.perf_counter()
     progress = Progress(catalog.root)
     terminal = Terminal(verbose=args.verbose)
@@ -164,10 +157,11 @@ def _check(args: argparse.Namespace, catalog: Catalog, folder: Path, exercises: 
         raise UsageError("--nnodes is for --launcher torchrun")
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
-        results = _grade(session, terminal, exercises, folder, source_maps)
-    if folder == catalog.stubs_dir:
+        results = _grade(session, terminal, exercises, files)
+    if files.folder == catalog.stubs_dir:
         for exercise in exercises:
-            progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
+            progress.record(exercise, files.folder / exercise.file,
+                            [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
     if args.json:
         write_results(Path(args.json), results)
@@ -254,7 +248,7 @@ class Watcher:
     def check(self, exercises: Sequence[Exercise], why: str) -> None:
         self.terminal.separator(why)
         for exercise in exercises:
-            results = _grade(self.session, self.terminal, [exercise], self._path(exercise).parent)
+            results = _grade(self.session, self.terminal, [exercise], ExerciseFiles(self._path(exercise).parent))
             self.progress.record(exercise, self._path(exercise), results)
             self.terminal.summary(results, sum(r.seconds for r in results), hidden_included=False)
 
@@ -295,4 +289,4 @@ def _mtime(path: Path) -> float:
         return -1.0
 
 
-ERRORS = (UsageError, CatalogError, notebooks.NotebookError)
+ERRORS = (UsageError, CatalogError, notebook_source.NotebookError)

@@ -29,8 +29,8 @@ from typing import Any
 
 import nbformat
 
+from grader import notebook_source
 from grader.catalog import CatalogError, Exercise, course_catalog
-from grader.instructor import notebooks
 from grader.paths import CourseNotFound
 
 SAVE_ADVICE = "save the notebook (Ctrl-S) before you hand it in: the saved file is what gets graded"
@@ -66,8 +66,8 @@ def _candidates(exercise: Exercise, folder: Path) -> list[Path]:
     found = []
     for path in sorted(folder.glob("*.ipynb")):
         try:
-            recorded = notebooks.recorded_exercise(notebooks.read(path))
-        except notebooks.NotebookError:
+            recorded = notebook_source.recorded_exercise(notebook_source.read(path))
+        except notebook_source.NotebookError:
             continue
         if recorded == exercise.id or (recorded is None and path.stem.startswith(stem)):
             found.append(path)
@@ -75,7 +75,7 @@ def _candidates(exercise: Exercise, folder: Path) -> list[Path]:
 
 
 def _tagged(book: nbformat.NotebookNode) -> list[tuple[int, str]]:
-    return [(i, c.source) for i, c in enumerate(book.cells) if notebooks.is_exercise_cell(c)]
+    return [(i, c.source) for i, c in enumerate(book.cells) if notebook_source.is_exercise_cell(c)]
 
 
 def saved_notebook(exercise: Exercise, history: Sequence[tuple[int, str]], session: str | None,
@@ -90,7 +90,7 @@ def saved_notebook(exercise: Exercise, history: Sequence[tuple[int, str]], sessi
     ran = [source for _, source in history]
 
     def score(path: Path) -> tuple[int, float]:
-        book = notebooks.read(path)
+        book = notebook_source.read(path)
         return sum(any(_same(s, r) for r in ran) for _, s in _tagged(book)), path.stat().st_mtime
 
     candidates = _candidates(exercise, folder)
@@ -132,13 +132,13 @@ def _differences(defining: dict[str, int], sources: dict[int, str], saved: nbfor
     if len(saved_code) == len(ran_code) and all(map(_same, saved_code, ran_code)):
         return []
     untagged = [(i, c.source) for i, c in enumerate(saved.cells)
-                if c.get("cell_type") == "code" and not notebooks.is_exercise_cell(c)]
+                if c.get("cell_type") == "code" and not notebook_source.is_exercise_cell(c)]
     said = []
     for name, index in sorted(defining.items()):
         cell = next((i for i, s in untagged if _same(s, sources[index])), None)
         if cell is not None:
             said.append(f"{name}() comes from {_label(index)}, cell {cell + 1} of {saved_name}, which is not "
-                        f"tagged `{notebooks.TAG}`: the saved notebook is graded without it. Tag that cell, or "
+                        f"tagged `{notebook_source.TAG}`: the saved notebook is graded without it. Tag that cell, or "
                         "move the function into the exercise cell")
     if not said:
         said.append(f"the exercise cells of the saved {saved_name} differ from what this kernel ran (edited "
@@ -156,14 +156,15 @@ def _history(shell: Any) -> list[tuple[int, str]]:
 def _write(exercise: Exercise, graded: Graded, folder: Path) -> Path:
     """The cells to grade as a notebook of their own, labelled as the student knows them."""
     book = nbformat.v4.new_notebook()
-    book.metadata[notebooks.METADATA_KEY] = {"exercise": exercise.id}
+    book.metadata[notebook_source.METADATA_KEY] = {"exercise": exercise.id}
 
     def cell(label: str, source: str, tags: list[str]) -> nbformat.NotebookNode:
-        return nbformat.v4.new_code_cell(source, metadata={"tags": tags, notebooks.METADATA_KEY: {"label": label}})
+        metadata = {"tags": tags, notebook_source.METADATA_KEY: {"label": label}}
+        return nbformat.v4.new_code_cell(source, metadata=metadata)
 
     book.cells = [cell(label, source, []) for label, source in graded.context]
-    book.cells += [cell(label, source, [notebooks.TAG]) for label, source in graded.cells]
-    path = folder / notebooks.notebook_name(exercise)
+    book.cells += [cell(label, source, [notebook_source.TAG]) for label, source in graded.cells]
+    path = folder / notebook_source.notebook_name(exercise)
     nbformat.write(book, path)
     return path
 
@@ -195,7 +196,7 @@ def check(exercise: str, world_size: int | None = None, verbose: bool = False,
     options = [*(["--world-size", str(world_size)] if world_size else []), *(["-v"] if verbose else [])]
     try:
         _check(exercise, options, Path(notebook) if notebook else None)
-    except (KernelCheckError, CatalogError, CourseNotFound, notebooks.NotebookError) as exc:
+    except (KernelCheckError, CatalogError, CourseNotFound, notebook_source.NotebookError) as exc:
         print(f"grader: {exc}")
 
 
@@ -206,8 +207,8 @@ def _check(key: str, options: Sequence[str], explicit: Path | None) -> None:
     history = _history(shell) if shell is not None else []
     session = os.environ.get("JPY_SESSION_NAME") or (shell.user_ns.get("__session__") if shell else None)
     path = explicit or saved_notebook(exercise, history, session, Path.cwd())
-    saved = notebooks.read(path) if path is not None else None
-    if saved is not None and notebooks.exercise_of(saved, path, catalog).id != exercise.id:
+    saved = notebook_source.read(path) if path is not None else None
+    if saved is not None and notebook_source.exercise_of(saved, path, catalog).id != exercise.id:
         saved, path = None, None  # the notebook Jupyter names holds another exercise
     graded = kernel_cells(exercise, history, saved, path.name if path else "")
     if graded is None:
@@ -242,7 +243,7 @@ def grader_magic(line: str) -> None:
     for key in keys:
         try:
             _check(key, options, None)
-        except (KernelCheckError, CatalogError, CourseNotFound, notebooks.NotebookError) as exc:
+        except (KernelCheckError, CatalogError, CourseNotFound, notebook_source.NotebookError) as exc:
             print(f"grader: {exc}")
 
 

@@ -2,42 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from grader.catalog import Catalog, Exercise
-from grader.checks.runner import CheckResult, GradeOptions, grade_exercise, not_run
-from grader.engine import Engine, Job, Runner, open_engine
+from grader.checks.runner import GradeOptions
+from grader.checks.verdict import CheckResult
+from grader.engine import Engine, open_engine
 from grader.engine.platforms import LAUNCHERS
 from grader.engine.torchrun_launch import TorchrunEngine
-
-
-class BackendProbe:
-    """Why the requested backend cannot run here (NCCL without enough GPUs), asked of a rank once.
-
-    Shared by `grader check` and `grader grade` (whose threads may ask at the same time).
-    """
-
-    def __init__(self, backend: str, nodes: int = 1) -> None:
-        self.backend = backend
-        self.nodes = nodes  # the ranks are spread over this many nodes alike (torchrun cluster)
-        self._lock = threading.Lock()
-        self._facts: dict | None = None
-
-    def problem(self, engine: Runner, world_sizes: Sequence[int]) -> str | None:
-        if self.backend != "nccl":
-            return None
-        with self._lock:
-            if self._facts is None:
-                self._facts = engine.run(Job("grader.engine.probe:accelerators", 1)).ranks[0].facts
-        if not self._facts.get("nccl"):
-            return "this torch build has no NCCL"
-        gpus, needed = int(self._facts.get("gpus", 0)), -(-max(world_sizes) // self.nodes)
-        if gpus < needed:
-            per_node = " per node" if self.nodes > 1 else ""
-            return f"nccl needs one GPU per rank: {needed} wanted{per_node}, {gpus} visible"
-        return None
+from grader.grading import BackendProbe, ExerciseFiles, grade_files
 
 
 class GradingSession:
@@ -64,16 +37,8 @@ class GradingSession:
 
     def grade(
         self,
-        exercise: Exercise,
-        path: Path,
+        files: ExerciseFiles,
+        exercises: Sequence[Exercise],
         on_result: Callable[[CheckResult], None] | None = None,
     ) -> list[CheckResult]:
-        sizes = self.options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
-        problem = self._probe.problem(self.engine, sizes)
-        if problem is not None:
-            results = not_run(exercise, self.options, "skipped", problem)
-            for result in results:
-                if on_result:
-                    on_result(result)
-            return results
-        return grade_exercise(self.engine, exercise, path, self.options, on_result)
+        return grade_files(files, exercises, self.engine, self._probe, self.options, on_result)

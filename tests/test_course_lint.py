@@ -178,7 +178,7 @@ def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch
     options = runner.GradeOptions(world_sizes=(2,), only=frozenset({"joins_group", "cleans_up"}))
     no_engine = None  # the checks above start no rank
     results = runner.grade_exercise(no_engine, exercise, catalog.solution_path(exercise), options)  # type: ignore
-    assert [(r.check, r.status, r.message, r.hint) for r in results] == [
+    assert [(r.check, r.status, r.message, r.hint_number) for r in results] == [
         ("joins_group", "failed", "the group was not formed", None),
         ("cleans_up", "failed", "the group was not formed", 3),
     ]

@@ -17,8 +17,9 @@ import nbformat
 import pytest
 
 from conftest import REPO
+from grader import notebook_source
 from grader.catalog import load_catalog
-from grader.instructor import notebooks
+from grader.instructor import notebook_build
 
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -26,8 +27,8 @@ pytest.importorskip("ipykernel")
 CATALOG = load_catalog(REPO)
 EX02 = CATALOG.get("ex02_data_sharding")
 SOLUTION = (REPO / "solutions" / EX02.file).read_text()
-STUB = notebooks.build_notebook(EX02, REPO / "exercises" / EX02.file)
-STUB_CODE = next(c.source for c in STUB.cells if notebooks.is_exercise_cell(c))
+STUB = notebook_build.build_notebook(EX02, REPO / "exercises" / EX02.file)
+STUB_CODE = next(c.source for c in STUB.cells if notebook_source.is_exercise_cell(c))
 
 
 class Kernel:
@@ -73,7 +74,7 @@ def _save(path: Path, *cells: tuple[str, bool]) -> Path:
     book.cells = [STUB.cells[0]]
     book.cells += [nbformat.v4.new_code_cell(s, metadata={"tags": ["exercise"] if tagged else []})
                    for s, tagged in cells]
-    book.cells.append(nbformat.v4.new_code_cell(notebooks.check_cell_source(EX02)))
+    book.cells.append(nbformat.v4.new_code_cell(notebook_build.check_cell_source(EX02)))
     nbformat.write(book, path)
     return path
 
@@ -129,7 +130,7 @@ def test_errors_point_at_the_cell_a_helper_needs_its_tag_and_test_calls_are_name
 
 def test_a_kernel_that_never_ran_the_exercise_checks_the_saved_notebook_and_says_so(kernel, tmp_path):
     ex01 = CATALOG.get("ex01")
-    nbformat.write(notebooks.build_notebook(ex01, REPO / "exercises" / ex01.file), tmp_path / "mine.ipynb")
+    nbformat.write(notebook_build.build_notebook(ex01, REPO / "exercises" / ex01.file), tmp_path / "mine.ipynb")
     kernel.enter(tmp_path)
     out = kernel.run("%load_ext grader.notebook\n%grader check ex01 --world-size 2")
     assert "warning: this kernel has not run a cell that defines setup_ddp(): checking the saved mine.ipynb" in out

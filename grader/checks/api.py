@@ -1,4 +1,4 @@
-"""What a check author writes against: `@check`, `CheckContext`, `Verdict`.
+"""What a check author writes against: `@check`, `CheckContext`, `Verdict` (from grader/checks/verdict.py).
 
 A check is a function in the grader's own process. It starts ranks through the context, gets
 back raw facts, and decides. Ranks never decide anything. Failing is done by raising
@@ -12,23 +12,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from grader.catalog import Exercise
 from grader.checks.diagnose import failure_verdict
+from grader.checks.verdict import Verdict
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
-
-Status = Literal["passed", "failed", "error", "skipped"]
-
-
-@dataclass
-class Verdict:
-    status: Status
-    message: str
-    details: str = ""
-    hint: str | None = None  # the name of the exercise's hint that addresses the mistake (catalog.toml)
-    verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
-    engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
 
 
 class CheckFailed(Exception):
@@ -168,7 +157,7 @@ class CheckContext:
     def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]:
         verdict = failure_verdict(result, self.student_file, stage)
         if verdict is not None:
-            raise CheckFailed(Verdict(**verdict))
+            raise CheckFailed(verdict)
         self.notes += [
             f"rank {r.rank} died by signal {-r.status} after it had reported (ignored)"
             for r in result.ranks

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grader.checks.verdict import Verdict
 from grader.engine import RankOutcome, RunResult
 from grader.engine.rank_runtime import IMPORT_CALLS
 
@@ -180,8 +181,8 @@ def _outputs(outcomes: Sequence[RankOutcome]) -> list[str]:
     return [f"--- output of {rank_phrase(ranks, 0)} ---\n{text}" for text, ranks in by_text.items()]
 
 
-def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "") -> dict[str, Any] | None:
-    """None if every rank reported without error; else the fields of a failing Verdict.
+def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "") -> Verdict | None:
+    """None if every rank reported without error; else the verdict that fails the check.
 
     `details` holds the student's frames only; `verbose_details` (shown with -v) the full tracebacks.
     """
@@ -192,14 +193,13 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
     stub = next((e for e in errors if e.get("not_implemented")), None)
     if stub is not None:
         function = (stub.get("student_frames") or [{}])[-1].get("function", "a function")
-        return {"status": "failed", "message": f"not implemented yet: {function}() still raises NotImplementedError"}
+        return Verdict("failed", f"not implemented yet: {function}() still raises NotImplementedError")
     load = next((e for e in errors if e.get("student_load_error")), None)
     if load is not None:
         message = load.get("grader_message") or "your file could not be loaded"
         first = f"{load['type']}: {load['message']}" if load.get("grader_message") else load["message"]
         full = load.get("traceback", "")
-        return {"status": "error", "message": f"{message}: {first}".rstrip(": "),
-                "details": student_traceback(full), "verbose_details": full}
+        return Verdict("error", f"{message}: {first}".rstrip(": "), student_traceback(full), verbose_details=full)
     world_size = len(result.ranks)
     deadline = result.job.deadline
     # The root cause is a rank that failed by itself, not one stopped because of another.
@@ -210,12 +210,12 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
     sentences = [_with_subject(rank_phrase(r, world_size), p) for r, p, _ in others]
     outputs = _outputs(failing)
     prefix = f"{stage}: " if stage else ""
-    return {
-        "status": "failed",
-        "message": prefix + _with_subject(rank_phrase(ranks, world_size), predicate),
-        "details": "\n".join(filter(None, [student_traceback(first_details), *sentences, *outputs])),
-        "verbose_details": "\n".join(filter(None, [first_details.rstrip(), *sentences, *outputs])),
-    }
+    return Verdict(
+        "failed",
+        prefix + _with_subject(rank_phrase(ranks, world_size), predicate),
+        "\n".join(filter(None, [student_traceback(first_details), *sentences, *outputs])),
+        verbose_details="\n".join(filter(None, [first_details.rstrip(), *sentences, *outputs])),
+    )
 
 
 def import_calls(runs: Sequence[RunResult], student_file: Path, names: Sequence[str]) -> dict[str, int]:

@@ -13,52 +13,16 @@ import secrets
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
-from grader.checks.api import (
-    DEFAULT_DEADLINE_S,
-    CheckContext,
-    CheckFailed,
-    References,
-    RunCache,
-    Status,
-    Verdict,
-    checks_in,
-)
+from grader.checks.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.checks.diagnose import import_calls, test_call_message
 from grader.checks.leftovers import stray_message
+from grader.checks.verdict import CheckResult, Status, Verdict
 from grader.engine import EngineError, Runner
-
-
-@dataclass
-class CheckResult:
-    exercise: str
-    check: str
-    world_size: int
-    status: Status
-    message: str
-    seconds: float
-    points: float
-    max_points: float
-    visibility: str
-    details: str = ""
-    hint: int | None = None  # the number of the hint students ask for: `grader hint <exercise> <hint>`
-    notes: list[str] = field(default_factory=list)
-    verbose_details: str = ""  # details with the grader's own frames, for -v
-    engine_failed: bool = False  # why it is an error: the engine broke (kept out of the result's record)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    def to_json(self) -> dict:
-        record = asdict(self)
-        del record["engine_failed"]
-        return record
-
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
@@ -157,21 +121,18 @@ def _grade_checks(
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
                 _name_test_calls(verdict, warnings, context)
+            share = spec.points / len(sizes)
             result = CheckResult(
+                **asdict(verdict),
                 exercise=exercise.id,
                 check=spec.name,
                 world_size=world_size,
-                status=verdict.status,
-                message=verdict.message,
                 seconds=time.perf_counter() - started,
-                points=spec.points / len(sizes) if verdict.status == "passed" else 0.0,
-                max_points=spec.points / len(sizes),
+                points=share if verdict.status == "passed" else 0.0,
+                max_points=share,
                 visibility=spec.visibility,
-                details=verdict.details,
-                verbose_details=verdict.verbose_details,
-                hint=exercise.hint_number(verdict.hint) if verdict.hint else None,
+                hint_number=exercise.hint_number(verdict.hint) if verdict.hint else None,
                 notes=warnings,
-                engine_failed=verdict.engine_failed,
             )
             results.append(result)
             if on_result:
@@ -195,8 +156,8 @@ def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContex
 def not_run(exercise: Exercise, options: GradeOptions, status: Status, message: str) -> list[CheckResult]:
     """A result for every selected check and world size that could not run, with zero points."""
     return [
-        CheckResult(exercise.id, spec.name, w, status, message, 0.0, 0.0,
-                    spec.points / len(options.world_sizes or spec.world_sizes), spec.visibility)
+        CheckResult(status, message, exercise=exercise.id, check=spec.name, world_size=w, seconds=0.0, points=0.0,
+                    max_points=spec.points / len(options.world_sizes or spec.world_sizes), visibility=spec.visibility)
         for spec in _selected(exercise.checks, options)
         for w in (options.world_sizes or spec.world_sizes)
     ]

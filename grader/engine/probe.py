@@ -1,5 +1,5 @@
 """Trusted workers that report what a rank process can see and do: its accelerators, and the time
-an all-reduce takes (`grader doctor` judges both; `session.BackendProbe` reads the first)."""
+an all-reduce takes (`grader doctor` judges both; `grading.BackendProbe` reads the first)."""
 
 from __future__ import annotations
 

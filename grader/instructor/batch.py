@@ -34,20 +34,13 @@ from typing import TypeVar
 
 from grader.catalog import Catalog
 from grader.checks.api import CheckFailed, References, Verdict
-from grader.checks.runner import (
-    ALL_CHECKS,
-    ENGINE_FAILURE,
-    CheckResult,
-    GradeOptions,
-    grade_exercise,
-    load_checks,
-    not_run,
-)
+from grader.checks.runner import ALL_CHECKS, ENGINE_FAILURE, GradeOptions, load_checks, not_run
+from grader.checks.verdict import CheckResult
 from grader.engine import Engine, Job, Runner, RunResult, open_engine
+from grader.grading import BackendProbe, grade_files
 from grader.instructor import submissions
 from grader.report.inert import one_line
 from grader.sandbox import SandboxSet
-from grader.session import BackendProbe
 
 T = TypeVar("T")
 INTERNAL_ERROR = "internal grader error"  # opens the message of a failure of the grader's, not of the submission
@@ -111,6 +104,10 @@ class _Budget:
     @property
     def used_up(self) -> str:
         return f"not run: the submission used up its time limit of {self._seconds:g}s"
+
+    def stopped(self) -> str | None:
+        """Why no further exercise may start: the time limit is used up (None while time is left)."""
+        return self.used_up if self.left <= 0 else None
 
     def run(self, job: Job) -> RunResult:
         if self.left <= 0:
@@ -217,30 +214,16 @@ class _SandboxPool:
                 self.give_back(lease, [])
 
 
-def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission, folder: Path,
-                 options: BatchOptions, seed: int, probe: BackendProbe, references: References,
+def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission, options: BatchOptions,
+                 seed: int, probe: BackendProbe, references: References,
                  trusted: Engine) -> tuple[list[CheckResult], str]:
+    """The submission's results within its time limit (the probe asks the trusted engine, outside any sandbox)."""
     grading = GradeOptions(world_sizes=options.world_sizes, backend=options.backend, deadline=options.deadline,
                            visibilities=options.visibilities, seed=seed)
     engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
-    results: list[CheckResult] = []
-    for exercise in catalog.exercises:
-        path = folder / exercise.file
-        sizes = options.world_sizes or tuple(w for c in exercise.checks for w in c.world_sizes)
-        if exercise.id in submission.problems:
-            results += not_run(exercise, grading, "error", submission.problems[exercise.id])
-        elif not path.is_file():
-            results += not_run(exercise, grading, "error", f"file missing: {exercise.file} is not in the submission")
-        elif (backend_problem := probe.problem(trusted, sizes)) is not None:
-            # Gradescope has no "skipped": these become failed tests with 0 points and the reason
-            results += not_run(exercise, grading, "skipped", backend_problem)
-        elif budget.left <= 0:
-            results += not_run(exercise, grading, "failed", budget.used_up)
-        else:
-            graded = grade_exercise(budget, exercise, path, grading, references=references)
-            located = submission.source_maps.get(exercise.id)  # a notebook's: said in its cells' terms
-            results += [located.apply(r) for r in graded] if located else graded
+    results = grade_files(submission, catalog.exercises, budget, probe, grading, probe_engine=trusted,
+                          references=references, stopped=budget.stopped)
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
 
 
@@ -270,8 +253,8 @@ def _graded(pool: _EnginePool | _SandboxPool, catalog: Catalog, submission: subm
     lease = None
     try:
         lease = pool.borrow()
-        results, problem = _grade_files(lease.engine, catalog, submission, lease.place(submission.folder),
-                                        options, seed, probe, references, trusted)
+        placed = replace(submission, folder=lease.place(submission.folder))
+        results, problem = _grade_files(lease.engine, catalog, placed, options, seed, probe, references, trusted)
     except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
         problem = _internal("the submission could not be graded", exc)
         results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc(limit=-8))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.catalog import Catalog
-from grader.checks.runner import CheckResult
+from grader.checks.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
 
 NOT_ATTEMPTED_PREFIXES = ("not implemented yet", "file missing")
@@ -195,7 +195,7 @@ def _diagnoses(grades: Sequence[SubmissionGrade]) -> list[Diagnosis]:
             key = (result.exercise, result.check, pattern(result.message))
             who[key].add(grade.name)
             wording[key][_first_line(result.message)] += 1
-            hints.setdefault(key, result.hint)
+            hints.setdefault(key, result.hint_number)
     found = [Diagnosis(key[0], key[1], wording[key].most_common(1)[0][0], tuple(sorted(names)), hints[key])
              for key, names in who.items()]
     return sorted(found, key=lambda d: (-len(d.submissions), d.exercise, d.check, d.message))

@@ -19,7 +19,7 @@ from grader.instructor import (
     gradescope,
     gradescope_bundle,
     manifest,
-    notebooks,
+    notebook_build,
     shard,
     slurm,
 )
@@ -28,6 +28,7 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
+from grader.notebook_source import NotebookError
 from grader.paths import course_root
 from grader.report.inert import file_name, one_line
 from grader.engine.platforms import LAUNCHERS
@@ -190,6 +191,9 @@ UNWRITTEN = "its results.json could not be written"
 
 def cmd_grade(args: argparse.Namespace) -> int:
     _check_batch_options(args)
+    if args.launcher == "portable" and args.sandbox != "none":
+        raise InstructorError("--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
+                              "the sandbox is Linux-only and starts ranks with the fork launcher")
     names = [name_of(path) for path in args.submissions]
     folders = [file_name(name) for name in names]
     repeated = sorted({f for f in folders if folders.count(f) > 1})
@@ -200,9 +204,6 @@ def cmd_grade(args: argparse.Namespace) -> int:
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
         args.out / manifest.FILENAME)
-    if args.launcher == "portable" and args.sandbox != "none":
-        raise InstructorError("--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
-                              "the sandbox is Linux-only and starts ranks with the fork launcher")
     options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
                            world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
                            visibilities=ALL_CHECKS, launcher=args.launcher)
@@ -377,11 +378,11 @@ def cmd_slurm(args: argparse.Namespace) -> int:
         raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
                               "choose another")
     job = _slurm_job(args, course_catalog(args.exercises), count)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         script = slurm.render_job(job, args.out)
     except UnsafeValue as exc:
         raise InstructorError(f"the job script cannot be written safely: {exc}") from exc
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(script)
     if args.sandbox == "none":
         print(NO_SANDBOX_WARNING, file=sys.stderr)  # said now, not only in the tasks' logs
@@ -419,9 +420,9 @@ def cmd_lint_course(args: argparse.Namespace) -> int:
 
 def cmd_notebook_build(args: argparse.Namespace) -> int:
     catalog = course_catalog()
-    written = notebooks.build_all(catalog, args.out)
+    written = notebook_build.build_all(catalog, args.out)
     print(f"{len(written)} notebook(s) written to {args.out}")
     return 0
 
 
-ERRORS = (InstructorError, notebooks.NotebookError)
+ERRORS = (InstructorError, NotebookError)

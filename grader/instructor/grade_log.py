@@ -12,18 +12,16 @@ keep them, and `jq -r` would hand them to a terminal) and each message or detail
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
-from grader.checks.runner import CheckResult
+from grader.checks.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
 from grader.report.inert import printable
 
 FILENAME = "grades.jsonl"
 TEXT_LIMIT = 20_000  # characters of one message, details or note
-_RESULT_FIELDS = {f.name for f in dataclasses.fields(CheckResult)}
 _RESULT_TEXTS = ("message", "details", "verbose_details")
 
 
@@ -47,7 +45,7 @@ def _record(grade: SubmissionGrade) -> dict[str, Any]:
 
 
 def _grade(record: dict[str, Any]) -> SubmissionGrade:
-    results = [CheckResult(**{k: v for k, v in r.items() if k in _RESULT_FIELDS}) for r in record["results"]]
+    results = [CheckResult.from_record(r) for r in record["results"]]
     return SubmissionGrade(record["name"], results, float(record["seconds"]), record.get("problem", ""),
                            list(record.get("notes", [])))
 

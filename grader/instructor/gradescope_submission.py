@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from grader.catalog import Catalog, CatalogError, course_catalog
-from grader.instructor.notebooks import notebook_name
+from grader.notebook_source import notebook_name
 from grader.paths import CourseNotFound
 from grader.report.inert import one_line
 

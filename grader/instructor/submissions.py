@@ -25,9 +25,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from grader import student_files
+from grader import notebook_source, student_files
 from grader.catalog import Catalog, Exercise
-from grader.instructor import notebooks
+from grader.grading import ExerciseFiles
 
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # a submission's files, unpacked or copied, and a zip as handed in
 MAX_MEMBERS = 10_000  # entries of a zip, or files and folders of a submission folder
@@ -44,14 +44,21 @@ class SubmissionError(Exception):
     """The submission cannot be opened at all; it is graded zero with this message."""
 
 
-@dataclass
-class Submission:
+@dataclass(kw_only=True)
+class Submission(ExerciseFiles):
+    """Its exercise files, ready to grade (`folder`), and what was handed in."""
+
     name: str
     source: Path
-    folder: Path  # the exercise files, ready to grade
-    problems: dict[str, str] = field(default_factory=dict)  # exercise id -> why its file is unusable
     notes: list[str] = field(default_factory=list)  # which file was graded where there was a choice
-    source_maps: dict[str, notebooks.SourceMap] = field(default_factory=dict)  # exercise id -> its cells
+
+    def problem(self, exercise: Exercise) -> str | None:
+        """A submission must hold each exercise's file: one it lacks is said missing, not left to its checks."""
+        if exercise.id in self.problems:
+            return self.problems[exercise.id]
+        if not (self.folder / exercise.file).is_file():
+            return f"file missing: {exercise.file} is not in the submission"
+        return None
 
 
 def name_of(path: Path) -> str:
@@ -201,8 +208,8 @@ def _notebooks_by_exercise(source: Path, catalog: Catalog, submission: Submissio
     for path in sorted(source.glob("*.ipynb")):
         named = next((e for e in catalog.exercises if path.stem.startswith(Path(e.file).stem)), None)
         try:
-            recorded = notebooks.recorded_exercise(notebooks.read(path))
-        except notebooks.NotebookError as exc:
+            recorded = notebook_source.recorded_exercise(notebook_source.read(path))
+        except notebook_source.NotebookError as exc:
             if named is not None:
                 submission.problems.setdefault(named.id, str(exc))
             continue
@@ -212,11 +219,11 @@ def _notebooks_by_exercise(source: Path, catalog: Catalog, submission: Submissio
     return found
 
 
-def _candidate(path: Path, exercise: Exercise, catalog: Catalog, into: Path) -> notebooks.SourceMap | None:
+def _candidate(path: Path, exercise: Exercise, catalog: Catalog, into: Path) -> notebook_source.SourceMap | None:
     """Put one candidate file for an exercise into `into` as the exercise's file."""
     into.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".ipynb":
-        return notebooks.extract(path, catalog, into).source_map
+        return notebook_source.extract(path, catalog, into).source_map
     shutil.copyfile(path, into / exercise.file)
     return None
 
@@ -226,12 +233,12 @@ def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder
     """The stated rule (docs/INSTRUCTORS.md): a file that is still the untouched stub is set aside
     when another holds work; of the rest, the .py, then the notebook named like the exercise, then
     other notebooks by name. Any choice, and a notebook graded under another name, is reported."""
-    usable: list[tuple[Path, Path, notebooks.SourceMap | None]] = []
+    usable: list[tuple[Path, Path, notebook_source.SourceMap | None]] = []
     for index, path in enumerate(candidates):
         staged = folder.parent / "candidates" / exercise.id / str(index)
         try:
             usable.append((path, staged, _candidate(path, exercise, catalog, staged)))
-        except notebooks.NotebookError as exc:
+        except notebook_source.NotebookError as exc:
             submission.problems.setdefault(exercise.id, str(exc))
     if not usable:
         return
@@ -247,9 +254,10 @@ def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder
         stubs = [p.name for p, s, _ in usable if p != path and student_files.is_untouched(s / exercise.file, exercise)]
         rest = [name for name in others if name not in stubs]
         why += [f"{name} is the untouched stub" for name in stubs]
-        why += [f"{name} was not graded (one file per exercise: the .py, then {notebooks.notebook_name(exercise)}, "
-                "then other notebooks by name)" for name in rest]
-    if path.suffix == ".ipynb" and path.name != notebooks.notebook_name(exercise):
+        named = notebook_source.notebook_name(exercise)
+        why += [f"{name} was not graded (one file per exercise: the .py, then {named}, then other notebooks by name)"
+                for name in rest]
+    if path.suffix == ".ipynb" and path.name != notebook_source.notebook_name(exercise):
         why.append(f"its metadata or name makes it {exercise.id}")
     if why:
         submission.notes.append(f"{exercise.id}: graded {path.name}; {'; '.join(why)}")
@@ -260,7 +268,7 @@ def _collect(source: Path, catalog: Catalog, folder: Path, submission: Submissio
     by_exercise = _notebooks_by_exercise(source, catalog, submission)
     for exercise in catalog.exercises:
         module = source / exercise.file
-        exact = source / notebooks.notebook_name(exercise)
+        exact = source / notebook_source.notebook_name(exercise)
         found = by_exercise.get(exercise.id, [])
         candidates = [module] if module.is_file() else []
         candidates += [exact] if exact in found else []
@@ -273,7 +281,7 @@ def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
     """Turn one handed-in path into a folder of exercise files under `workdir` (which must be empty)."""
     folder = workdir / "files"
     folder.mkdir(parents=True)
-    submission = Submission(name_of(path), path, folder)
+    submission = Submission(folder, name=name_of(path), source=path)
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError as exc:
@@ -292,8 +300,8 @@ def prepare(path: Path, catalog: Catalog, workdir: Path) -> Submission:
         _collect(_unzip(_copy_handed_in(path, workdir), unpacked), catalog, folder, submission)
     elif path.suffix == ".ipynb":
         try:
-            extracted = notebooks.extract(_copy_handed_in(path, workdir), catalog, folder)
-        except notebooks.NotebookError as exc:
+            extracted = notebook_source.extract(_copy_handed_in(path, workdir), catalog, folder)
+        except notebook_source.NotebookError as exc:
             raise SubmissionError(str(exc)) from exc
         submission.source_maps[extracted.exercise.id] = extracted.source_map
     else:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from grader.checks.runner import CheckResult
+from grader.checks.verdict import CheckResult
 from grader.report.inert import printable
 
 _COLOURS = {"passed": "32", "failed": "31", "error": "35", "skipped": "33", "dim": "2", "bold": "1"}
@@ -55,7 +55,7 @@ def _sizes(world_sizes: Sequence[int]) -> str:
 def _key(result: CheckResult) -> tuple:
     if result.status == "passed":
         return ("passed", result.check, result.message)
-    return (result.status, result.message, result.hint, tuple(result.notes))
+    return (result.status, result.message, result.hint_number, tuple(result.notes))
 
 
 class Terminal:
@@ -113,8 +113,8 @@ class Terminal:
         if first.status != "passed" and message:
             for text in message.splitlines():
                 self.line(f"{_INDENT}{text}")
-            if first.hint:
-                self.line(self.paint(f"{_INDENT}hint: grader hint {first.exercise} {first.hint}", "dim"))
+            if first.hint_number:
+                self.line(self.paint(f"{_INDENT}hint: grader hint {first.exercise} {first.hint_number}", "dim"))
         details = printable((first.verbose_details or first.details) if self.verbose else first.details).rstrip()
         if details and (self.verbose or first.status in ("failed", "error")):
             lines = details.splitlines()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.checks.diagnose import failure_verdict
+from grader.checks.verdict import Verdict
 from grader.engine import Engine, Job, RunResult
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_fault(engine: Engine, worker: str, **kwargs) -> tuple[RunResult, dict, float]:
+def run_fault(engine: Engine, worker: str, **kwargs) -> tuple[RunResult, Verdict | None, float]:
     engine.wait_warm()  # what is timed is the run, not the portable pool's refill
     started = time.monotonic()
     result = engine.run(Job(f"fault_workers:{worker}", 2, kwargs, student_file=FAULTS, deadline=DEADLINE))
@@ -43,7 +44,7 @@ def run_fault(engine: Engine, worker: str, **kwargs) -> tuple[RunResult, dict, f
     assert elapsed < DEADLINE + 2.0
     for rank in result.ranks:
         assert not _alive(rank.pid), f"rank {rank.rank} (pid {rank.pid}) outlived its run"
-    return result, failure_verdict(result, FAULTS) or {}, elapsed
+    return result, failure_verdict(result, FAULTS), elapsed
 
 
 def test_healthy_run_reports_facts(fault_engine):
@@ -54,8 +55,8 @@ def test_healthy_run_reports_facts(fault_engine):
 
 def test_a_raising_rank_is_named_with_its_line_and_its_peer_is_stopped(fault_engine):
     result, verdict, elapsed = run_fault(fault_engine, "raises")
-    assert "rank 1 raised ValueError: planted error on rank 1" in verdict["message"]
-    assert "fault_workers.py" in verdict["message"] and "in raises()" in verdict["message"]
+    assert "rank 1 raised ValueError: planted error on rank 1" in verdict.message
+    assert "fault_workers.py" in verdict.message and "in raises()" in verdict.message
     assert result.ranks[0].stopped == "peer failure"
     assert elapsed < 2.5  # the sleeping peer is stopped after a short grace, not at the deadline
 
@@ -64,8 +65,8 @@ def test_a_hang_names_rank_and_line_and_kills_the_process_tree(fault_engine, tmp
     pid_file = str(tmp_path / "grandchild")
     result, verdict, elapsed = run_fault(fault_engine, "hangs", pid_file=pid_file)
     assert result.timed_out and elapsed >= DEADLINE
-    assert "did not finish within the 3 s deadline" in verdict["message"]
-    assert "fault_workers.py" in verdict["message"] and "in hangs()" in verdict["message"]
+    assert "did not finish within the 3 s deadline" in verdict.message
+    assert "fault_workers.py" in verdict.message and "in hangs()" in verdict.message
     for rank in range(2):
         grandchild = int(Path(f"{pid_file}.{rank}").read_text())
         deadline = time.monotonic() + 1.0
@@ -76,24 +77,24 @@ def test_a_hang_names_rank_and_line_and_kills_the_process_tree(fault_engine, tmp
 
 def test_abort_is_explained_in_plain_words(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "aborts")
-    assert "rank 1 aborted (SIGABRT)" in verdict["message"]
-    assert "mismatched tensor shapes" in verdict["message"]
-    assert "in aborts()" in verdict["message"]  # the line, from the crash's stack dump
+    assert "rank 1 aborted (SIGABRT)" in verdict.message
+    assert "mismatched tensor shapes" in verdict.message
+    assert "in aborts()" in verdict.message  # the line, from the crash's stack dump
 
 
 def test_os_exit_before_reporting(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "exits_quietly")
-    assert "exited with code 0 before reporting" in verdict["message"]
+    assert "exited with code 0 before reporting" in verdict.message
 
 
 def test_sys_exit_is_reported_as_such(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "calls_sys_exit")
-    assert "the code called sys.exit(0)" in verdict["message"]
+    assert "the code called sys.exit(0)" in verdict.message
 
 
 def test_mismatched_collective_fails_fast(fault_engine):
     _, verdict, elapsed = run_fault(fault_engine, "mismatched_collective")
-    assert "Detected mismatch between collectives" in verdict["message"]
+    assert "Detected mismatch between collectives" in verdict.message
     assert elapsed < DEADLINE
 
 

@@ -68,6 +68,7 @@ def test_grade_refuses_the_portable_launcher_in_a_sandbox(tmp_path):
                            "--launcher", "portable"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--launcher portable grades without a sandbox only (--no-sandbox" in done.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything is written: no results folder, no manifest
 
 
 # --- loopback links ------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_a_missing_report_fails_closed_even_with_exit_code_zero():
     result = _result(RankOutcome(0, report={"facts": {}, "error": None}, status=0),
                      RankOutcome(1, report=None, report_problem="no report", status=0))
     verdict = failure_verdict(result, None)
-    assert verdict["status"] == "failed" and "rank 1 exited with code 0 before reporting" in verdict["message"]
+    assert verdict.status == "failed" and "rank 1 exited with code 0 before reporting" in verdict.message
     context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
     with pytest.raises(CheckFailed):
         context.require(result)

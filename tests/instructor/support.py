@@ -1,7 +1,7 @@
 """Builders of submissions (as students hand them in) and of a course with a hidden check.
 
-Shared by the instructor tests and benchmarks/bench_grade.py, so the benchmark grades the same
-kinds of submission the tests prove are graded right.
+The kinds benchmarks/bench_grade.py grades too (solutions, stubs, a named mistake) come from
+grader/instructor/sample_submissions.py, so the benchmark grades what the tests prove is graded right.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 
+from grader import notebook_source
 from grader.catalog import Catalog
-from grader.instructor import notebooks
+from grader.instructor import notebook_build, sample_submissions
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"
@@ -24,27 +24,16 @@ HIDDEN_CHECK = "seed_changes_order"  # exercise 2's hidden check (grader/checks/
 
 
 def solutions(folder: Path) -> Path:
-    shutil.copytree(SOLUTIONS, folder)
-    return folder
+    return sample_submissions.solutions(REPO, folder)
 
 
 def stubs(folder: Path) -> Path:
-    shutil.copytree(REPO / "exercises", folder, ignore=shutil.ignore_patterns("*.toml", "__pycache__"))
-    return folder
+    return sample_submissions.stubs(REPO, folder)
 
 
 def with_mistake(folder: Path, exercise_file: str, mistake: str) -> Path:
     """The solutions with one named mistake of tests/mistakes/ patched in."""
-    solutions(folder)
-    spec = tomllib.loads((REPO / "tests" / "mistakes" / f"{Path(exercise_file).stem}.toml").read_text())
-    (entry,) = [m for m in spec["mistake"] if m["name"] == mistake]
-    path = folder / exercise_file
-    source = path.read_text()
-    for old, new in entry["replace"]:
-        assert old in source, f"mistake {mistake!r} no longer applies"
-        source = source.replace(old, new, 1)
-    path.write_text(source)
-    return folder
+    return sample_submissions.with_mistake(REPO, folder, exercise_file, mistake)
 
 
 def patched(folder: Path, exercise_file: str, old: str, new: str) -> Path:
@@ -69,8 +58,8 @@ def syntax_error(folder: Path) -> Path:
 def notebook(path: Path, catalog: Catalog, exercise_id: str = "ex02_data_sharding") -> Path:
     """A notebook built by `grader notebook build`, with the solution typed into its exercise cell."""
     exercise = catalog.get(exercise_id)
-    book = notebooks.build_notebook(exercise, REPO / "exercises" / exercise.file)
-    (cell,) = [c for c in book.cells if notebooks.TAG in c.metadata.get("tags", [])]
+    book = notebook_build.build_notebook(exercise, REPO / "exercises" / exercise.file)
+    (cell,) = [c for c in book.cells if notebook_source.TAG in c.metadata.get("tags", [])]
     cell.source = (SOLUTIONS / exercise.file).read_text() + "\n%time\n"  # a magic line must not break it
     nbformat.write(book, path)
     return path

@@ -40,8 +40,9 @@ def _results(exercise_id: str, verdicts: dict[str, tuple[str, str]] | None = Non
             share = spec.points / 2
             text = message.format(w, 4 * w, f"/tmp/s{w}", w)
             points = share if status == "passed" else 0.0
-            results.append(CheckResult(exercise.id, spec.name, w, status, text, 0.25, points, share, spec.visibility,
-                                       hint=3))
+            results.append(CheckResult(status, text, exercise=exercise.id, check=spec.name, world_size=w,
+                                       seconds=0.25, points=points, max_points=share, visibility=spec.visibility,
+                                       hint_number=3))
     return results
 
 

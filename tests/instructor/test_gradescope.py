@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.runner import CheckResult
+from grader.checks.verdict import CheckResult, Status
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.gradescope import results_json
 
@@ -15,12 +15,16 @@ from .results_schema import validate_results
 CATALOG = load_catalog(support.REPO)
 
 
+def _result(check: str, world_size: int, status: Status, message: str, visibility: str) -> CheckResult:
+    return CheckResult(status, message, exercise="ex02_data_sharding", check=check, world_size=world_size, seconds=0.1,
+                       points=1.0 if status == "passed" else 0.0, max_points=1.0, visibility=visibility)
+
+
 def _grade() -> SubmissionGrade:
     results = [
-        CheckResult("ex02_data_sharding", "shards_are_disjoint", 2, "passed", "", 0.1, 1.0, 1.0, "public"),
-        CheckResult("ex02_data_sharding", "shards_are_disjoint", 4, "failed", "overlap at W=4", 0.1, 0.0, 1.0, "public"),
-        CheckResult("ex02_data_sharding", "reshuffles_each_epoch", 2, "failed", "secret reason", 0.1, 0.0, 1.0,
-                    "hidden"),
+        _result("shards_are_disjoint", 2, "passed", "", "public"),
+        _result("shards_are_disjoint", 4, "failed", "overlap at W=4", "public"),
+        _result("reshuffles_each_epoch", 2, "failed", "secret reason", "hidden"),
     ]
     return SubmissionGrade("dana", results, 1.5)
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import student_files
+from grader import notebook_source, student_files
 from grader.catalog import load_catalog
 from grader.checks.runner import CheckResult
 from grader.cli import main
-from grader.instructor import notebooks
+from grader.instructor import notebook_build
 
 from . import support
 
@@ -19,8 +19,8 @@ CATALOG = load_catalog(support.REPO)
 
 
 def test_build_writes_one_checked_notebook_per_exercise(tmp_path: Path) -> None:
-    written = notebooks.build_all(CATALOG, tmp_path)
-    assert [p.name for p in written] == [notebooks.notebook_name(e) for e in CATALOG.exercises]
+    written = notebook_build.build_all(CATALOG, tmp_path)
+    assert [p.name for p in written] == [notebook_source.notebook_name(e) for e in CATALOG.exercises]
     for path, exercise in zip(written, CATALOG.exercises):
         book = nbformat.read(path, as_version=4)
         nbformat.validate(book)
@@ -29,7 +29,7 @@ def test_build_writes_one_checked_notebook_per_exercise(tmp_path: Path) -> None:
         assert f'notebook.check("{exercise.id}")' in book.cells[-1].source
         folder = tmp_path / exercise.id
         folder.mkdir()
-        assert notebooks.extract(path, CATALOG, folder).exercise == exercise
+        assert notebook_source.extract(path, CATALOG, folder).exercise == exercise
         extracted = (folder / exercise.file).read_text()
         assert all(f"def {name}(" in extracted for name in exercise.function_names)
         assert '"""' not in extracted.split("\n", 2)[1], "the teaching text belongs in markdown, not code"
@@ -38,7 +38,7 @@ def test_build_writes_one_checked_notebook_per_exercise(tmp_path: Path) -> None:
 def test_the_text_of_a_built_notebook_tells_what_to_run_there(tmp_path: Path) -> None:
     """Not `grader check exNN` (that grades the stub in exercises/), nor `!grader` (needs PATH)."""
     for exercise in CATALOG.exercises:
-        book = notebooks.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
+        book = notebook_build.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
         text = "\n".join(cell.source for cell in book.cells)
         assert "`grader check" not in text and "!grader" not in text, exercise.id
         assert f"%grader check ex{exercise.number:02d}" in text
@@ -48,7 +48,7 @@ def test_the_text_of_a_built_notebook_tells_what_to_run_there(tmp_path: Path) ->
 
 def test_arithmetic_in_the_teaching_text_keeps_its_asterisks() -> None:
     exercise = CATALOG.get("ex05")
-    book = notebooks.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
+    book = notebook_build.build_notebook(exercise, support.REPO / "exercises" / exercise.file)
     markdown = book.cells[0].source
     assert "k\\*b\\*W" in markdown and "k*b*W" not in markdown.replace("k\\*b\\*W", "")
     assert "*micro-batches*" in markdown, "emphasis the docstring means stays emphasis"
@@ -56,7 +56,7 @@ def test_arithmetic_in_the_teaching_text_keeps_its_asterisks() -> None:
 
 def test_magics_are_commented_out_and_lines_kept(tmp_path: Path) -> None:
     path = support.notebook(tmp_path / "mine.ipynb", CATALOG)
-    exercise = notebooks.extract(path, CATALOG, tmp_path).exercise
+    exercise = notebook_source.extract(path, CATALOG, tmp_path).exercise
     lines = (tmp_path / exercise.file).read_text().splitlines()
     assert "# %time" in lines
     compile("\n".join(lines), "x", "exec")
@@ -76,7 +76,7 @@ def _notebook(path: Path, exercise_id: str, *cells: tuple[str, bool]) -> Path:
 def test_code_above_the_future_import_is_no_syntax_error(tmp_path: Path) -> None:
     solution = (support.SOLUTIONS / "ex02_data_sharding.py").read_text()
     path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("import os\nprint(os.getpid())\n" + solution, True))
-    exercise = notebooks.extract(path, CATALOG, tmp_path).exercise
+    exercise = notebook_source.extract(path, CATALOG, tmp_path).exercise
     module = (tmp_path / exercise.file).read_text()
     compile(module, exercise.file, "exec")
     assert module.splitlines()[0].startswith("from __future__ import annotations")
@@ -85,9 +85,10 @@ def test_code_above_the_future_import_is_no_syntax_error(tmp_path: Path) -> None
 
 def test_what_the_grader_says_points_at_the_cell_and_its_line(tmp_path: Path) -> None:
     path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("x = 1", False), ("import torch\n\nbad(", True))
-    extracted = notebooks.extract(path, CATALOG, tmp_path)
+    extracted = notebook_source.extract(path, CATALOG, tmp_path)
     problem = student_files.problems(tmp_path / extracted.exercise.file, extracted.exercise)
-    result = CheckResult("ex02_data_sharding", "c", 2, "error", problem or "", 0.0, 0.0, 1.0, "public",
+    result = CheckResult("error", problem or "", exercise="ex02_data_sharding", check="c", world_size=2, seconds=0.0,
+                         points=0.0, max_points=1.0, visibility="public",
                          details=f'  File "{tmp_path}/ex02_data_sharding.py", line 4, in f')
     located = extracted.source_map.apply(result)
     assert "syntax error in cell 3, line 3" in located.message, located.message
@@ -97,9 +98,10 @@ def test_what_the_grader_says_points_at_the_cell_and_its_line(tmp_path: Path) ->
 def test_a_name_defined_in_an_untagged_cell_says_to_tag_it(tmp_path: Path) -> None:
     path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("def helper():\n    return 1", False),
                      ("def make_loader():\n    return helper()", True))
-    source_map = notebooks.extract(path, CATALOG, tmp_path).source_map
+    source_map = notebook_source.extract(path, CATALOG, tmp_path).source_map
     message = "every rank raised NameError: name 'helper' is not defined\n  at ex02_data_sharding.py:3 in make_loader()"
-    located = source_map.apply(CheckResult("ex02_data_sharding", "c", 2, "failed", message, 0.0, 0.0, 1.0, "public"))
+    located = source_map.apply(CheckResult("failed", message, exercise="ex02_data_sharding", check="c", world_size=2,
+                                           seconds=0.0, points=0.0, max_points=1.0, visibility="public"))
     assert "at cell 3, line 2 in make_loader()" in located.message
     assert "`helper` is defined in cell 2, which is not tagged `exercise`" in located.message
     assert "Tag that cell" in located.message
@@ -112,8 +114,8 @@ def test_a_name_defined_in_an_untagged_cell_says_to_tag_it(tmp_path: Path) -> No
 def test_unreadable_notebooks_are_named(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "ex02_data_sharding.ipynb"
     path.write_text(content)
-    with pytest.raises(notebooks.NotebookError, match=message):
-        notebooks.extract(path, CATALOG, tmp_path)
+    with pytest.raises(notebook_source.NotebookError, match=message):
+        notebook_source.extract(path, CATALOG, tmp_path)
 
 
 def test_untagged_or_unknown_notebooks_are_refused(tmp_path: Path) -> None:
@@ -121,12 +123,12 @@ def test_untagged_or_unknown_notebooks_are_refused(tmp_path: Path) -> None:
     book.cells = [nbformat.v4.new_code_cell("def make_loader(): pass")]
     untagged = tmp_path / "ex02_data_sharding.ipynb"
     nbformat.write(book, untagged)
-    with pytest.raises(notebooks.NotebookError, match="no code cell is tagged 'exercise'"):
-        notebooks.extract(untagged, CATALOG, tmp_path)
+    with pytest.raises(notebook_source.NotebookError, match="no code cell is tagged 'exercise'"):
+        notebook_source.extract(untagged, CATALOG, tmp_path)
     unknown = tmp_path / "homework.ipynb"
     nbformat.write(book, unknown)
-    with pytest.raises(notebooks.NotebookError, match="cannot tell which exercise"):
-        notebooks.extract(unknown, CATALOG, tmp_path)
+    with pytest.raises(notebook_source.NotebookError, match="cannot tell which exercise"):
+        notebook_source.extract(unknown, CATALOG, tmp_path)
 
 
 def test_check_of_a_bad_notebook_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -12,7 +12,7 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.checks.runner import PUBLIC_CHECKS
-from grader.instructor import notebooks
+from grader.instructor import notebook_build
 from grader.instructor.batch import BatchOptions, grade_batch
 from grader.instructor.gradebook import Gradebook
 from grader.instructor.submissions import SubmissionError, prepare
@@ -71,7 +71,7 @@ def _built(path: Path, exercise_id: str, solved: bool) -> Path:
     if solved:
         return support.notebook(path, CATALOG, exercise_id)
     exercise = CATALOG.get(exercise_id)
-    nbformat.write(notebooks.build_notebook(exercise, support.REPO / "exercises" / exercise.file), path)
+    nbformat.write(notebook_build.build_notebook(exercise, support.REPO / "exercises" / exercise.file), path)
     return path
 
 

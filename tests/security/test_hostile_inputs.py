@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from grader import student_files
+from grader import notebook_source, student_files
 from grader.catalog import load_catalog
 from grader.checks.runner import ALL_CHECKS
-from grader.instructor import batch, gradebook, gradescope, notebooks, submissions
+from grader.instructor import batch, gradebook, gradescope, submissions
 from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.submissions import Submission, SubmissionError, prepare
 from instructor import support
@@ -150,7 +150,7 @@ def _with(change: Callable[[dict[str, Any]], None]) -> bytes:
 
 
 def _exercise_cell(notebook: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in notebook["cells"] if notebooks.TAG in c.get("metadata", {}).get("tags", []))
+    return next(c for c in notebook["cells"] if notebook_source.TAG in c.get("metadata", {}).get("tags", []))
 
 
 NOTEBOOKS: dict[str, tuple[bytes, str | None]] = {  # the notebook's bytes -> what its refusal says (None: graded)
@@ -183,10 +183,10 @@ NOTEBOOKS: dict[str, tuple[bytes, str | None]] = {  # the notebook's bytes -> wh
                            "is not a valid notebook"),
     "nbformat 3": (json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": [
         {"cell_type": "code", "language": "python", "input": SOLUTION, "outputs": [],
-         "metadata": {"tags": [notebooks.TAG]}}]}]}).encode(), None),
+         "metadata": {"tags": [notebook_source.TAG]}}]}]}).encode(), None),
     "a lone surrogate in a cell": (_with(lambda n: _exercise_cell(n).update(source=SOLUTION + "\nx = '\ud800'\n")),
                                    None),
-    "over the cap": (b'{"cells": [], "x": "' + b"a" * notebooks.MAX_NOTEBOOK_BYTES + b'"}', "over 16 MiB"),
+    "over the cap": (b'{"cells": [], "x": "' + b"a" * notebook_source.MAX_NOTEBOOK_BYTES + b'"}', "over 16 MiB"),
 }
 
 
@@ -358,7 +358,7 @@ def _all_not_run(grade: SubmissionGrade, message: str) -> None:
 @settings(FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(error=st.sampled_from([RecursionError, MemoryError, ValueError, OSError, KeyError, RuntimeError,
                               KeyboardInterrupt, SystemExit]),
-       where=st.sampled_from([(submissions, "prepare"), (notebooks, "read"), (student_files, "is_untouched")]),
+       where=st.sampled_from([(submissions, "prepare"), (notebook_source, "read"), (student_files, "is_untouched")]),
        text=st.one_of(st.text(max_size=50), st.just("first line\nsecond line"), st.just("x" * 5000)))
 def test_anything_raised_while_preparing_becomes_the_row(monkeypatch: pytest.MonkeyPatch,
                                                           error: type[BaseException], where: tuple[object, str],
@@ -385,7 +385,7 @@ def test_a_refused_submission_is_its_row_in_its_own_words(tmp_path: Path) -> Non
     (tmp_path / "bob.ipynb").write_bytes(b"[" * 100_000 + b"]" * 100_000)
     grade = _row(tmp_path / "bob.ipynb")
     assert grade.problem == ("bob.ipynb is nested too deeply to read: a notebook's JSON nests a few levels, at most "
-                             f"{notebooks.MAX_NOTEBOOK_DEPTH}")
+                             f"{notebook_source.MAX_NOTEBOOK_DEPTH}")
     _all_not_run(grade, grade.problem)
 
 
@@ -447,4 +447,4 @@ def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatc
 
 def test_nbformat_reads_the_notebooks_the_grader_builds() -> None:
     """The shape check refuses nothing `grader notebook build` writes (with the exercise solved)."""
-    assert notebooks._shape_problem(nbformat.reads(json.dumps(SOLVED), as_version=4)) is None
+    assert notebook_source._shape_problem(nbformat.reads(json.dumps(SOLVED), as_version=4)) is None

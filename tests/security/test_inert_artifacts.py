@@ -71,9 +71,10 @@ def hostile_grade(name: str = "=evil" + HOSTILE, flood: int = 0) -> SubmissionGr
         for spec in exercise.checks:
             for w in spec.world_sizes:
                 message = f"rank 0 raised RuntimeError: {chr(27) * flood}{HOSTILE}"
-                results.append(CheckResult(exercise.id, spec.name, w, "failed", message, 0.1, 0.0,
-                                           spec.points / len(spec.world_sizes), spec.visibility,
-                                           details=f"--- output of rank 0 ---\n{HOSTILE}", notes=[HOSTILE]))
+                results.append(CheckResult("failed", message, exercise=exercise.id, check=spec.name, world_size=w,
+                                           seconds=0.1, points=0.0, max_points=spec.points / len(spec.world_sizes),
+                                           visibility=spec.visibility, details=f"--- output of rank 0 ---\n{HOSTILE}",
+                                           notes=[HOSTILE]))
     return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE])
 
 

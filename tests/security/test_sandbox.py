@@ -117,6 +117,6 @@ def test_memory_beyond_the_limit_ends_the_run_in_seconds(bwrap_available, tmp_pa
             assert (rank.status == -9 and result.memory_exceeded) or "MemoryError" in str(rank.error), rank
             if result.memory_exceeded:
                 verdict = failure_verdict(result, student)
-                assert "memory limit of the sandbox" in verdict["message"], verdict
+                assert "memory limit of the sandbox" in verdict.message, verdict
     finally:
         sandbox.close()
