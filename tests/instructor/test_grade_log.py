@@ -18,7 +18,7 @@ def _grade(name: str, passed: bool = True) -> SubmissionGrade:
     result = CheckResult("passed" if passed else "failed", "" if passed else "rank 1 joined as rank 0",
                          exercise="ex01_process_group", check="joins_group", world_size=2, seconds=0.2,
                          points=1.0 if passed else 0.0, max_points=1.0, visibility="public", details="d",
-                         hint=None if passed else 2, notes=["n"])
+                         hint_number=None if passed else 2, notes=["n"])
     return SubmissionGrade(name, [result], 1.25, "" if passed else "a problem")
 
 
