@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from grader.catalog import Catalog, load_catalog
-from grader.checks.runner import ALL_CHECKS
+from grader.judge.runner import ALL_CHECKS
 from grader.instructor import sample_submissions as sample
 from grader.instructor.batch import BatchOptions, grade_batch
 from grader.sandbox import SandboxError, open_sandbox

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from grader import commands, doctor
-from grader.checks.api import DEFAULT_DEADLINE_S
+from grader.judge.api import DEFAULT_DEADLINE_S
 from grader.engine.platforms import LauncherError
 from grader.instructor import cli as instructor_cli
 from grader.paths import CourseNotFound

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader import notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
-from grader.checks.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
+from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.catalog import Exercise
-from grader.checks.api import References
-from grader.checks.runner import GradeOptions, grade_exercise, not_run
-from grader.checks.verdict import CheckResult
+from grader.judge.api import References
+from grader.judge.runner import GradeOptions, grade_exercise, not_run
+from grader.judge.verdict import CheckResult
 from grader.engine import Job, Runner
 from grader.notebook_source import SourceMap
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 
 from grader.catalog import Catalog, Exercise
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 
 TAG = "exercise"
 METADATA_KEY = "grader"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import Exercise
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 
 STATE_DIR = ".grader"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from grader.catalog import Catalog, Exercise
-from grader.checks.runner import GradeOptions
-from grader.checks.verdict import CheckResult
+from grader.judge.runner import GradeOptions
+from grader.judge.verdict import CheckResult
 from grader.engine import Engine, open_engine
 from grader.engine.platforms import LAUNCHERS
 from grader.engine.torchrun_launch import TorchrunEngine

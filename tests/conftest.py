@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog, load_catalog
-from grader.checks.api import DEFAULT_DEADLINE_S
-from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
+from grader.judge.api import DEFAULT_DEADLINE_S
+from grader.judge.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 from grader.engine import Engine
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from grader.catalog import load_catalog
-from grader.checks.runner import CheckResult
+from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.commands import Watcher
 from grader.report.terminal import Terminal

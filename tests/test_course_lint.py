@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO
 from grader.catalog import CatalogError, load_catalog
-from grader.checks import runner
-from grader.checks.api import CheckContext
+from grader.judge import runner
+from grader.judge.api import CheckContext
 from grader.cli import main
 from grader.course_lint import lint
 from instructor import support

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import REPO
 from grader.checks.ex06_fsdp.checks import kibibytes
-from grader.checks.training import TinyTransformer
+from grader.rank.training import TinyTransformer
 
 FP32_BYTES = 4
 

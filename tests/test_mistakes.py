@@ -12,7 +12,7 @@ import re
 import pytest
 
 from conftest import describe
-from grader.checks.api import DEFAULT_DEADLINE_S
+from grader.judge.api import DEFAULT_DEADLINE_S
 from variants import materialize, variant_params
 
 

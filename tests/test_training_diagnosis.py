@@ -1,15 +1,15 @@
 """The shared diagnoses of training, on numbers made up here: a trajectory against its reference
-(grader.checks.trajectory), the batches ranks drew (grader.checks.samples), who wrote a file
-(grader.checks.writes). Each signature is named only when present, and nothing is named without one."""
+(grader.judge.trajectory), the batches ranks drew (grader.judge.samples), who wrote a file
+(grader.judge.writes). Each signature is named only when present, and nothing is named without one."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from grader.checks.samples import Pipeline, diagnose_samples
-from grader.checks.trajectory import Setting, diagnose, gathered_steps
-from grader.checks.writes import landings, went_on_early, writers_problem
+from grader.judge.samples import Pipeline, diagnose_samples
+from grader.judge.trajectory import Setting, diagnose, gathered_steps
+from grader.judge.writes import landings, went_on_early, writers_problem
 
 LR, MOMENTUM = 0.05, 0.9
 SETTING = Setting(lr=LR, momentum=MOMENTUM, factors={"b": 8, "W": 2}, reference="the reference")

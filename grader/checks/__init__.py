@@ -1,4 +1,6 @@
-"""Checks: one package per exercise, split along the trust boundary.
+"""The exercises' checks: one package per exercise, split along the trust boundary.
+
+The judge they use is grader/judge/; the rank-side helpers their workers share are grader/rank/.
 
 - `workers.py` (and helpers beside it) runs on the ranks, beside student code: it reports raw facts.
   It is the only part of an exercise that enters a sandbox (see grader/sandbox/rank_view.py).

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from grader.catalog import Catalog
-from grader.checks.api import CheckFailed, References, Verdict
-from grader.checks.runner import ALL_CHECKS, ENGINE_FAILURE, GradeOptions, load_checks, not_run
-from grader.checks.verdict import CheckResult
+from grader.judge.api import CheckFailed, References, Verdict
+from grader.judge.runner import ALL_CHECKS, ENGINE_FAILURE, GradeOptions, load_checks, not_run
+from grader.judge.verdict import CheckResult
 from grader.engine import Engine, Job, Runner, RunResult, open_engine
 from grader.grading import BackendProbe, grade_files
 from grader.instructor import submissions

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.catalog import Catalog
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
 
 NOT_ATTEMPTED_PREFIXES = ("not implemented yet", "file missing")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader import course_lint
 from grader.catalog import Catalog, course_catalog
-from grader.checks.runner import ALL_CHECKS
+from grader.judge.runner import ALL_CHECKS
 from grader.instructor import (
     class_report,
     grade_log,

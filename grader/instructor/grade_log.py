@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
 from grader.report.inert import printable
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
 from grader.report.inert import printable
 

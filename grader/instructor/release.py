@@ -21,7 +21,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog
 from grader.checks import SECRET_MODULES
-from grader.checks.api import checks_in
+from grader.judge.api import checks_in
 from grader.paths import CATALOG, STUBS
 from grader.quiz.bank import BankNotFound, load_banks
 from grader.quiz.render import VERSION_FORMATS

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 
 FIELDS = ("exercise", "check", "world_size", "status", "message", "seconds")
 

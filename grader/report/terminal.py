@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from grader.checks.verdict import CheckResult
+from grader.judge.verdict import CheckResult
 from grader.report.inert import printable
 
 _COLOURS = {"passed": "32", "failed": "31", "error": "35", "skipped": "33", "dim": "2", "bold": "1"}

@@ -1,11 +1,13 @@
 """The rank side of the grader: the only part of the course a sandbox ever holds.
 
-What runs beside student code on the ranks enters the sandbox: the engine's rank runtime and
-zygote, each exercise's workers and their helpers. The judge (`checks.py`, the check API, the
-diagnoses), the secrets (`hidden.py`, `answers.py`), the solutions, the question banks, the tests
-and every other part of the course stay outside. This is an allow-list: a new module is outside
-until it matches a pattern here, and a worker that imports judge code fails to load in a sandbox
-(tests/security checks every exercise's workers load in the view).
+The trust boundary is a folder line. Three folders run beside student code on the ranks and enter
+the sandbox whole: `grader/engine/` (the rank runtime, the zygote, the report format), `grader/rank/`
+(the helpers workers share: models and data, the simulated GPU node, the write recorder) and, of
+each exercise package under `grader/checks/`, its workers and their helpers. The judge
+(`grader/judge/`, each exercise's `checks.py`), the secrets (`hidden.py`, `answers.py`), the
+solutions, the question banks, the tests and every other part of the course stay outside. A worker
+that imports judge code fails to load in a sandbox (tests/security checks every exercise's workers
+load in the view).
 """
 
 from __future__ import annotations
@@ -17,25 +19,18 @@ from pathlib import Path
 
 from grader.checks import JUDGE_MODULES, SECRET_MODULES
 
-RANK_SIDE = (
-    "__init__.py",
-    "engine/*.py",
-    "checks/__init__.py",
-    "checks/training.py",
-    "checks/simulated_gpu.py",
-    "checks/write_recorder.py",
-    "checks/*/*.py",  # an exercise's workers and their helpers, less the judge modules below
-)
+RANK_FOLDERS = ("engine", "rank")  # whole
+EXERCISES = "checks"  # one package per exercise: everything but its judge and secret modules
 NEVER = frozenset((*JUDGE_MODULES, *SECRET_MODULES))
 
 
 def rank_side_files(package: Path) -> list[Path]:
     """The files of the grader package (`package` is its folder) that enter a sandbox, relative."""
-    files = set()
-    for pattern in RANK_SIDE:
-        files |= {path.relative_to(package) for path in package.glob(pattern)
-                  if path.is_file() and path.name not in NEVER}
-    return sorted(files)
+    files = [package / "__init__.py", package / EXERCISES / "__init__.py"]
+    for folder in RANK_FOLDERS:
+        files += package.glob(f"{folder}/*.py")
+    files += (path for path in package.glob(f"{EXERCISES}/*/*.py") if path.name not in NEVER)
+    return sorted(path.relative_to(package) for path in files if path.is_file())
 
 
 # The sandbox's /etc/hosts: every form of the loopback address has a name, so that looking one up

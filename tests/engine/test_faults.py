@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks.diagnose import failure_verdict
-from grader.checks.verdict import Verdict
+from grader.judge.diagnose import failure_verdict
+from grader.judge.verdict import Verdict
 from grader.engine import Engine, Job, RunResult
 
 HERE = Path(__file__).resolve().parent

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO
 from grader.engine import Engine, Job, loopback, platforms, pool, wire
-from grader.checks.runner import GradeOptions
+from grader.judge.runner import GradeOptions
 from grader.engine.launchers import RunStreams
 from grader.session import GradingSession
 from test_faults import FAULTS, HERE

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.checks.api import CheckContext, CheckFailed, RunCache
-from grader.checks.diagnose import failure_verdict, stuck_frame
+from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.diagnose import failure_verdict, stuck_frame
 from grader.engine import Job, RankOutcome, RunResult, wire
 from grader.engine.contract import CappedOutput
 
@@ -89,7 +89,7 @@ def test_a_lost_race_for_the_free_port_is_recognised():
 def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, tmp_path):
     """Any `Runner` grades (no Engine needed); a broken one marks its results, which the batch reads to
     replace the engine, and the mark stays out of the result's record."""
-    from grader.checks.runner import ENGINE_FAILURE, grade_exercise
+    from grader.judge.runner import ENGINE_FAILURE, grade_exercise
     from grader.engine import EngineError
     from grader.instructor.batch import _engine_failed
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.runner import CheckResult
+from grader.judge.runner import CheckResult
 from grader.instructor import report_plots
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import render_report, write_report

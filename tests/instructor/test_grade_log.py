@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks.runner import CheckResult
+from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.grade_log import GradeLog, GradeLogError, read_grades

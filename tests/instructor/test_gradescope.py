@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.verdict import CheckResult, Status
+from grader.judge.verdict import CheckResult, Status
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.gradescope import results_json
 

@@ -9,7 +9,7 @@ import pytest
 
 from grader import notebook_source, student_files
 from grader.catalog import load_catalog
-from grader.checks.runner import CheckResult
+from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.instructor import notebook_build
 

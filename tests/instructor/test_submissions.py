@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.runner import PUBLIC_CHECKS
+from grader.judge.runner import PUBLIC_CHECKS
 from grader.instructor import notebook_build
 from grader.instructor.batch import BatchOptions, grade_batch
 from grader.instructor.gradebook import Gradebook

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.checks.api import CheckFailed
+from grader.judge.api import CheckFailed
 from grader.engine import Job, RunResult
 from grader.instructor.batch import _Budget
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.runner import GradeOptions, grade_exercise
+from grader.judge.runner import GradeOptions, grade_exercise
 from grader.engine import EngineError, Job
 from grader.engine.cluster import Cluster
 from grader.engine.supervisor import free_port

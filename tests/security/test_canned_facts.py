@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog
-from grader.checks.api import CheckContext, References
+from grader.judge.api import CheckContext, References
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
-from grader.checks.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
+from grader.judge.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 from grader.engine import Engine, Job, RunResult
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from grader import notebook_source, student_files
 from grader.catalog import load_catalog
-from grader.checks.runner import ALL_CHECKS
+from grader.judge.runner import ALL_CHECKS
 from grader.instructor import batch, gradebook, gradescope, submissions
 from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.submissions import Submission, SubmissionError, prepare

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from grader.catalog import load_catalog
-from grader.checks.runner import CheckResult
+from grader.judge.runner import CheckResult
 from grader.cli import main as grader_main
 from grader.instructor import gradebook, gradescope
 from grader.instructor.batch import SubmissionGrade

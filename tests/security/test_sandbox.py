@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from grader.catalog import load_catalog
-from grader.checks.diagnose import failure_verdict
+from grader.judge.diagnose import failure_verdict
 from grader.engine import Engine, Job
 from grader.sandbox import SandboxError, open_sandbox, rank_view, unprivileged
 from grader.sandbox.limits import Limits
@@ -37,7 +37,7 @@ def test_the_view_holds_the_rank_side_and_nothing_of_the_judge(view):
     assert "grader/engine/rank_runtime.py" in files and "grader/engine/zygote.py" in files
     for name in ("checks.py", "hidden.py", "answers.py"):
         assert not [f for f in files if f.endswith("/" + name)], name
-    for judge in ("grader/checks/api.py", "grader/checks/runner.py", "grader/checks/diagnose.py", "grader/cli.py"):
+    for judge in ("grader/judge/api.py", "grader/judge/runner.py", "grader/judge/diagnose.py", "grader/cli.py"):
         assert judge not in files
     assert not [f for f in files if f.startswith(("grader/instructor/", "grader/quiz/", "grader/sandbox/"))]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from grader.checks.api import CheckContext, check
+from grader.judge.api import CheckContext, check
 from grader.engine import RunResult
 from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.checks.simulated_gpu import SimulatedGpuNode
+from grader.rank.simulated_gpu import SimulatedGpuNode
 from grader.engine.rank_runtime import RankContext
 
 # The collectives a setup_ddp might issue itself; the first one fixes the GPU NCCL would use.

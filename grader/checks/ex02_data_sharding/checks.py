@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from grader.checks.api import CheckContext, check
+from grader.judge.api import CheckContext, check
 
 SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference
-from grader.checks.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
-from grader.checks.trajectory import Finding, Probe, Setting, diagnose
-from grader.checks.writes import landed_at, went_on_early, writers_problem
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
+from grader.judge.trajectory import Finding, Probe, Setting, diagnose
+from grader.judge.writes import landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from grader.checks.training import MOMENTUM, TinyRegressor, gradient_on, loader_batches, make_model, make_regression, \
+from grader.rank.training import MOMENTUM, TinyRegressor, gradient_on, loader_batches, make_model, make_regression, \
     record_training, train_reference, union_batches
-from grader.checks.write_recorder import Waypoints, WriteRecorder
+from grader.rank.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.api import CheckContext, check
+from grader.judge.api import CheckContext, check
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check

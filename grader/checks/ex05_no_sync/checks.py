@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference
-from grader.checks.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
-from grader.checks.trajectory import Finding, Probe, Setting, diagnose
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
+from grader.judge.trajectory import Finding, Probe, Setting, diagnose
 
 # 151 samples, batches of 3: the sampler pads, the loader drops a partial micro-batch, and at W=2 a
 # trailing group of fewer than k micro-batches makes no step. b = 3 is neither a world size nor a k,

@@ -10,7 +10,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from grader.checks.training import MOMENTUM, accumulation_batches, gradient_on, loader_batches, make_model, \
+from grader.rank.training import MOMENTUM, accumulation_batches, gradient_on, loader_batches, make_model, \
     make_regression, record_training, train_reference
 from grader.engine.rank_runtime import RankContext
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference
-from grader.checks.trajectory import Finding, Setting, diagnose, gathered_steps
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
 

@@ -25,7 +25,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
-from grader.checks.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, \
+from grader.rank.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, \
     state, train_reference
 from grader.engine.rank_runtime import RankContext
 

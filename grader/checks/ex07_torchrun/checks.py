@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import ATOL, RTOL, near, scale_of
-from grader.checks.diagnose import student_line, stuck_frame
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import ATOL, RTOL, near, scale_of
+from grader.judge.diagnose import student_line, stuck_frame
 
 NODES = [2, 1]
 WORLD = sum(NODES)

@@ -187,7 +187,7 @@ def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str |
     when it returns; "cuda" alone means that bound GPU, as it would for a tensor."""
     import torch
 
-    from grader.checks.simulated_gpu import SimulatedGpuNode
+    from grader.rank.simulated_gpu import SimulatedGpuNode
 
     pick_device = script.get("pick_device")
     if not callable(pick_device):

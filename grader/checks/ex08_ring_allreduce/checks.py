@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.api import CheckContext, CheckFailed, check
-from grader.checks.diagnose import where
+from grader.judge.api import CheckContext, CheckFailed, check
+from grader.judge.diagnose import where
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference
-from grader.checks.trajectory import Setting, diagnose
-from grader.checks.writes import went_on_early, writers_problem
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.trajectory import Setting, diagnose
+from grader.judge.writes import went_on_early, writers_problem
 from grader.engine import RunResult
 
 SIZE, BATCH, LR = 96, 4, 0.05

@@ -2,7 +2,7 @@
 fresh model, and continues; every step, every write and every load is recorded.
 
 Rank 0's serializations are held until the other ranks wait for it or move on (see
-grader.checks.write_recorder), so a missing barrier makes the other ranks read before the file
+grader.rank.write_recorder), so a missing barrier makes the other ranks read before the file
 lands, every time rather than now and then, and code that waits loses no time.
 """
 
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
-from grader.checks.training import MOMENTUM, StepRecorder, TinyRegressor, make_model, make_regression, rank_batches, \
+from grader.rank.training import MOMENTUM, StepRecorder, TinyRegressor, make_model, make_regression, rank_batches, \
     state, train_reference, union_batches
-from grader.checks.write_recorder import Waypoints, WriteRecorder
+from grader.rank.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
 
 

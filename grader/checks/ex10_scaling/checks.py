@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from grader.checks.api import CheckContext, check
+from grader.judge.api import CheckContext, check
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
 
 REL = 1e-6

@@ -4,7 +4,7 @@ every public check and fails this one; students never run or see it."""
 
 from __future__ import annotations
 
-from grader.checks.api import CheckContext, check
+from grader.judge.api import CheckContext, check
 from grader.checks.ex10_scaling.answers import CLOSED_FORMS
 from grader.checks.ex10_scaling.checks import REL, _close, _values
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.api import CheckContext, check
-from grader.checks.compare import first_difference
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
 from grader.engine import RunResult
 
 SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05

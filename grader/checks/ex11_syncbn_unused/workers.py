@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex11_syncbn_unused import cpu_sync_batchnorm
-from grader.checks.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
+from grader.rank.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
 from grader.engine.rank_runtime import RankContext
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grader.checks.compare import Arrays, first_difference, scale_of
+from grader.judge.compare import Arrays, first_difference, scale_of
 
 
 @dataclass(frozen=True)

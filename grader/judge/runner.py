@@ -18,10 +18,10 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
-from grader.checks.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
-from grader.checks.diagnose import import_calls, test_call_message
-from grader.checks.leftovers import stray_message
-from grader.checks.verdict import CheckResult, Status, Verdict
+from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
+from grader.judge.diagnose import import_calls, test_call_message
+from grader.judge.leftovers import stray_message
+from grader.judge.verdict import CheckResult, Status, Verdict
 from grader.engine import EngineError, Runner
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run

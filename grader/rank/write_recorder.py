@@ -10,7 +10,7 @@ memory and written by hand. Only the effects are recorded, each with the time it
   path opens the file in C++, so that write is taken from the serialization itself.
 
 The grader's process later decides from these events which rank put the file that ended up at a
-path, and when it landed (grader.checks.writes). Nothing here judges.
+path, and when it landed (grader.judge.writes). Nothing here judges.
 
 `hold_saves` makes rank 0's serializations wait (at most HOLD_LIMIT) until every other rank either
 waits for rank 0 (it entered a barrier that rank 0 has not entered yet) or has moved on without

@@ -1,4 +1,4 @@
-"""What a check author writes against: `@check`, `CheckContext`, `Verdict` (from grader/checks/verdict.py).
+"""What a check author writes against: `@check`, `CheckContext`, `Verdict` (from grader/judge/verdict.py).
 
 A check is a function in the grader's own process. It starts ranks through the context, gets
 back raw facts, and decides. Ranks never decide anything. Failing is done by raising
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Exercise
-from grader.checks.diagnose import failure_verdict
-from grader.checks.verdict import Verdict
+from grader.judge.diagnose import failure_verdict
+from grader.judge.verdict import Verdict
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 
 

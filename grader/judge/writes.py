@@ -1,4 +1,4 @@
-"""Who wrote a checkpoint, judged from what each rank did (events of grader.checks.write_recorder),
+"""Who wrote a checkpoint, judged from what each rank did (events of grader.rank.write_recorder),
 never from how the call was spelled.
 
 A rank puts a file at a path by `torch.save` to the path, by opening the path for writing (a

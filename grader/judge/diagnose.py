@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.checks.verdict import Verdict
+from grader.judge.verdict import Verdict
 from grader.engine import RankOutcome, RunResult
 from grader.engine.rank_runtime import IMPORT_CALLS
 

@@ -1,6 +1,6 @@
 """Which samples each rank trained on, against the batches the exercise's data pipeline gives.
 
-Ranks record the dataset rows of every forward pass (grader.checks.training.ForwardRecorder). A
+Ranks record the dataset rows of every forward pass (grader.rank.training.ForwardRecorder). A
 data mistake is named only from its signature in those samples: every rank going through the
 whole dataset, batches of another size, partial batches dropped or kept, the first epoch's order
 repeated (no set_epoch), epochs counted from 1, an unshuffled sampler, ranks whose shards overlap. Otherwise the message
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grader.checks.trajectory import Finding
+from grader.judge.trajectory import Finding
 
 Batches = list[list[int]]
 

@@ -149,7 +149,7 @@ class ShardStepRecorder:
     the flat piece this rank holds (a DTensor's local shard, an FSDP1 view into the flat shard, or
     the whole tensor), named after `model`'s parameters as they are named at that step. Joined in
     rank order, the pieces of all ranks are the whole tensors: FSDP2 shards along dim 0, FSDP1 in
-    contiguous flat ranges (grader.checks.trajectory.gathered_steps)."""
+    contiguous flat ranges (grader.judge.trajectory.gathered_steps)."""
 
     def __init__(self, model: nn.Module) -> None:
         self._model = model
