@@ -1,0 +1,65 @@
+"""The layout holds what the README's Design section says of it: no import cycle among the grader's
+modules, the student side imports nothing of the instructor's, and the rank side (what enters a
+sandbox) imports nothing of the judge's. Read from the code's own imports, statically."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "grader"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Each grader module -> the grader modules it imports anywhere in its code (lazy imports too)."""
+    modules = {_module(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+GRAPH = _imports()
+
+
+def _reach(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_no_two_modules_import_each_other_through_any_path() -> None:
+    cycles = sorted(m for m in GRAPH if m in _reach(m) and not m.endswith("__main__"))
+    assert cycles == [], cycles
+
+
+@pytest.mark.parametrize("student_side", ["grader.commands", "grader.notebook", "grader.session", "grader.grading"])
+def test_the_student_side_imports_nothing_of_the_instructor(student_side: str) -> None:
+    assert not {m for m in _reach(student_side) if m.startswith("grader.instructor")}
+
+
+def test_the_rank_side_imports_nothing_of_the_judge() -> None:
+    rank_side = [m for m in GRAPH if m.startswith(("grader.engine", "grader.rank"))
+                 or m.startswith("grader.checks.") and m.rsplit(".", 1)[-1] not in ("checks", "hidden", "answers")]
+    assert len(rank_side) > 20
+    for module in rank_side:
+        judged = {m for m in GRAPH[module] if m.startswith(("grader.judge", "grader.instructor", "grader.quiz"))
+                  or m.rsplit(".", 1)[-1] in ("checks", "hidden", "answers")}
+        assert not judged, f"{module} imports {judged}"
