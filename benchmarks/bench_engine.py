@@ -33,8 +33,9 @@ def _one_all_reduce(rank: int, world_size: int, init_method: str) -> float:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=30)
+    )
     total = torch.ones(1)
     dist.all_reduce(total)
     dist.destroy_process_group()
@@ -84,12 +85,17 @@ def time_engine(launcher: str, world_size: int, repeats: int) -> tuple[float, fl
 
 def time_solutions(launcher: str) -> float:
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "grader", "check", "--solutions", "--all",
-                                "--launcher", launcher], cwd=REPO, capture_output=True, text=True)
+    completed = subprocess.run(
+        [sys.executable, "-m", "grader", "check", "--solutions", "--all", "--launcher", launcher],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - started
     if completed.returncode != 0:
-        sys.exit(f"grader check --solutions --all --launcher {launcher} failed:\n{completed.stdout}\n"
-                 f"{completed.stderr}")
+        sys.exit(
+            f"grader check --solutions --all --launcher {launcher} failed:\n{completed.stdout}\n{completed.stderr}"
+        )
     return elapsed
 
 
@@ -100,21 +106,30 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg")
-          else f"{os.cpu_count()} cores")
-    print(f"{'W':>2} {'mp.spawn':>9} | {'launcher':>9} {'first':>8} {'warm':>8} {'back-to-back':>13} "
-          f"| {'portable/fork warm':>18}")
+    print(
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
+        if hasattr(os, "getloadavg")
+        else f"{os.cpu_count()} cores"
+    )
+    print(
+        f"{'W':>2} {'mp.spawn':>9} | {'launcher':>9} {'first':>8} {'warm':>8} {'back-to-back':>13} "
+        f"| {'portable/fork warm':>18}"
+    )
     for world_size in (2, 4):
         spawn = statistics.median(time_spawn(world_size) for _ in range(3))
         times = {launcher: time_engine(launcher, world_size, args.repeats) for launcher in LAUNCHERS}
         for launcher, (first, warm, in_a_row) in times.items():
             ratio = f"{times['portable'][1] / times['fork'][1]:>18.2f}" if launcher == "portable" else ""
-            print(f"{world_size:>2} {spawn:>8.3f}s | {launcher:>9} {first:>7.3f}s {warm:>7.3f}s {in_a_row:>12.3f}s "
-                  f"| {ratio}")
+            print(
+                f"{world_size:>2} {spawn:>8.3f}s | {launcher:>9} {first:>7.3f}s {warm:>7.3f}s {in_a_row:>12.3f}s "
+                f"| {ratio}"
+            )
     if not args.no_solutions:
         for launcher in LAUNCHERS:
-            print(f"grader check --solutions --all --launcher {launcher}: {time_solutions(launcher):.1f}s wall "
-                  "(warm-up included)")
+            print(
+                f"grader check --solutions --all --launcher {launcher}: {time_solutions(launcher):.1f}s wall "
+                "(warm-up included)"
+            )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from grader.catalog import Catalog, load_catalog
-from grader.judge.runner import ALL_CHECKS
 from grader.instructor import sample_submissions as sample
 from grader.instructor.batch import BatchOptions, grade_batch
+from grader.judge.runner import ALL_CHECKS
 from grader.sandbox import SandboxError, open_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,8 +83,9 @@ def main() -> int:
     print(f"  without sandbox: {plain:6.1f}s in all, {plain / args.count:.2f}s per submission")
     if "auto" in seconds:
         boxed = statistics.median(seconds["auto"])
-        print(f"  sandboxed:       {boxed:6.1f}s in all, {boxed / args.count:.2f}s per submission "
-              f"({boxed / plain:.2f}x)")
+        print(
+            f"  sandboxed:       {boxed:6.1f}s in all, {boxed / args.count:.2f}s per submission ({boxed / plain:.2f}x)"
+        )
     return 0
 
 

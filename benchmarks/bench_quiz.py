@@ -36,8 +36,10 @@ def main() -> int:
             versions = draw_all(questions, args.seed, args.versions, pool="exam")
             files = write_versions(versions, list(FORMATS), Path(tmp))
             timings.append(time.perf_counter() - start)
-    print(f"{args.versions} versions x {len(questions)} questions, formats {', '.join(FORMATS)} + keys: "
-          f"{len(files)} files; best {min(timings):.2f} s, worst {max(timings):.2f} s over {args.repeat} runs")
+    print(
+        f"{args.versions} versions x {len(questions)} questions, formats {', '.join(FORMATS)} + keys: "
+        f"{len(files)} files; best {min(timings):.2f} s, worst {max(timings):.2f} s over {args.repeat} runs"
+    )
     return 0
 
 

@@ -122,16 +122,28 @@ def _require(table: dict, key: str, kind: type, where: str):
     return value
 
 
-_EXERCISE_KEYS = {"id", "number", "title", "file", "functions", "checks", "objectives", "hints", "check",
-                  "debug_collectives"}
+_EXERCISE_KEYS = {
+    "id",
+    "number",
+    "title",
+    "file",
+    "functions",
+    "checks",
+    "objectives",
+    "hints",
+    "check",
+    "debug_collectives",
+}
 _CHECK_KEYS = {"name", "description", "points", "visibility", "world_sizes", "strays"}
 
 
 def _no_unknown_keys(table: dict, allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise CatalogError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
-                           f"(known: {', '.join(sorted(allowed))}); a missing [[exercise]] line above?")
+        raise CatalogError(
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(sorted(allowed))}); a missing [[exercise]] line above?"
+        )
 
 
 def _check(table: dict, where: str) -> CheckSpec:
@@ -175,8 +187,9 @@ def _check_format(data: dict, text: str, path: Path) -> None:
     """Refuse a catalog written for another layout before reading it as this one (the error names its line)."""
     version = data.get("format")
     if version is None:
-        raise CatalogError(f"{path}:1: no `format = {FORMAT}` line at the top: this grader reads catalogs of "
-                           f"format {FORMAT}")
+        raise CatalogError(
+            f"{path}:1: no `format = {FORMAT}` line at the top: this grader reads catalogs of format {FORMAT}"
+        )
     if version != FORMAT or isinstance(version, bool):
         line = next((n for n, row in enumerate(text.splitlines(), 1) if row.lstrip().startswith("format")), 1)
         raise CatalogError(f"{path}:{line}: format {version!r} is unknown to this grader, which reads format {FORMAT}")
@@ -200,18 +213,20 @@ def load_catalog(root: Path) -> Catalog:
         exercise_id = _require(table, "id", str, where)
         where = f"{path.name}: exercise {exercise_id!r}"
         _no_unknown_keys(table, _EXERCISE_KEYS, where)
-        exercises.append(Exercise(
-            id=exercise_id,
-            number=_require(table, "number", int, where),
-            title=_require(table, "title", str, where),
-            file=_require(table, "file", str, where),
-            functions=tuple(_require(table, "functions", list, where)),
-            checks_package=_require(table, "checks", str, where),
-            objectives=tuple(table.get("objectives", ())),
-            hints=_hints(table, where),
-            checks=tuple(_check(check, where) for check in _require(table, "check", list, where)),
-            debug_collectives=bool(table.get("debug_collectives", True)),
-        ))
+        exercises.append(
+            Exercise(
+                id=exercise_id,
+                number=_require(table, "number", int, where),
+                title=_require(table, "title", str, where),
+                file=_require(table, "file", str, where),
+                functions=tuple(_require(table, "functions", list, where)),
+                checks_package=_require(table, "checks", str, where),
+                objectives=tuple(table.get("objectives", ())),
+                hints=_hints(table, where),
+                checks=tuple(_check(check, where) for check in _require(table, "check", list, where)),
+                debug_collectives=bool(table.get("debug_collectives", True)),
+            )
+        )
     if not exercises:
         raise CatalogError(f"{path}: no [[exercise]] entries")
     ids = [e.id for e in exercises]

@@ -8,19 +8,25 @@ import sys
 from collections.abc import Sequence
 
 from grader import commands, doctor
-from grader.judge.api import DEFAULT_DEADLINE_S
 from grader.engine.platforms import LauncherError
 from grader.instructor import cli as instructor_cli
+from grader.judge.api import DEFAULT_DEADLINE_S
 from grader.paths import CourseNotFound
 from grader.report.inert import printable
 
 
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=int, metavar="N", help="run every check with N ranks (default: 2 and 4)")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
-                        help="gloo (CPU, default) or nccl (one GPU per rank)")
-    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, metavar="S",
-                        help=f"seconds a check may run before its ranks are stopped (default {DEFAULT_DEADLINE_S:g})")
+    parser.add_argument(
+        "--backend", choices=("gloo", "nccl"), default="gloo", help="gloo (CPU, default) or nccl (one GPU per rank)"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        metavar="S",
+        help=f"seconds a check may run before its ranks are stopped (default {DEFAULT_DEADLINE_S:g})",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show full details of every check")
 
 
@@ -42,17 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=commands.cmd_list)
 
     check = commands_.add_parser("check", help="run the checks of exercises")
-    check.add_argument("exercises", nargs="*", metavar="EX",
-                       help="exercise id or number, or a notebook (default: every exercise edited since its last "
-                       "check, then the first not passing)")
+    check.add_argument(
+        "exercises",
+        nargs="*",
+        metavar="EX",
+        help="exercise id or number, or a notebook (default: every exercise edited since its last "
+        "check, then the first not passing)",
+    )
     check.add_argument("--all", action="store_true", help="check every exercise")
     source = check.add_mutually_exclusive_group()
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
-    check.add_argument("--launcher", choices=("grader", "fork", "portable", "torchrun"), default="grader",
-                       help="who starts the ranks: the grader's warm launcher (default: fork on Linux, portable "
-                            "elsewhere, or $GRADER_LAUNCHER), one of those two by name, or torchrun")
+    check.add_argument(
+        "--launcher",
+        choices=("grader", "fork", "portable", "torchrun"),
+        default="grader",
+        help="who starts the ranks: the grader's warm launcher (default: fork on Linux, portable "
+        "elsewhere, or $GRADER_LAUNCHER), one of those two by name, or torchrun",
+    )
     _add_cluster_options(check, "with --launcher torchrun: this node is node 0 of N (the one that grades)")
     _add_grading_options(check)
     check.set_defaults(func=commands.cmd_check)
@@ -63,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     hint.set_defaults(func=commands.cmd_hint)
 
     watch = commands_.add_parser("watch", help="check an exercise again every time you save its file")
-    watch.add_argument("exercise", nargs="?", metavar="EX",
-                       help="watch only this one (default: every exercise; whichever file is saved is checked)")
+    watch.add_argument(
+        "exercise",
+        nargs="?",
+        metavar="EX",
+        help="watch only this one (default: every exercise; whichever file is saved is checked)",
+    )
     _add_grading_options(watch)
     watch.set_defaults(func=commands.cmd_watch)
 

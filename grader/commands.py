@@ -11,11 +11,11 @@ from pathlib import Path
 
 from grader import notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
-from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import ExerciseFiles
+from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.progress import Progress
 from grader.report.json_report import write_results
 from grader.report.terminal import Terminal
@@ -88,8 +88,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     catalog = _catalog()
     progress = Progress(catalog.root)
     rows = [
-        {"id": e.id, "number": e.number, "title": e.title,
-         "status": progress.status(e, catalog.stub_path(e))}
+        {"id": e.id, "number": e.number, "title": e.title, "status": progress.status(e, catalog.stub_path(e))}
         for e in catalog.exercises
     ]
     if args.json:
@@ -116,8 +115,9 @@ def _select(catalog: Catalog, args: argparse.Namespace, progress: Progress) -> l
     return _to_check(catalog, progress)
 
 
-def _grade(session: GradingSession, terminal: Terminal, exercises: list[Exercise],
-           files: ExerciseFiles) -> list[CheckResult]:
+def _grade(
+    session: GradingSession, terminal: Terminal, exercises: list[Exercise], files: ExerciseFiles
+) -> list[CheckResult]:
     """Grade each exercise and print its results as they come, grouped under its heading."""
     results: list[CheckResult] = []
     for exercise in exercises:
@@ -131,8 +131,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if any(key.endswith(".ipynb") for key in args.exercises):
         return _check_notebooks(args)
     catalog = _catalog()
-    return _check(args, catalog, ExerciseFiles(_exercise_dir(catalog, args)),
-                  _select(catalog, args, Progress(catalog.root)))
+    return _check(
+        args, catalog, ExerciseFiles(_exercise_dir(catalog, args)), _select(catalog, args, Progress(catalog.root))
+    )
 
 
 def _check_notebooks(args: argparse.Namespace) -> int:
@@ -160,8 +161,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exe
         results = _grade(session, terminal, exercises, files)
     if files.folder == catalog.stubs_dir:
         for exercise in exercises:
-            progress.record(exercise, files.folder / exercise.file,
-                            [r for r in results if r.exercise == exercise.id])
+            progress.record(exercise, files.folder / exercise.file, [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
     if args.json:
         write_results(Path(args.json), results)
@@ -233,8 +233,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
 class Watcher:
     """`grader watch`: whichever exercise file is saved is checked again, under a timestamped line."""
 
-    def __init__(self, catalog: Catalog, session: GradingSession, terminal: Terminal,
-                 exercises: Sequence[Exercise]) -> None:
+    def __init__(
+        self, catalog: Catalog, session: GradingSession, terminal: Terminal, exercises: Sequence[Exercise]
+    ) -> None:
         self.catalog = catalog
         self.session = session
         self.terminal = terminal

@@ -56,8 +56,10 @@ def lint(root: Path) -> tuple[list[str], str]:
     counts = {"checks": 0, "hints": 0, "workers": 0}
     for exercise in catalog.exercises:
         problems += _exercise(catalog, exercise, _CatalogLines(lines, exercise.id), counts)
-    summary = (f"course OK: {len(catalog.exercises)} exercises, {counts['checks']} checks, {counts['hints']} hint "
-               f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog")
+    summary = (
+        f"course OK: {len(catalog.exercises)} exercises, {counts['checks']} checks, {counts['hints']} hint "
+        f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog"
+    )
     return [str(problem) for problem in problems], summary
 
 
@@ -90,8 +92,11 @@ def _parse(catalog: Catalog, exercise: Exercise, module: str, lines: _CatalogLin
     try:
         return _Module(shown, ast.parse(path.read_bytes(), filename=str(path)))
     except FileNotFoundError:
-        return Problem(CATALOG, lines.of(r"checks\s*="),
-                       f"{exercise.id}'s checks package {exercise.checks_package} has no {module}.py ({shown})")
+        return Problem(
+            CATALOG,
+            lines.of(r"checks\s*="),
+            f"{exercise.id}'s checks package {exercise.checks_package} has no {module}.py ({shown})",
+        )
     except SyntaxError as exc:
         return Problem(shown, exc.lineno, f"syntax error: {exc.msg}")
     except (OSError, ValueError, RecursionError, MemoryError) as exc:
@@ -117,8 +122,13 @@ def _registered(module: _Module) -> Iterator[tuple[str, int]]:
     for node in ast.walk(module.tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
-                if (isinstance(decorator, ast.Call) and _name(decorator.func) == "check" and decorator.args
-                        and isinstance(decorator.args[0], ast.Constant) and isinstance(decorator.args[0].value, str)):
+                if (
+                    isinstance(decorator, ast.Call)
+                    and _name(decorator.func) == "check"
+                    and decorator.args
+                    and isinstance(decorator.args[0], ast.Constant)
+                    and isinstance(decorator.args[0].value, str)
+                ):
                     yield decorator.args[0].value, decorator.lineno
 
 
@@ -126,8 +136,9 @@ def _name(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
 
 
-def _registrations(exercise: Exercise, modules: list[_Module], lines: _CatalogLines, counts: dict[str, int],
-                   complete: bool) -> list[Problem]:
+def _registrations(
+    exercise: Exercise, modules: list[_Module], lines: _CatalogLines, counts: dict[str, int], complete: bool
+) -> list[Problem]:
     """Every catalog check has a function and every `@check` a catalog entry, each in the module its visibility
     needs (`grader release` ships checks.py, never hidden.py); `complete`: every module was read (else a check
     seems missing that is only unread)."""
@@ -141,20 +152,43 @@ def _registrations(exercise: Exercise, modules: list[_Module], lines: _CatalogLi
     for name, (module, line) in where.items():
         spec = specs.get(name)
         if spec is None:
-            problems.append(Problem(module.path, line, f"check {name!r} is not a check of {exercise.id} in the "
-                                    f"catalog (its checks: {known})"))
+            problems.append(
+                Problem(
+                    module.path,
+                    line,
+                    f"check {name!r} is not a check of {exercise.id} in the catalog (its checks: {known})",
+                )
+            )
         elif spec.visibility == "hidden" and module.path.name == "checks.py":
-            problems.append(Problem(module.path, line, f"hidden check {name!r} is in checks.py, which students "
-                                    "receive: move it to hidden.py beside it"))
+            problems.append(
+                Problem(
+                    module.path,
+                    line,
+                    f"hidden check {name!r} is in checks.py, which students receive: move it to hidden.py beside it",
+                )
+            )
         elif spec.visibility == "public" and module.path.name == "hidden.py":
-            problems.append(Problem(module.path, line, f"public check {name!r} is in hidden.py, which the student "
-                                    "copy leaves out: move it to checks.py beside it"))
+            problems.append(
+                Problem(
+                    module.path,
+                    line,
+                    f"public check {name!r} is in hidden.py, which the student "
+                    "copy leaves out: move it to checks.py beside it",
+                )
+            )
     counts["checks"] += len(exercise.checks)
     if complete:
         defined = ", ".join(where) or "none"
-        problems += [Problem(CATALOG, lines.check(spec.name), f"check {spec.name!r} of {exercise.id} is registered "
-                             f"by no @check in {exercise.checks_package}.checks or .hidden (registered: {defined})")
-                     for spec in exercise.checks if spec.name not in where]
+        problems += [
+            Problem(
+                CATALOG,
+                lines.check(spec.name),
+                f"check {spec.name!r} of {exercise.id} is registered "
+                f"by no @check in {exercise.checks_package}.checks or .hidden (registered: {defined})",
+            )
+            for spec in exercise.checks
+            if spec.name not in where
+        ]
     return problems
 
 
@@ -166,9 +200,13 @@ def _hint_names(tree: ast.Module) -> Iterator[tuple[ast.expr, int]]:
             for keyword in node.keywords:
                 if keyword.arg == "hint" and isinstance(keyword.value, ast.Constant):
                     yield keyword.value, keyword.value.lineno
-        if (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict)
-                and any(_name(t).endswith("HINTS") for t in (node.targets if isinstance(node, ast.Assign)
-                                                             else [node.target]))):
+        if (
+            isinstance(node, (ast.Assign, ast.AnnAssign))
+            and isinstance(node.value, ast.Dict)
+            and any(
+                _name(t).endswith("HINTS") for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+        ):
             for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if key is None and isinstance(value, ast.Call) and len(value.args) == 2:  # **dict.fromkeys(...)
                     value = value.args[1]
@@ -186,11 +224,17 @@ def _hint_uses(exercise: Exercise, modules: list[_Module], counts: dict[str, int
             if name is None and isinstance(value, ast.Constant):
                 continue  # hint=None: no hint
             if not isinstance(name, str):
-                problems.append(Problem(module.path, line, f"a hint is named by a string, not {ast.unparse(value)} "
-                                        f"(the hints of {exercise.id}: {known})"))
+                problems.append(
+                    Problem(
+                        module.path,
+                        line,
+                        f"a hint is named by a string, not {ast.unparse(value)} (the hints of {exercise.id}: {known})",
+                    )
+                )
             elif name not in names:
-                problems.append(Problem(module.path, line, f"hint {name!r} is not a hint of {exercise.id} "
-                                        f"(its hints: {known})"))
+                problems.append(
+                    Problem(module.path, line, f"hint {name!r} is not a hint of {exercise.id} (its hints: {known})")
+                )
     return problems
 
 
@@ -212,14 +256,26 @@ def _worker_uses(exercise: Exercise, modules: list[_Module], workers: _Module, c
     problems = []
     for module in modules:
         for node in ast.walk(module.tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in WORKER_METHODS and _name(node.func.value) == "ctx" and node.args
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in WORKER_METHODS
+                and _name(node.func.value) == "ctx"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 counts["workers"] += 1
                 worker = node.args[0].value
                 if worker not in defined:
-                    problems.append(Problem(module.path, node.lineno, f"worker {worker!r} is not a function of "
-                                            f"{workers.path} ({exercise.workers_module}:{worker})"))
+                    problems.append(
+                        Problem(
+                            module.path,
+                            node.lineno,
+                            f"worker {worker!r} is not a function of "
+                            f"{workers.path} ({exercise.workers_module}:{worker})",
+                        )
+                    )
     return problems
 
 

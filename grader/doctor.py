@@ -56,11 +56,19 @@ class EngineNode:
         self.launcher = engine.launcher
 
     def all_reduce(self, backend: str, megabytes: float, iterations: int) -> RunResult:
-        return self.engine.run(Job("grader.engine.probe:all_reduce_timing", 2,
-                                   {"megabytes": megabytes, "iterations": iterations}, backend=backend, deadline=60.0))
+        return self.engine.run(
+            Job(
+                "grader.engine.probe:all_reduce_timing",
+                2,
+                {"megabytes": megabytes, "iterations": iterations},
+                backend=backend,
+                deadline=60.0,
+            )
+        )
 
 
 # --- versions -------------------------------------------------------------------------------------
+
 
 def _numbers(version: str) -> tuple[int, ...]:
     """(2, 13, 0) from "2.13.0+cpu" or "2.14.0.dev20260101"."""
@@ -71,11 +79,16 @@ def satisfies(version: str, specifiers: str) -> bool:
     """Whether `version` meets every comma-separated `>=`, `>`, `<=`, `<`, `==`, `!=` clause."""
     have = _numbers(version)
     compare: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
-        ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b,
-        "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+        ">=": lambda a, b: a >= b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        "<": lambda a, b: a < b,
+        "==": lambda a, b: a == b,
+        "!=": lambda a, b: a != b,
+    }
     for clause in filter(None, (c.strip() for c in specifiers.split(","))):
         operator = next(op for op in (">=", "<=", "==", "!=", ">", "<") if clause.startswith(op))
-        want = _numbers(clause[len(operator):])
+        want = _numbers(clause[len(operator) :])
         width = max(len(have), len(want))
         if not compare[operator](have + (0,) * (width - len(have)), want + (0,) * (width - len(want))):
             return False
@@ -89,8 +102,7 @@ def supported_ranges() -> tuple[str, str]:
         requires = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         return "", ""
-    torch = next((r[len("torch"):].split(";")[0].strip() for r in requires
-                  if re.match(r"torch\s*[<>=!]", r)), "")
+    torch = next((r[len("torch") :].split(";")[0].strip() for r in requires if re.match(r"torch\s*[<>=!]", r)), "")
     lower_first = sorted((c.strip() for c in torch.split(",") if c.strip()), key=lambda c: not c.startswith(">"))
     # PackageMetadata (typeshed, before Python 3.12) has get_all but not get: the first value, as get gives
     return (metadata.get_all("Requires-Python") or [""])[0], ",".join(lower_first)
@@ -99,16 +111,24 @@ def supported_ranges() -> tuple[str, str]:
 def python_finding(version: str, wanted: str) -> Finding:
     if not wanted or satisfies(version, wanted):
         return Finding("PASS", "Python", f"{version} (the course needs {wanted or '3.11 or newer'})")
-    return Finding("FAIL", "Python", f"{version}: the course needs {wanted}",
-                   "install Python 3.11 or newer and make a new virtual environment with it")
+    return Finding(
+        "FAIL",
+        "Python",
+        f"{version}: the course needs {wanted}",
+        "install Python 3.11 or newer and make a new virtual environment with it",
+    )
 
 
 def torch_finding(installed: str | None, wanted: str) -> Finding:
     if installed is None:
         return Finding("FAIL", "torch", "not installed", INSTALL_TORCH)
     if not wanted:
-        return Finding("WARN", "torch", f"{installed}: the course's supported range is unknown (not installed "
-                       "with pip?)", "pip install -e . in the course folder")
+        return Finding(
+            "WARN",
+            "torch",
+            f"{installed}: the course's supported range is unknown (not installed with pip?)",
+            "pip install -e . in the course folder",
+        )
     if satisfies(installed, wanted):
         return Finding("PASS", "torch", f"{installed} (supported: {wanted})")
     lower = next((c.strip()[2:] for c in wanted.split(",") if c.strip().startswith(">=")), "")
@@ -126,14 +146,19 @@ def _installed_torch() -> str | None:
 
 # --- this machine ------------------------------------------------------------------------------
 
+
 def launcher_finding() -> Finding:
     try:
         name, reason = chosen_launcher()
     except LauncherError as exc:
         return Finding("FAIL", "launcher", str(exc), "unset GRADER_LAUNCHER, or set it to fork or portable")
     if name == "fork" and not IS_LINUX:
-        return Finding("WARN", "launcher", f"fork ({reason}): forking a process that has imported torch is "
-                       "fragile here", "unset GRADER_LAUNCHER to use the portable launcher")
+        return Finding(
+            "WARN",
+            "launcher",
+            f"fork ({reason}): forking a process that has imported torch is fragile here",
+            "unset GRADER_LAUNCHER to use the portable launcher",
+        )
     return Finding("PASS", "launcher", f"{name} ({reason})")
 
 
@@ -143,8 +168,9 @@ def temp_finding() -> Finding:
         with tempfile.NamedTemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        return Finding("FAIL", "temp folder", f"{folder} is not writable: {exc}",
-                       "set TMPDIR to a folder you can write to")
+        return Finding(
+            "FAIL", "temp folder", f"{folder} is not writable: {exc}", "set TMPDIR to a folder you can write to"
+        )
     return Finding("PASS", "temp folder", f"{folder} is writable (run folders and file stores go there)")
 
 
@@ -160,8 +186,12 @@ def loopback_finding() -> Finding:
                     peer.settimeout(5)
                     echoed = peer.recv(4)
     except OSError as exc:
-        return Finding("FAIL", "loopback", f"127.0.0.1 does not carry a connection: {exc}",
-                       "the ranks talk over the loopback interface: check firewall or VPN software")
+        return Finding(
+            "FAIL",
+            "loopback",
+            f"127.0.0.1 does not carry a connection: {exc}",
+            "the ranks talk over the loopback interface: check firewall or VPN software",
+        )
     if echoed != b"ping":
         return Finding("FAIL", "loopback", "a loopback connection lost its data", "check firewall or VPN software")
     host = socket.gethostname()
@@ -170,27 +200,40 @@ def loopback_finding() -> Finding:
         with socket.create_server((address, 0)):
             pass
     except OSError as exc:
-        return Finding("WARN", "loopback", f"127.0.0.1 works (port {port} was free), but the host name {host!r} "
-                       f"does not resolve to an address of this machine ({exc}); gloo may pick it",
-                       "export GLOO_SOCKET_IFNAME=lo (Linux) or lo0 (macOS), or add the name to /etc/hosts")
+        return Finding(
+            "WARN",
+            "loopback",
+            f"127.0.0.1 works (port {port} was free), but the host name {host!r} "
+            f"does not resolve to an address of this machine ({exc}); gloo may pick it",
+            "export GLOO_SOCKET_IFNAME=lo (Linux) or lo0 (macOS), or add the name to /etc/hosts",
+        )
     return Finding("PASS", "loopback", f"127.0.0.1 works (port {port} was free); {host!r} is {address}")
 
 
 def sandbox_finding() -> Finding:
     """Only `grader grade` (instructors' batches of untrusted code) needs the sandbox."""
     if not IS_LINUX:
-        return Finding("WARN", "sandbox", "sandboxed batch grading (`grader grade`) runs on Linux only; "
-                       "`grader check` needs no sandbox", "grade batches on a Linux machine")
+        return Finding(
+            "WARN",
+            "sandbox",
+            "sandboxed batch grading (`grader grade`) runs on Linux only; `grader check` needs no sandbox",
+            "grade batches on a Linux machine",
+        )
     from grader.sandbox import bubblewrap
 
     problem = bubblewrap.unavailable()
     if problem:
-        return Finding("WARN", "sandbox", f"for `grader grade` only: {problem}",
-                       "apt-get install bubblewrap (or grade as root with --sandbox user)")
+        return Finding(
+            "WARN",
+            "sandbox",
+            f"for `grader grade` only: {problem}",
+            "apt-get install bubblewrap (or grade as root with --sandbox user)",
+        )
     return Finding("PASS", "sandbox", "bubblewrap works (for `grader grade`)")
 
 
 # --- ranks and GPUs --------------------------------------------------------------------------------
+
 
 def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> float:
     """All-reduce bus bandwidth in GB/s as nccl-tests defines it: algbw = bytes / time, times
@@ -220,8 +263,12 @@ def all_reduce_finding(topic: str, backend: str, result: RunResult, fix: str) ->
     seconds = max(float(rank.facts["seconds"]) for rank in result.ranks)
     nbytes = int(result.ranks[0].facts["bytes"])
     busbw = bus_bandwidth(nbytes, seconds, world)
-    return Finding("PASS", topic, f"{world} ranks formed a {backend} group; all-reduce of {nbytes / 2**20:.0f} MiB "
-                   f"correct, {seconds * 1e3:.2f} ms, bus bandwidth {busbw:.2f} GB/s")
+    return Finding(
+        "PASS",
+        topic,
+        f"{world} ranks formed a {backend} group; all-reduce of {nbytes / 2**20:.0f} MiB "
+        f"correct, {seconds * 1e3:.2f} ms, bus bandwidth {busbw:.2f} GB/s",
+    )
 
 
 def gpu_findings(facts: dict[str, Any], node: Node, expect_gpu: bool) -> list[Finding]:
@@ -230,34 +277,60 @@ def gpu_findings(facts: dict[str, Any], node: Node, expect_gpu: bool) -> list[Fi
         build = f"CUDA {facts['cuda_build']} build" if facts.get("cuda_build") else "a CPU build"
         detail = f"no CUDA GPU visible (torch is {build})"
         if expect_gpu:
-            return [Finding("FAIL", "GPU", detail, "check nvidia-smi and CUDA_VISIBLE_DEVICES, and install a CUDA "
-                            "build of torch")]
+            return [
+                Finding(
+                    "FAIL",
+                    "GPU",
+                    detail,
+                    "check nvidia-smi and CUDA_VISIBLE_DEVICES, and install a CUDA build of torch",
+                )
+            ]
         return [Finding("PASS", "GPU", f"{detail}: not needed, every exercise runs on CPU with gloo")]
     names = ", ".join(sorted(set(facts.get("names", [])))) or "unnamed"
     findings = [Finding("PASS", "GPU", f"{gpus} CUDA GPU(s) visible ({names})")]
     if not facts.get("nccl"):
-        findings.append(Finding("FAIL", "NCCL", "this torch build has no NCCL", "install a CUDA build of torch for "
-                                "Linux (NCCL ships with it)"))
+        findings.append(
+            Finding(
+                "FAIL",
+                "NCCL",
+                "this torch build has no NCCL",
+                "install a CUDA build of torch for Linux (NCCL ships with it)",
+            )
+        )
         return findings
     version = facts.get("nccl_version") or f"version unknown ({facts.get('nccl_version_error', '')})"
     findings.append(Finding("PASS", "NCCL", f"NCCL {version}"))
     if gpus < 2:
-        findings.append(Finding("WARN", "NCCL all-reduce", "one GPU: NCCL checks need one GPU per rank, so only "
-                                "W=1 runs here", "use a node with 2 or more GPUs to check at W=2 and 4"))
+        findings.append(
+            Finding(
+                "WARN",
+                "NCCL all-reduce",
+                "one GPU: NCCL checks need one GPU per rank, so only W=1 runs here",
+                "use a node with 2 or more GPUs to check at W=2 and 4",
+            )
+        )
         return findings
-    fix = ("rerun with NCCL_DEBUG=INFO to see why; try NCCL_P2P_DISABLE=1 or NCCL_SHM_DISABLE=1 to find the "
-           "transport at fault")
+    fix = (
+        "rerun with NCCL_DEBUG=INFO to see why; try NCCL_P2P_DISABLE=1 or NCCL_SHM_DISABLE=1 to find the "
+        "transport at fault"
+    )
     try:
-        findings.append(all_reduce_finding("NCCL all-reduce", "nccl",
-                                           node.all_reduce("nccl", NCCL_MEGABYTES, NCCL_ITERATIONS), fix))
+        findings.append(
+            all_reduce_finding("NCCL all-reduce", "nccl", node.all_reduce("nccl", NCCL_MEGABYTES, NCCL_ITERATIONS), fix)
+        )
     except EngineError as exc:
         findings.append(Finding("FAIL", "NCCL all-reduce", f"the ranks did not run: {exc}", fix))
     blocked = [(i, j) for i, j, ok in facts.get("p2p", []) if not ok]
     if blocked:
         pairs = ", ".join(f"{i}->{j}" for i, j in blocked[:6]) + (" ..." if len(blocked) > 6 else "")
-        findings.append(Finding("WARN", "P2P", f"no peer access between GPUs {pairs}: NCCL goes through host "
-                                "memory there (correct, slower)", "check `nvidia-smi topo -m`; on VMs, P2P is "
-                                "often disabled"))
+        findings.append(
+            Finding(
+                "WARN",
+                "P2P",
+                f"no peer access between GPUs {pairs}: NCCL goes through host memory there (correct, slower)",
+                "check `nvidia-smi topo -m`; on VMs, P2P is often disabled",
+            )
+        )
     else:
         findings.append(Finding("PASS", "P2P", f"every pair of the {gpus} GPUs can access each other's memory"))
     return findings
@@ -268,11 +341,21 @@ def rank_findings(node: Node, expect_gpu: bool) -> list[Finding]:
     try:
         result = node.all_reduce("gloo", GLOO_MEGABYTES, GLOO_ITERATIONS)
     except EngineError as exc:
-        return [Finding("FAIL", "ranks", f"the {node.launcher} launcher could not run ranks: {exc}",
-                        "check the torch installation (python -c 'import torch'); GRADER_LAUNCHER=portable "
-                        "or fork tries the other launcher")]
-    gloo = all_reduce_finding("gloo all-reduce", "gloo", result,
-                              "export GLOO_SOCKET_IFNAME=lo (Linux) or lo0 (macOS); check firewall software")
+        return [
+            Finding(
+                "FAIL",
+                "ranks",
+                f"the {node.launcher} launcher could not run ranks: {exc}",
+                "check the torch installation (python -c 'import torch'); GRADER_LAUNCHER=portable "
+                "or fork tries the other launcher",
+            )
+        ]
+    gloo = all_reduce_finding(
+        "gloo all-reduce",
+        "gloo",
+        result,
+        "export GLOO_SOCKET_IFNAME=lo (Linux) or lo0 (macOS); check firewall software",
+    )
     if gloo.status == "FAIL":
         return [gloo]
     return [gloo, *gpu_findings(result.ranks[0].facts.get("accelerators", {}), node, expect_gpu)]
@@ -281,9 +364,14 @@ def rank_findings(node: Node, expect_gpu: bool) -> list[Finding]:
 def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[Finding]:
     """Every finding, in the order a student reads them."""
     python_range, torch_range = supported_ranges()
-    findings = [python_finding(".".join(map(str, sys.version_info[:3])), python_range),
-                torch_finding(_installed_torch(), torch_range), launcher_finding(), temp_finding(),
-                loopback_finding(), sandbox_finding()]
+    findings = [
+        python_finding(".".join(map(str, sys.version_info[:3])), python_range),
+        torch_finding(_installed_torch(), torch_range),
+        launcher_finding(),
+        temp_finding(),
+        loopback_finding(),
+        sandbox_finding(),
+    ]
     if findings[1].status == "FAIL" or findings[2].status == "FAIL":
         return findings  # no rank can start
     try:
@@ -295,13 +383,15 @@ def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[
 
 # --- the command -------------------------------------------------------------------------------
 
+
 def _print(findings: Iterable[Finding], seconds: float) -> None:
     terminal = Terminal()
     findings = list(findings)
     width = max(len(f.topic) for f in findings)
     for finding in findings:
-        terminal.line(f"{terminal.paint(finding.status, STYLES[finding.status])}  {finding.topic:<{width}}  "
-                      f"{finding.detail}")
+        terminal.line(
+            f"{terminal.paint(finding.status, STYLES[finding.status])}  {finding.topic:<{width}}  {finding.detail}"
+        )
         if finding.fix and finding.status != "PASS":
             terminal.line(f"      {' ' * width}  fix: {finding.fix}")
     failed = sum(f.status == "FAIL" for f in findings)
@@ -326,19 +416,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             engine.close()
     seconds = time.monotonic() - started
     if args.json:
-        print(json.dumps({"ok": all(f.status != "FAIL" for f in findings), "seconds": round(seconds, 2),
-                          "platform": sys.platform, "findings": [asdict(f) for f in findings]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": all(f.status != "FAIL" for f in findings),
+                    "seconds": round(seconds, 2),
+                    "platform": sys.platform,
+                    "findings": [asdict(f) for f in findings],
+                },
+                indent=2,
+            )
+        )
     else:
         _print(findings, seconds)
     return 1 if any(f.status == "FAIL" for f in findings) else 0
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    doctor = commands.add_parser("doctor", help="can this machine run the course? what to fix if not",
-                                 description="Check Python, torch, the launcher, loopback, the temp folder, the "
-                                             "sandbox and, on a GPU node, CUDA, NCCL and P2P. Exit status 1 if "
-                                             "anything failed.")
+    doctor = commands.add_parser(
+        "doctor",
+        help="can this machine run the course? what to fix if not",
+        description="Check Python, torch, the launcher, loopback, the temp folder, the "
+        "sandbox and, on a GPU node, CUDA, NCCL and P2P. Exit status 1 if "
+        "anything failed.",
+    )
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
     doctor.add_argument("--gpu", action="store_true", help="this is a GPU node: fail where CUDA or NCCL is missing")
     doctor.set_defaults(func=cmd_doctor)
-

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.catalog import Exercise
+from grader.engine import Job, Runner
 from grader.judge.api import References
 from grader.judge.runner import GradeOptions, grade_exercise, not_run
 from grader.judge.verdict import CheckResult
-from grader.engine import Job, Runner
 from grader.notebook_source import SourceMap
 
 

@@ -78,8 +78,9 @@ def _tagged(book: nbformat.NotebookNode) -> list[tuple[int, str]]:
     return [(i, c.source) for i, c in enumerate(book.cells) if notebook_source.is_exercise_cell(c)]
 
 
-def saved_notebook(exercise: Exercise, history: Sequence[tuple[int, str]], session: str | None,
-                   folder: Path) -> Path | None:
+def saved_notebook(
+    exercise: Exercise, history: Sequence[tuple[int, str]], session: str | None, folder: Path
+) -> Path | None:
     """The notebook this kernel belongs to: the one Jupyter names (JPY_SESSION_NAME), else, of the
     notebooks of this exercise beside it (`-Copy1` ones too), the one whose exercise cells this
     kernel ran (the most recently saved on a tie)."""
@@ -97,8 +98,9 @@ def saved_notebook(exercise: Exercise, history: Sequence[tuple[int, str]], sessi
     return max(candidates, key=score) if candidates else None
 
 
-def kernel_cells(exercise: Exercise, history: Sequence[tuple[int, str]],
-                 saved: nbformat.NotebookNode | None, saved_name: str = "") -> Graded | None:
+def kernel_cells(
+    exercise: Exercise, history: Sequence[tuple[int, str]], saved: nbformat.NotebookNode | None, saved_name: str = ""
+) -> Graded | None:
     """What to grade from what the kernel ran (None if it ran no cell defining a graded function)."""
     defining = {}
     for name in exercise.function_names:
@@ -117,32 +119,46 @@ def kernel_cells(exercise: Exercise, history: Sequence[tuple[int, str]],
         elif not any(_defines(source, name) for name in exercise.function_names):
             helpers.append((f"cell {index + 1}", source))  # what the kernel defines instead stands for it
     sources = dict(history)
-    graded = Graded(helpers + [(_label(i), sources[i]) for i in sorted(chosen)],
-                    [(_label(i), s) for i, s in history if i not in chosen])
+    graded = Graded(
+        helpers + [(_label(i), sources[i]) for i in sorted(chosen)],
+        [(_label(i), s) for i, s in history if i not in chosen],
+    )
     if saved is not None:
         graded.warnings += _differences(defining, sources, saved, saved_name, graded.cells)
     return graded
 
 
-def _differences(defining: dict[str, int], sources: dict[int, str], saved: nbformat.NotebookNode,
-                 saved_name: str, cells: list[tuple[str, str]]) -> list[str]:
+def _differences(
+    defining: dict[str, int],
+    sources: dict[int, str],
+    saved: nbformat.NotebookNode,
+    saved_name: str,
+    cells: list[tuple[str, str]],
+) -> list[str]:
     """Why the saved notebook would be graded differently from what the kernel ran, if it would."""
     saved_code = [source for _, source in _tagged(saved)]
     ran_code = [source for _, source in cells]
     if len(saved_code) == len(ran_code) and all(map(_same, saved_code, ran_code)):
         return []
-    untagged = [(i, c.source) for i, c in enumerate(saved.cells)
-                if c.get("cell_type") == "code" and not notebook_source.is_exercise_cell(c)]
+    untagged = [
+        (i, c.source)
+        for i, c in enumerate(saved.cells)
+        if c.get("cell_type") == "code" and not notebook_source.is_exercise_cell(c)
+    ]
     said = []
     for name, index in sorted(defining.items()):
         cell = next((i for i, s in untagged if _same(s, sources[index])), None)
         if cell is not None:
-            said.append(f"{name}() comes from {_label(index)}, cell {cell + 1} of {saved_name}, which is not "
-                        f"tagged `{notebook_source.TAG}`: the saved notebook is graded without it. Tag that cell, or "
-                        "move the function into the exercise cell")
+            said.append(
+                f"{name}() comes from {_label(index)}, cell {cell + 1} of {saved_name}, which is not "
+                f"tagged `{notebook_source.TAG}`: the saved notebook is graded without it. Tag that cell, or "
+                "move the function into the exercise cell"
+            )
     if not said:
-        said.append(f"the exercise cells of the saved {saved_name} differ from what this kernel ran (edited "
-                    "or run again since the last save)")
+        said.append(
+            f"the exercise cells of the saved {saved_name} differ from what this kernel ran (edited "
+            "or run again since the last save)"
+        )
     return [f"{line}; checking what this kernel ran. Then {SAVE_ADVICE}." for line in said]
 
 
@@ -172,8 +188,9 @@ def _write(exercise: Exercise, graded: Graded, folder: Path) -> Path:
 def _run_grader(argv: Sequence[str]) -> int:
     """`python -m grader ARGV` with this kernel's interpreter, its output shown as it comes."""
     env = {**os.environ, "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "grader", *argv], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grader", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -190,8 +207,9 @@ def _shell() -> Any:
     return ipython.get_ipython() if ipython is not None else None
 
 
-def check(exercise: str, world_size: int | None = None, verbose: bool = False,
-          notebook: str | os.PathLike[str] | None = None) -> None:
+def check(
+    exercise: str, world_size: int | None = None, verbose: bool = False, notebook: str | os.PathLike[str] | None = None
+) -> None:
     """Check an exercise as this kernel last ran it (see the module's docstring)."""
     options = [*(["--world-size", str(world_size)] if world_size else []), *(["-v"] if verbose else [])]
     try:
@@ -213,11 +231,15 @@ def _check(key: str, options: Sequence[str], explicit: Path | None) -> None:
     graded = kernel_cells(exercise, history, saved, path.name if path else "")
     if graded is None:
         if path is None:
-            raise KernelCheckError(f"this kernel has not run a cell that defines "
-                                   f"{exercise.function_names[0]}(), and no saved notebook of {exercise.id} is "
-                                   "in this folder: run your exercise cell, then check again")
-        print(f"warning: this kernel has not run a cell that defines {exercise.function_names[0]}(): "
-              f"checking the saved {path.name} instead.")
+            raise KernelCheckError(
+                f"this kernel has not run a cell that defines "
+                f"{exercise.function_names[0]}(), and no saved notebook of {exercise.id} is "
+                "in this folder: run your exercise cell, then check again"
+            )
+        print(
+            f"warning: this kernel has not run a cell that defines {exercise.function_names[0]}(): "
+            f"checking the saved {path.name} instead."
+        )
         _run_grader(["check", str(path), *options])
         return
     for warning in graded.warnings:

@@ -39,6 +39,7 @@ def notebook_name(exercise: Exercise) -> str:
 
 # --- reading -----------------------------------------------------------------------------------
 
+
 def _depth(value: object) -> int:
     """How deeply JSON arrays and objects nest in `value`, counted without recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -83,10 +84,13 @@ def read(path: Path) -> nbformat.NotebookNode:
     except OSError as exc:
         raise NotebookError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     if len(data) > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"{path.name} is over {MAX_NOTEBOOK_BYTES >> 20} MiB, the most a notebook may be: "
-                            "clear its outputs and save it again")
-    too_deep = (f"{path.name} is nested too deeply to read: a notebook's JSON nests a few levels, "
-                f"at most {MAX_NOTEBOOK_DEPTH}")
+        raise NotebookError(
+            f"{path.name} is over {MAX_NOTEBOOK_BYTES >> 20} MiB, the most a notebook may be: "
+            "clear its outputs and save it again"
+        )
+    too_deep = (
+        f"{path.name} is nested too deeply to read: a notebook's JSON nests a few levels, at most {MAX_NOTEBOOK_DEPTH}"
+    )
     try:
         text = data.decode("utf-8")
         parsed = json.loads(text)  # the C decoder stops at its recursion limit; nbformat's Python would go on
@@ -122,8 +126,10 @@ def exercise_of(notebook: nbformat.NotebookNode, path: Path, catalog: Catalog) -
     for exercise in catalog.exercises:
         if Path(exercise.file).stem == path.stem:
             return exercise
-    raise NotebookError(f"{path.name}: cannot tell which exercise it is (no grader metadata and no exercise "
-                        "is named like it); name it like the exercise, e.g. ex01_process_group.ipynb")
+    raise NotebookError(
+        f"{path.name}: cannot tell which exercise it is (no grader metadata and no exercise "
+        "is named like it); name it like the exercise, e.g. ex01_process_group.ipynb"
+    )
 
 
 def is_exercise_cell(cell: nbformat.NotebookNode) -> bool:
@@ -159,6 +165,7 @@ def _top_level_names(source: str) -> set[str]:
 
 # --- where a line of the joined module came from -----------------------------------------------
 
+
 @dataclass(frozen=True)
 class CellSpan:
     label: str  # "cell 3" (its place in the notebook) or "In [7]" (as the kernel ran it)
@@ -183,16 +190,22 @@ class SourceMap:
 
     def rewrite(self, text: str) -> str:
         module = re.escape(self.module)
-        text = re.sub(rf'File "(?:[^"]*/)?{module}", line (\d+)',
-                      lambda m: f'File "{self.notebook}", {self.where(int(m[1]))}', text)
+        text = re.sub(
+            rf'File "(?:[^"]*/)?{module}", line (\d+)',
+            lambda m: f'File "{self.notebook}", {self.where(int(m[1]))}',
+            text,
+        )
         text = re.sub(rf"(?<![\w/.-]){module}(?::|, line )(\d+)", lambda m: self.where(int(m[1])), text)
         return re.sub(rf"(?<![\w/.-]){module}", f"{self.notebook} (its exercise cells)", text)
 
     def _tag_hints(self, text: str) -> list[str]:
         missing = dict.fromkeys(re.findall(r"NameError: name '(\w+)' is not defined", text))
-        return [f"`{name}` is defined in {self.untagged[name]}, which is not tagged `{TAG}`: the grader runs only "
-                f"tagged cells. Tag that cell `{TAG}` too, or move `{name}` into an exercise cell"
-                for name in missing if name in self.untagged]
+        return [
+            f"`{name}` is defined in {self.untagged[name]}, which is not tagged `{TAG}`: the grader runs only "
+            f"tagged cells. Tag that cell `{TAG}` too, or move `{name}` into an exercise cell"
+            for name in missing
+            if name in self.untagged
+        ]
 
     def apply(self, result: CheckResult) -> CheckResult:
         hints = self._tag_hints(f"{result.message}\n{result.details}")
@@ -247,7 +260,7 @@ def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
     if not source_map.cells:
         raise NotebookError(f"{path.name}: no code cell is tagged {TAG!r}; tag the cells that hold your solution")
     for cell in source_map.cells:  # a name the graded cells define is no hint to tag another
-        for name in _top_level_names("\n".join(lines[cell.first - 1:cell.first - 1 + cell.lines])):
+        for name in _top_level_names("\n".join(lines[cell.first - 1 : cell.first - 1 + cell.lines])):
             source_map.untagged.pop(name, None)
     header = _hoist_future_imports(lines)
     if header:

@@ -5,19 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from grader.catalog import Catalog, Exercise
-from grader.judge.runner import GradeOptions
-from grader.judge.verdict import CheckResult
 from grader.engine import Engine, open_engine
 from grader.engine.platforms import LAUNCHERS
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import BackendProbe, ExerciseFiles, grade_files
+from grader.judge.runner import GradeOptions
+from grader.judge.verdict import CheckResult
 
 
 class GradingSession:
     """`engine` None: a warm engine of `launcher` ("fork" or "portable"; else the platform's)."""
 
-    def __init__(self, catalog: Catalog, options: GradeOptions, engine: Engine | TorchrunEngine | None = None,
-                 launcher: str | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        options: GradeOptions,
+        engine: Engine | TorchrunEngine | None = None,
+        launcher: str | None = None,
+    ) -> None:
         self.catalog = catalog
         self.options = options
         if engine is None:  # started: it warms up while the caller parses and validates

@@ -49,8 +49,10 @@ def problems(path: Path, exercise: Exercise) -> str | None:
     except OSError as exc:
         return f"{path.name} cannot be read: {exc.strerror or exc}"
     if source is None:
-        return (f"{path.name} is {path.stat().st_size / (1 << 20):.1f} MiB; an exercise file is at most "
-                f"{MAX_SOURCE_BYTES >> 20} MiB")
+        return (
+            f"{path.name} is {path.stat().st_size / (1 << 20):.1f} MiB; an exercise file is at most "
+            f"{MAX_SOURCE_BYTES >> 20} MiB"
+        )
     try:
         tree = ast.parse(source, filename=str(path))
         compile(tree, str(path), "exec", dont_inherit=True)  # what parsing misses: a late `from __future__`...
@@ -63,11 +65,7 @@ def problems(path: Path, exercise: Exercise) -> str | None:
         return f"{path.name} cannot be parsed: {exc}"
     except (RecursionError, MemoryError):  # the parser's and compiler's own depth limits, not the machine's memory
         return f"{path.name} is too deeply nested to parse: keep expressions and blocks a few levels deep"
-    defined = {
-        node.name: node
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    defined = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for signature in exercise.functions:
         expected = _expected(signature)
         found = defined.get(expected.name)

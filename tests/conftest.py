@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog, load_catalog
+from grader.engine import Engine
 from grader.judge.api import DEFAULT_DEADLINE_S
 from grader.judge.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
-from grader.engine import Engine
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,16 +54,22 @@ def engine(catalog: Catalog) -> Iterator[Engine]:
 
 @pytest.fixture(scope="session")
 def grade(engine: Engine, catalog: Catalog) -> Grade:
-    def run(exercise_id: str, path: Path, world_sizes: tuple[int, ...] | None = None,
-            deadline: float = DEFAULT_DEADLINE_S, checks: set[str] | None = None,
-            seed: int | None = SEED) -> list[CheckResult]:
+    def run(
+        exercise_id: str,
+        path: Path,
+        world_sizes: tuple[int, ...] | None = None,
+        deadline: float = DEFAULT_DEADLINE_S,
+        checks: set[str] | None = None,
+        seed: int | None = SEED,
+    ) -> list[CheckResult]:
         exercise = catalog.get(exercise_id)
         only = frozenset(checks) if checks is not None else None
         if seed is None:
             seed = secrets.randbelow(2**31)
         print(f"graded {exercise_id} with GRADER_TEST_SEED={seed}")  # shown with a failure, to replay it
-        options = GradeOptions(world_sizes=world_sizes, deadline=deadline, only=only,
-                               visibilities=ALL_CHECKS, seed=seed)
+        options = GradeOptions(
+            world_sizes=world_sizes, deadline=deadline, only=only, visibilities=ALL_CHECKS, seed=seed
+        )
         return grade_exercise(engine, exercise, path, options)
 
     return run

@@ -8,7 +8,6 @@ way to write a checkpoint. It must pass every check of its exercise, hidden ones
 from __future__ import annotations
 
 import pytest
-
 from conftest import describe
 from variants import materialize, variant_params
 

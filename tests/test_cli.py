@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from grader.catalog import load_catalog
-from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.commands import Watcher
+from grader.judge.runner import CheckResult
 from grader.report.terminal import Terminal
 
 EX01 = "ex01_process_group.py"
@@ -91,8 +91,19 @@ class _Session:
         results = []
         for exercise in exercises:
             self.graded.append(exercise.id)
-            results.append(CheckResult("passed", "", exercise=exercise.id, check="c", world_size=2, seconds=0.01,
-                                       points=1.0, max_points=1.0, visibility="public"))
+            results.append(
+                CheckResult(
+                    "passed",
+                    "",
+                    exercise=exercise.id,
+                    check="c",
+                    world_size=2,
+                    seconds=0.01,
+                    points=1.0,
+                    max_points=1.0,
+                    visibility="public",
+                )
+            )
             on_result(results[-1])
         return results
 
@@ -116,10 +127,16 @@ def test_watch_checks_whichever_exercise_was_saved_under_a_timestamped_line(cour
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("def setup_ddp(rank, world_size, backend=None):\n    return (\n", r"syntax error in ex01_process_group.py, line 2"),
+        (
+            "def setup_ddp(rank, world_size, backend=None):\n    return (\n",
+            r"syntax error in ex01_process_group.py, line 2",
+        ),
         ("def setup_ddp(rank, world_size, backend=None):\n    pass\n", r"defines no function cleanup_ddp\(\)"),
-        ("def setup_ddp(rank):\n    pass\ndef cleanup_ddp():\n    pass\n",
-         r"setup_ddp in ex01_process_group.py takes \(rank\) but the grader calls it as setup_ddp\(rank, world_size, backend=None\)"),
+        (
+            "def setup_ddp(rank):\n    pass\ndef cleanup_ddp():\n    pass\n",
+            r"setup_ddp in ex01_process_group.py takes \(rank\) but the grader calls it as "
+            r"setup_ddp\(rank, world_size, backend=None\)",
+        ),
     ],
     ids=["syntax_error", "missing_function", "wrong_signature"],
 )
@@ -132,7 +149,9 @@ def test_broken_student_files_get_one_clear_message(course, capsys, source, mess
 
 
 def test_import_error_in_student_file_is_an_error_not_a_crash(course, capsys):
-    source = (course / "solutions" / EX01).read_text().replace("import torch\n", "import torch\nimport no_such_module\n", 1)
+    source = (
+        (course / "solutions" / EX01).read_text().replace("import torch\n", "import torch\nimport no_such_module\n", 1)
+    )
     (course / "exercises" / EX01).write_text(source)
     code, out = run(capsys, "check", "ex01", "--world-size", "2", "--json", str(course / "out.json"))
     assert code == 1
@@ -164,8 +183,11 @@ def test_reset_restores_the_stub_and_keeps_a_backup(course, capsys):
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(("check", "ex99"), "no exercise 'ex99'"), (("check", "--path", "/no/such/dir"), "not a directory"),
-     (("hint", "nope"), "no exercise 'nope'")],
+    [
+        (("check", "ex99"), "no exercise 'ex99'"),
+        (("check", "--path", "/no/such/dir"), "not a directory"),
+        (("hint", "nope"), "no exercise 'nope'"),
+    ],
 )
 def test_bad_arguments_exit_2_with_a_message(course, capsys, argv, message):
     code, out = run(capsys, *argv)

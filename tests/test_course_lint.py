@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+from instructor import support
+
 from grader.catalog import CatalogError, load_catalog
-from grader.judge import runner
-from grader.judge.api import CheckContext
 from grader.cli import main
 from grader.course_lint import lint
-from instructor import support
+from grader.judge import runner
+from grader.judge.api import CheckContext
 
 CATALOG = "exercises/catalog.toml"
 EX01_CHECKS = "grader/checks/ex01_process_group/checks.py"
@@ -33,7 +33,7 @@ def _edit(path: Path, old: str, new: str) -> int:
     """Replace the first `old` in the file; returns the 1-based line where it was."""
     text = path.read_text()
     assert old in text, f"{old!r} is not in {path}"
-    line = text[:text.index(old)].count("\n") + 1
+    line = text[: text.index(old)].count("\n") + 1
     path.write_text(text.replace(old, new, 1))
     return line
 
@@ -57,8 +57,10 @@ def test_a_misspelt_check_name_in_the_catalog(course: Path, capsys: pytest.Captu
     registered = (course / EX01_CHECKS).read_text().split("\n").index('@check("joins_group")') + 1
     problems = _lint(course)
     assert f"{CATALOG}:{line}: check 'joins_grup' of ex01_process_group is registered by no @check" in problems[1]
-    assert problems[0].startswith(f"{EX01_CHECKS}:{registered}: check 'joins_group' is not a check of "
-                                  "ex01_process_group in the catalog (its checks: joins_grup, ")
+    assert problems[0].startswith(
+        f"{EX01_CHECKS}:{registered}: check 'joins_group' is not a check of "
+        "ex01_process_group in the catalog (its checks: joins_grup, "
+    )
     assert main(["lint-course"]) == 1
     captured = capsys.readouterr()
     assert captured.out.splitlines() == problems and "2 problem(s)" in captured.err and "Traceback" not in captured.err
@@ -66,8 +68,10 @@ def test_a_misspelt_check_name_in_the_catalog(course: Path, capsys: pytest.Captu
 
 def test_a_misspelt_hint_name_in_a_checks_module(course: Path) -> None:
     line = _edit(course / EX01_CHECKS, 'hint="local_rank_gpu"', 'hint="local_rank_gpo"')
-    assert _lint(course) == [f"{EX01_CHECKS}:{line}: hint 'local_rank_gpo' is not a hint of ex01_process_group "
-                             "(its hints: launcher_sets_address, backend_choice, local_rank_gpu, destroy_group)"]
+    assert _lint(course) == [
+        f"{EX01_CHECKS}:{line}: hint 'local_rank_gpo' is not a hint of ex01_process_group "
+        "(its hints: launcher_sets_address, backend_choice, local_rank_gpu, destroy_group)"
+    ]
 
 
 def test_a_misspelt_hint_name_in_a_hint_table(course: Path) -> None:
@@ -85,25 +89,32 @@ def test_a_hint_by_number(course: Path) -> None:
 
 def test_a_misspelt_worker(course: Path) -> None:
     line = _edit(course / EX01_CHECKS, 'ctx.run("join_and_leave"', 'ctx.run("join_and_leav"')
-    assert _lint(course) == [f"{EX01_CHECKS}:{line}: worker 'join_and_leav' is not a function of "
-                             "grader/checks/ex01_process_group/workers.py "
-                             "(grader.checks.ex01_process_group.workers:join_and_leav)"]
+    assert _lint(course) == [
+        f"{EX01_CHECKS}:{line}: worker 'join_and_leav' is not a function of "
+        "grader/checks/ex01_process_group/workers.py "
+        "(grader.checks.ex01_process_group.workers:join_and_leav)"
+    ]
 
 
 def test_a_stub_missing_a_function(course: Path) -> None:
     _edit(course / "exercises/ex01_process_group.py", "def cleanup_ddp(", "def cleanup(")
     functions = (course / CATALOG).read_text().split("\n").index(
-        'functions = ["setup_ddp(rank, world_size, backend=None)", "cleanup_ddp()"]') + 1
-    assert _lint(course) == ["exercises/ex01_process_group.py: ex01_process_group.py defines no function cleanup_ddp() "
-                             "(keep the stub's name and parameters) "
-                             f"({CATALOG}:{functions} lists setup_ddp(rank, world_size, backend=None), cleanup_ddp())"]
+        'functions = ["setup_ddp(rank, world_size, backend=None)", "cleanup_ddp()"]'
+    ) + 1
+    assert _lint(course) == [
+        "exercises/ex01_process_group.py: ex01_process_group.py defines no function cleanup_ddp() "
+        "(keep the stub's name and parameters) "
+        f"({CATALOG}:{functions} lists setup_ddp(rank, world_size, backend=None), cleanup_ddp())"
+    ]
 
 
 def test_a_solution_with_other_parameters(course: Path) -> None:
     line = _edit(course / "solutions/ex01_process_group.py", "def cleanup_ddp()", "def cleanup_ddp(rank)")
     (problem,) = _lint(course)
-    assert problem.startswith(f"solutions/ex01_process_group.py:{line}: cleanup_ddp in ex01_process_group.py takes "
-                              "(rank) but the grader calls it as cleanup_ddp()")
+    assert problem.startswith(
+        f"solutions/ex01_process_group.py:{line}: cleanup_ddp in ex01_process_group.py takes "
+        "(rank) but the grader calls it as cleanup_ddp()"
+    )
 
 
 def test_a_hidden_check_in_the_shipped_module(course: Path) -> None:
@@ -113,8 +124,10 @@ def test_a_hidden_check_in_the_shipped_module(course: Path) -> None:
     checks.write_text(checks.read_text() + f'\n\n@check("{name}")\ndef leaked(ctx):\n    pass\n')
     hidden.write_text(hidden.read_text().replace(f'@check("{name}")', '@check("moved")'))
     problems = _lint(course)
-    assert any(p.startswith("grader/checks/ex02_data_sharding/checks.py:") and f"hidden check {name!r} is in "
-               "checks.py" in p for p in problems), problems
+    assert any(
+        p.startswith("grader/checks/ex02_data_sharding/checks.py:") and f"hidden check {name!r} is in checks.py" in p
+        for p in problems
+    ), problems
 
 
 def test_a_public_check_in_the_hidden_module(course: Path) -> None:
@@ -123,8 +136,10 @@ def test_a_public_check_in_the_hidden_module(course: Path) -> None:
     _edit(checks, '@check("shards_cover_dataset")', '@check("renamed")')
     hidden.write_text(hidden.read_text() + '\n\n@check("shards_cover_dataset")\ndef moved(ctx):\n    pass\n')
     line = hidden.read_text().split("\n").index('@check("shards_cover_dataset")') + 1
-    assert f"grader/checks/ex02_data_sharding/hidden.py:{line}: public check 'shards_cover_dataset' is in hidden.py, " \
+    assert (
+        f"grader/checks/ex02_data_sharding/hidden.py:{line}: public check 'shards_cover_dataset' is in hidden.py, "
         "which the student copy leaves out: move it to checks.py beside it" in _lint(course)
+    )
 
 
 def test_a_checks_module_that_does_not_parse(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,16 +151,22 @@ def test_a_checks_module_that_does_not_parse(course: Path, capsys: pytest.Captur
 def test_a_missing_workers_module(course: Path) -> None:
     (course / "grader/checks/ex01_process_group/workers.py").unlink()
     line = (course / CATALOG).read_text().split("\n").index('checks = "grader.checks.ex01_process_group"') + 1
-    assert _lint(course) == [f"{CATALOG}:{line}: ex01_process_group's checks package grader.checks.ex01_process_group "
-                             "has no workers.py (grader/checks/ex01_process_group/workers.py)"]
+    assert _lint(course) == [
+        f"{CATALOG}:{line}: ex01_process_group's checks package grader.checks.ex01_process_group "
+        "has no workers.py (grader/checks/ex01_process_group/workers.py)"
+    ]
 
 
-@pytest.mark.parametrize(("old", "new", "expected"), [
-    ("format = 1  #", "#", f"{CATALOG}:1: no `format = 1` line at the top"),
-    ("format = 1  #", "format = 2  #", f"{CATALOG}:11: format 2 is unknown to this grader, which reads format 1"),
-])
-def test_a_catalog_without_a_known_format(course: Path, old: str, new: str, expected: str,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("format = 1  #", "#", f"{CATALOG}:1: no `format = 1` line at the top"),
+        ("format = 1  #", "format = 2  #", f"{CATALOG}:11: format 2 is unknown to this grader, which reads format 1"),
+    ],
+)
+def test_a_catalog_without_a_known_format(
+    course: Path, old: str, new: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     _edit(course / CATALOG, old, new)
     (problem,) = _lint(course)
     assert problem.startswith(expected)

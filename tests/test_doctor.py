@@ -15,14 +15,22 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
 from conftest import REPO
+
 from grader import doctor
 from grader.engine import Engine, Job, RankOutcome, RunResult
 
-GPU_NODE = {"cuda": True, "gpus": 4, "nccl": True, "gloo": True, "torch": "2.13.0+cu128", "cuda_build": "12.8",
-            "names": ["NVIDIA H100 80GB HBM3"] * 4, "nccl_version": "2.27.3",
-            "p2p": [[i, j, True] for i in range(4) for j in range(4) if i != j]}
+GPU_NODE = {
+    "cuda": True,
+    "gpus": 4,
+    "nccl": True,
+    "gloo": True,
+    "torch": "2.13.0+cu128",
+    "cuda_build": "12.8",
+    "names": ["NVIDIA H100 80GB HBM3"] * 4,
+    "nccl_version": "2.27.3",
+    "p2p": [[i, j, True] for i in range(4) for j in range(4) if i != j],
+}
 
 
 class SimulatedNode:
@@ -36,8 +44,9 @@ class SimulatedNode:
 
     def all_reduce(self, backend: str, megabytes: float, iterations: int) -> RunResult:
         self.backends.append(backend)
-        result = self.engine.run(Job("grader.engine.probe:all_reduce_timing", 2,
-                                     {"megabytes": min(megabytes, 4.0), "iterations": 2}))
+        result = self.engine.run(
+            Job("grader.engine.probe:all_reduce_timing", 2, {"megabytes": min(megabytes, 4.0), "iterations": 2})
+        )
         result.ranks[0].facts["accelerators"] = self.accelerators
         return result
 
@@ -52,10 +61,18 @@ def test_bus_bandwidth_is_nccl_tests_all_reduce_definition():
     assert doctor.bus_bandwidth(10**9, 1.0, 8) == pytest.approx(1.75)
 
 
-@pytest.mark.parametrize(("version", "specifiers", "expected"), [
-    ("2.13.0+cpu", ">=2.6,<2.14", True), ("2.6.0", ">=2.6,<2.14", True), ("2.14.0", ">=2.6,<2.14", False),
-    ("2.5.1", ">=2.6,<2.14", False), ("2.14.0.dev20260101+cu128", ">=2.6,<2.14", False), ("3.11.7", ">=3.11", True),
-    ("3.10.12", ">=3.11", False)])
+@pytest.mark.parametrize(
+    ("version", "specifiers", "expected"),
+    [
+        ("2.13.0+cpu", ">=2.6,<2.14", True),
+        ("2.6.0", ">=2.6,<2.14", True),
+        ("2.14.0", ">=2.6,<2.14", False),
+        ("2.5.1", ">=2.6,<2.14", False),
+        ("2.14.0.dev20260101+cu128", ">=2.6,<2.14", False),
+        ("3.11.7", ">=3.11", True),
+        ("3.10.12", ">=3.11", False),
+    ],
+)
 def test_version_ranges(version, specifiers, expected):
     assert doctor.satisfies(version, specifiers) is expected
 
@@ -99,8 +116,13 @@ def test_a_failing_or_wrong_nccl_all_reduce_fails_with_the_fix(engine):
         def all_reduce(self, backend: str, megabytes: float, iterations: int) -> RunResult:
             result = super().all_reduce(backend, megabytes, iterations)
             if backend == "nccl":
-                result.ranks[1] = RankOutcome(1, report={"facts": {}, "error": {
-                    "type": "DistBackendError", "message": "NCCL error: unhandled system error"}})
+                result.ranks[1] = RankOutcome(
+                    1,
+                    report={
+                        "facts": {},
+                        "error": {"type": "DistBackendError", "message": "NCCL error: unhandled system error"},
+                    },
+                )
             return result
 
     class Wrong(SimulatedNode):
@@ -131,16 +153,26 @@ def test_one_gpu_no_nccl_and_no_gpu_where_one_is_expected(engine):
 
 
 def test_ranks_that_cannot_start_fail_the_gloo_line():
-    dead = RunResult(Job("m:f", 2), [RankOutcome(0, report_problem="no report", status=-9),
-                                     RankOutcome(1, report_problem="no report", status=-9)], 0.1, False)
+    dead = RunResult(
+        Job("m:f", 2),
+        [RankOutcome(0, report_problem="no report", status=-9), RankOutcome(1, report_problem="no report", status=-9)],
+        0.1,
+        False,
+    )
     finding = doctor.all_reduce_finding("gloo all-reduce", "gloo", dead, "the fix")
     assert finding.status == "FAIL" and "rank 0: no report, exit status -9" in finding.detail
     assert replace(finding, fix="").fix == ""
 
 
 def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader", "doctor", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **env}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "doctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+        timeout=600,
+    )
 
 
 def test_doctor_on_this_machine_passes_and_says_why_in_json():
@@ -148,8 +180,9 @@ def test_doctor_on_this_machine_passes_and_says_why_in_json():
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     topics = {f["topic"]: f for f in report["findings"]}
-    assert report["ok"] and {"Python", "torch", "launcher", "temp folder", "loopback", "gloo all-reduce",
-                             "GPU"} <= set(topics)
+    assert report["ok"] and {"Python", "torch", "launcher", "temp folder", "loopback", "gloo all-reduce", "GPU"} <= set(
+        topics
+    )
     expected = os.environ.get("GRADER_LAUNCHER") or "fork"
     assert topics["launcher"]["detail"].startswith(expected), topics["launcher"]
     assert topics["gloo all-reduce"]["status"] == "PASS"
@@ -158,6 +191,7 @@ def test_doctor_on_this_machine_passes_and_says_why_in_json():
 def test_a_bad_launcher_setting_fails_with_exit_status_1_and_the_fix():
     done = _doctor(GRADER_LAUNCHER="spawn")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert re.search(r"^FAIL +launcher +GRADER_LAUNCHER=spawn: the launchers are fork, portable", done.stdout,
-                     re.M), done.stdout
+    assert re.search(r"^FAIL +launcher +GRADER_LAUNCHER=spawn: the launchers are fork, portable", done.stdout, re.M), (
+        done.stdout
+    )
     assert "fix: unset GRADER_LAUNCHER" in done.stdout and "cannot run the course yet" in done.stdout

@@ -4,6 +4,7 @@ prints them in; both are computed here from the model itself, so neither can dri
 from __future__ import annotations
 
 from conftest import REPO
+
 from grader.checks.ex06_fsdp.checks import kibibytes
 from grader.rank.training import TinyTransformer
 

@@ -19,10 +19,20 @@ TIMEOUT_S = 120  # two fresh interpreters import torch: seconds on a loaded two-
 
 
 def test_solution_runs_under_torchrun_cli():
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(REPO / "solutions" / "ex07_torchrun.py"), "--steps", "2"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(REPO / "solutions" / "ex07_torchrun.py"),
+        "--steps",
+        "2",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=TIMEOUT_S)
     finally:

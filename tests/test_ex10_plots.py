@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from conftest import REPO
+
 from grader.checks.ex10_scaling import plots
 
 SOLUTION = REPO / "solutions" / "ex10_scaling.py"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from conftest import REPO
+
 from grader import notebook_source
 from grader.catalog import load_catalog
 from grader.instructor import notebook_build
@@ -57,12 +57,14 @@ class Kernel:
 
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[Kernel]:
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if Path(p).resolve() != Path(sys.executable).parent.resolve())
+    path = os.pathsep.join(
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if Path(p).resolve() != Path(sys.executable).parent.resolve()
+    )
     env = {**os.environ, "PATH": path or "/usr/bin:/bin", "GRADER_COURSE": str(REPO)}
     env.pop("JPY_SESSION_NAME", None)
-    client = nbclient.NotebookClient(nbformat.v4.new_notebook(), kernel_name="python3", timeout=300,
-                                     allow_errors=True)
+    client = nbclient.NotebookClient(nbformat.v4.new_notebook(), kernel_name="python3", timeout=300, allow_errors=True)
     with client.setup_kernel(env=env):
         yield Kernel(client)
 
@@ -72,8 +74,9 @@ def _save(path: Path, *cells: tuple[str, bool]) -> Path:
     book = nbformat.v4.new_notebook()
     book.metadata = STUB.metadata
     book.cells = [STUB.cells[0]]
-    book.cells += [nbformat.v4.new_code_cell(s, metadata={"tags": ["exercise"] if tagged else []})
-                   for s, tagged in cells]
+    book.cells += [
+        nbformat.v4.new_code_cell(s, metadata={"tags": ["exercise"] if tagged else []}) for s, tagged in cells
+    ]
     book.cells.append(nbformat.v4.new_code_cell(notebook_build.check_cell_source(EX02)))
     nbformat.write(book, path)
     return path

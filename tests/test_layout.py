@@ -56,10 +56,19 @@ def test_the_student_side_imports_nothing_of_the_instructor(student_side: str) -
 
 
 def test_the_rank_side_imports_nothing_of_the_judge() -> None:
-    rank_side = [m for m in GRAPH if m.startswith(("grader.engine", "grader.rank"))
-                 or m.startswith("grader.checks.") and m.rsplit(".", 1)[-1] not in ("checks", "hidden", "answers")]
+    rank_side = [
+        m
+        for m in GRAPH
+        if m.startswith(("grader.engine", "grader.rank"))
+        or m.startswith("grader.checks.")
+        and m.rsplit(".", 1)[-1] not in ("checks", "hidden", "answers")
+    ]
     assert len(rank_side) > 20
     for module in rank_side:
-        judged = {m for m in GRAPH[module] if m.startswith(("grader.judge", "grader.instructor", "grader.quiz"))
-                  or m.rsplit(".", 1)[-1] in ("checks", "hidden", "answers")}
+        judged = {
+            m
+            for m in GRAPH[module]
+            if m.startswith(("grader.judge", "grader.instructor", "grader.quiz"))
+            or m.rsplit(".", 1)[-1] in ("checks", "hidden", "answers")
+        }
         assert not judged, f"{module} imports {judged}"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import describe
-from grader.judge.api import DEFAULT_DEADLINE_S
 from variants import materialize, variant_params
+
+from grader.judge.api import DEFAULT_DEADLINE_S
 
 
 @pytest.mark.parametrize(("exercise_id", "mistake"), variant_params("mistakes", "mistake"))
@@ -21,8 +21,13 @@ def test_mistake_is_named(grade, catalog, tmp_path, exercise_id, mistake):
     exercise = catalog.get(exercise_id)
     path = materialize(exercise.file, mistake, tmp_path)
     world_sizes = tuple(mistake.get("world_sizes", [2]))
-    results = grade(exercise_id, path, world_sizes=world_sizes, deadline=mistake.get("deadline", DEFAULT_DEADLINE_S),
-                    checks={mistake["check"]})
+    results = grade(
+        exercise_id,
+        path,
+        world_sizes=world_sizes,
+        deadline=mistake.get("deadline", DEFAULT_DEADLINE_S),
+        checks={mistake["check"]},
+    )
     assert results, f"no check named {mistake['check']!r}"
     failed = [r for r in results if r.status == "failed"]
     assert failed, describe(results)

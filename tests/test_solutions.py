@@ -4,8 +4,8 @@ check with "not implemented yet" (never with a crash of the grader)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO, describe
+
 from grader.catalog import load_catalog
 
 EXERCISES = [e.id for e in load_catalog(REPO).exercises]

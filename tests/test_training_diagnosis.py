@@ -15,8 +15,14 @@ LR, MOMENTUM = 0.05, 0.9
 SETTING = Setting(lr=LR, momentum=MOMENTUM, factors={"b": 8, "W": 2}, reference="the reference")
 
 
-def _sgd(start: dict, grads: list[dict], lr: float = LR, momentum: float = MOMENTUM, nesterov: bool = False,
-         decay: float = 0.0) -> list[dict]:
+def _sgd(
+    start: dict,
+    grads: list[dict],
+    lr: float = LR,
+    momentum: float = MOMENTUM,
+    nesterov: bool = False,
+    decay: float = 0.0,
+) -> list[dict]:
     """SGD steps from `start` with the given gradients (weight decay added to them, as torch does)."""
     weights, buffer, steps = dict(start), None, []
     for grad in grads:
@@ -41,9 +47,16 @@ def test_the_reference_itself_has_no_finding(run) -> None:
     assert diagnose(_sgd(start, grads), start, _sgd(start, grads), start, SETTING) is None
 
 
-@pytest.mark.parametrize(("factor", "cause"), [(8, "loss_summed"), (2, "summed_over_ranks"),
-                                               (0.5, "divided_by_world_size"), (1 / 8, "divided_by_b"),
-                                               (3.0, "measured")])
+@pytest.mark.parametrize(
+    ("factor", "cause"),
+    [
+        (8, "loss_summed"),
+        (2, "summed_over_ranks"),
+        (0.5, "divided_by_world_size"),
+        (1 / 8, "divided_by_b"),
+        (3.0, "measured"),
+    ],
+)
 def test_an_exact_gradient_ratio_is_named_only_after_a_number_of_the_run(run, factor, cause) -> None:
     start, grads = run
     scaled = [{k: factor * g for k, g in grad.items()} for grad in grads]
@@ -68,14 +81,17 @@ def test_gradients_never_cleared_and_gradients_of_another_kind(run) -> None:
     assert finding.cause == "measured" and finding.step == 2 and "not a multiple" in finding.message
 
 
-@pytest.mark.parametrize(("variant", "cause", "step"), [
-    ({"momentum": 0.0}, "no_momentum", 2),
-    ({"momentum": 0.5}, "other_momentum", 2),
-    ({"nesterov": True}, "nesterov", 1),
-    ({"lr": 2 * LR}, "lr_times_world_size", 1),
-    ({"lr": 1.5 * LR}, "learning_rate", 1),
-    ({"decay": 0.01}, "weight_decay", 1),
-])
+@pytest.mark.parametrize(
+    ("variant", "cause", "step"),
+    [
+        ({"momentum": 0.0}, "no_momentum", 2),
+        ({"momentum": 0.5}, "other_momentum", 2),
+        ({"nesterov": True}, "nesterov", 1),
+        ({"lr": 2 * LR}, "lr_times_world_size", 1),
+        ({"lr": 1.5 * LR}, "learning_rate", 1),
+        ({"decay": 0.01}, "weight_decay", 1),
+    ],
+)
 def test_a_right_gradient_with_a_wrong_update_is_named_from_the_update(run, variant, cause, step) -> None:
     start, grads = run
     finding = diagnose(_sgd(start, grads, **variant), start, _sgd(start, grads), start, SETTING)
@@ -84,8 +100,9 @@ def test_a_right_gradient_with_a_wrong_update_is_named_from_the_update(run, vari
 
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
-    setting = Setting(lr=LR, momentum=0.0, factors={}, reference="the reference",
-                      labels={3: "the first step of epoch 2"})
+    setting = Setting(
+        lr=LR, momentum=0.0, factors={}, reference="the reference", labels={3: "the first step of epoch 2"}
+    )
     want = _sgd(start, grads, momentum=0.0)
     mine = want[:2] + _sgd(want[1]["params"], [{k: 2 * g for k, g in grads[2].items()}], momentum=0.0)
     assert "at step 3 (the first step of epoch 2)" in diagnose(mine, start, want, start, setting).message
@@ -93,14 +110,18 @@ def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
 
 def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
     whole = np.arange(12, dtype=np.float32).reshape(4, 3)
-    ranks = [[{"grads": {"w": whole[:2].ravel()}, "params": {"w": whole[:2].ravel()}}],
-             [{"grads": {"w": whole[2:].ravel()}, "params": {"w": whole[2:].ravel()}}]]
+    ranks = [
+        [{"grads": {"w": whole[:2].ravel()}, "params": {"w": whole[:2].ravel()}}],
+        [{"grads": {"w": whole[2:].ravel()}, "params": {"w": whole[2:].ravel()}}],
+    ]
     (step,) = gathered_steps(ranks, {"w": (4, 3)})
     assert np.array_equal(step["grads"]["w"], whole)
     flat = np.concatenate([whole.ravel(), [0.0], np.arange(3, dtype=np.float32)])  # w, padding, b
     layout = {"_flat_param": [["w", 12], [None, 1], ["b", 3]]}
-    ranks = [[{"grads": {"_flat_param": flat[:8]}, "params": {"_flat_param": flat[:8]}}],
-             [{"grads": {"_flat_param": flat[8:]}, "params": {"_flat_param": flat[8:]}}]]
+    ranks = [
+        [{"grads": {"_flat_param": flat[:8]}, "params": {"_flat_param": flat[:8]}}],
+        [{"grads": {"_flat_param": flat[8:]}, "params": {"_flat_param": flat[8:]}}],
+    ]
     (step,) = gathered_steps(ranks, {"w": (4, 3), "b": (3,)}, layout)
     assert np.array_equal(step["params"]["b"], np.arange(3))
     assert gathered_steps(ranks, {"w": (5, 3)}, layout) is None
@@ -132,13 +153,17 @@ def _save(path: str, start: float, end: float, **extra) -> dict:
 
 def test_who_wrote_the_file_whatever_the_way() -> None:
     path = "/scratch/ckpt.pt"
-    staged = [{"op": "write", "path": "/scratch/tmp1", "time": 1.0},
-              {"op": "save", "into": "file", "path": "/scratch/tmp1", "start": 1.1, "end": 1.5},
-              {"op": "rename", "path": "/scratch/tmp1", "to": path, "time": 1.6}]
+    staged = [
+        {"op": "write", "path": "/scratch/tmp1", "time": 1.0},
+        {"op": "save", "into": "file", "path": "/scratch/tmp1", "start": 1.1, "end": 1.5},
+        {"op": "rename", "path": "/scratch/tmp1", "to": path, "time": 1.6},
+    ]
     assert writers_problem([staged, []], path, exists=True, once=True) == ""
-    assert [(l.rank, l.time) for l in landings([staged, []], path)] == [(0, 1.6)]
-    handle = [{"op": "write", "path": path, "time": 1.0},
-              {"op": "save", "into": "file", "path": path, "start": 1.1, "end": 1.5}]
+    assert [(landing.rank, landing.time) for landing in landings([staged, []], path)] == [(0, 1.6)]
+    handle = [
+        {"op": "write", "path": path, "time": 1.0},
+        {"op": "save", "into": "file", "path": path, "start": 1.1, "end": 1.5},
+    ]
     assert landings([handle], path)[0].time == 1.5
     assert "every rank saving" in writers_problem([handle, handle], path, exists=True, once=False)
     assert "rank 1 wrote the checkpoint ckpt.pt, and rank 0 did not" in writers_problem([[], handle], path, True, False)

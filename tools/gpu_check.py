@@ -65,14 +65,42 @@ def steps(gpus: int, scratch: Path) -> list[Step]:
     solution, stub = scratch / "solution", scratch / "stub"
     return [
         Step("doctor", [*grader, "doctor", "--gpu"], 150),
-        Step("solutions_on_nccl", [*grader, "check", "--solutions", "--all", "--backend", "nccl",
-                                   "--world-size", world], 240),
-        Step("gpu_tests", [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/instructor/test_gpu.py"],
-             180),
-        Step("batch_on_nccl", [*grader, "grade", str(solution), str(stub), "--out", str(scratch / "graded"),
-                               "--backend", "nccl", "--world-size", world, "-j", "1", "--timeout", "150"], 200),
-        Step("engine_benchmark", [sys.executable, "benchmarks/bench_engine.py", "--repeats", "3", "--no-solutions"],
-             150, needs_gpu=False),
+        Step(
+            "solutions_on_nccl",
+            [*grader, "check", "--solutions", "--all", "--backend", "nccl", "--world-size", world],
+            240,
+        ),
+        Step(
+            "gpu_tests",
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/instructor/test_gpu.py"],
+            180,
+        ),
+        Step(
+            "batch_on_nccl",
+            [
+                *grader,
+                "grade",
+                str(solution),
+                str(stub),
+                "--out",
+                str(scratch / "graded"),
+                "--backend",
+                "nccl",
+                "--world-size",
+                world,
+                "-j",
+                "1",
+                "--timeout",
+                "150",
+            ],
+            200,
+        ),
+        Step(
+            "engine_benchmark",
+            [sys.executable, "benchmarks/bench_engine.py", "--repeats", "3", "--no-solutions"],
+            150,
+            needs_gpu=False,
+        ),
     ]
 
 
@@ -88,8 +116,11 @@ def install_missing() -> str:
         return "nbformat present"
     if not WHEELS.is_dir():
         return f"nbformat missing and no {WHEELS.name}/ carried: the grader cannot start"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS),
-                           "nbformat"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS), "nbformat"],
+        capture_output=True,
+        text=True,
+    )
     return "nbformat installed from the carried wheels" if done.returncode == 0 else done.stderr[-2000:]
 
 
@@ -106,8 +137,10 @@ def run_step(number: int, step: Step, gpus: int, out: Path, env: dict[str, str])
         status, output = f"exit {done.returncode}", done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         status = f"timed out after {step.seconds} s"
-        output = "".join(part.decode(errors="replace") if isinstance(part, bytes) else (part or "")
-                         for part in (exc.stdout, exc.stderr))
+        output = "".join(
+            part.decode(errors="replace") if isinstance(part, bytes) else (part or "")
+            for part in (exc.stdout, exc.stderr)
+        )
     seconds = time.monotonic() - started
     log.write_text(f"$ {command}\n{status} in {seconds:.1f} s\n\n{output}")
     return f"| {number} | {step.name} | {status} | {seconds:.1f} s |"

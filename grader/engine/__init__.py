@@ -9,4 +9,14 @@ from grader.engine.contract import DEFAULT_DEADLINE_S, EngineError, Job, RankOut
 from grader.engine.opening import open_engine
 from grader.engine.supervisor import Engine
 
-__all__ = ["DEFAULT_DEADLINE_S", "Engine", "EngineError", "Job", "RankOutcome", "RankSpec", "RunResult", "Runner", "open_engine"]
+__all__ = [
+    "DEFAULT_DEADLINE_S",
+    "Engine",
+    "EngineError",
+    "Job",
+    "RankOutcome",
+    "RankSpec",
+    "RunResult",
+    "Runner",
+    "open_engine",
+]

@@ -53,16 +53,28 @@ class Cluster:
 
     def procs_per_node(self, world_size: int) -> int:
         if world_size % self.nnodes:
-            raise ClusterError(f"world size {world_size} cannot be split over {self.nnodes} nodes: "
-                               f"use a multiple of {self.nnodes}")
+            raise ClusterError(
+                f"world size {world_size} cannot be split over {self.nnodes} nodes: use a multiple of {self.nnodes}"
+            )
         return world_size // self.nnodes
 
     def rendezvous_args(self, run_name: str, node_rank: int) -> list[str]:
         """torchrun's options for one node of one run; node 0 hosts the rendezvous store."""
         rdzv_id = f"grader-{run_name}"  # unique per run: agents of different runs never meet
-        return ["--nnodes", str(self.nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", self.rdzv_endpoint, "--rdzv-id", rdzv_id,
-                "--rdzv-conf", f"is_host={int(node_rank == 0)}"]
+        return [
+            "--nnodes",
+            str(self.nnodes),
+            "--node-rank",
+            str(node_rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            self.rdzv_endpoint,
+            "--rdzv-id",
+            rdzv_id,
+            "--rdzv-conf",
+            f"is_host={int(node_rank == 0)}",
+        ]
 
 
 class Announcer:

@@ -18,6 +18,7 @@ OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024  # bytes of a rank's output kept from its 
 
 DEFAULT_DEADLINE_S = 30.0  # seconds a run may take before its ranks are stopped, unless told otherwise
 
+
 class EngineError(RuntimeError):
     """The engine itself failed (not the code under test)."""
 
@@ -111,8 +112,7 @@ class CappedOutput:
 
     def text(self) -> str:
         middle = f"\n[... {self.dropped} bytes of output not shown ...]\n" if self.dropped else ""
-        return (bytes(self._head).decode(errors="replace") + middle
-                + bytes(self._tail).decode(errors="replace"))
+        return bytes(self._head).decode(errors="replace") + middle + bytes(self._tail).decode(errors="replace")
 
 
 @dataclass

@@ -55,8 +55,13 @@ class RunStreams:
                 return joined
             hello = loopback.read_hello(conn)
             role = loopback.RANK_ROLES.get(hello[1], "") if hello else ""
-            if hello is None or hello[0] != self.token or not role or not 0 <= hello[2] < self.world_size \
-                    or (role, hello[2]) in taken:
+            if (
+                hello is None
+                or hello[0] != self.token
+                or not role
+                or not 0 <= hello[2] < self.world_size
+                or (role, hello[2]) in taken
+            ):
                 conn.close()
                 continue
             joined[conn] = (role, hello[2])
@@ -86,8 +91,9 @@ class Link(Protocol):
     name: str
     start_timeout: float  # how long a spawn may wait for its ranks (a pool may have to warm one)
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
-               wrap: Confinement | None) -> subprocess.Popen[bytes]: ...
+    def launch(
+        self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None
+    ) -> subprocess.Popen[bytes]: ...
 
     def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None: ...
 
@@ -119,15 +125,17 @@ class ZygoteLink:
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
-               wrap: Confinement | None) -> subprocess.Popen[bytes]:
+    def launch(
+        self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None
+    ) -> subprocess.Popen[bytes]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = _python_module("grader.engine.zygote", str(theirs.fileno()), *argv)
         if wrap is not None:
             command, env = wrap.command(command), wrap.environment(env)
         try:
-            process = subprocess.Popen(command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=log, env=env)
+            process = subprocess.Popen(
+                command, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+            )
         except OSError:
             ours.close()
             raise
@@ -191,13 +199,15 @@ class PoolLink:
         self._token = loopback.new_token()
         self._framed: loopback.Framed | None = None
 
-    def launch(self, argv: list[str], env: dict[str, str], log: IO[bytes],
-               wrap: Confinement | None) -> subprocess.Popen[bytes]:
+    def launch(
+        self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None
+    ) -> subprocess.Popen[bytes]:
         assert wrap is None, "a sandbox confines the fork launcher only"
         self._listener = self._listener or loopback.listen()
         port = str(self._listener.getsockname()[1])
-        process = subprocess.Popen(_python_module("grader.engine.pool", port, *argv), stdin=subprocess.PIPE,
-                                   stdout=log, stderr=log, env=env)
+        process = subprocess.Popen(
+            _python_module("grader.engine.pool", port, *argv), stdin=subprocess.PIPE, stdout=log, stderr=log, env=env
+        )
         assert process.stdin is not None
         with process.stdin:
             process.stdin.write(f"{self._token}\n".encode())  # a secret: not on the command line
@@ -238,8 +248,9 @@ class PoolLink:
         assert self._listener is not None
         token = loopback.new_token()
         port = self._listener.getsockname()[1]
-        return RunStreams(world_size, spawn_fields={"streams": {"port": port, "token": token}},
-                          listener=self._listener, token=token)
+        return RunStreams(
+            world_size, spawn_fields={"streams": {"port": port, "token": token}}, listener=self._listener, token=token
+        )
 
     def close(self) -> None:
         """Drop the line to the pool host (which then ends)."""

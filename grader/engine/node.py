@@ -46,14 +46,16 @@ def _stopped(cluster: Cluster, alive: Path) -> bool:
         return False
 
 
-def _serve(cluster: Cluster, node_rank: int, name: str, entry: dict[str, Any], alive: Path,
-           say: Callable[[str], None]) -> None:
+def _serve(
+    cluster: Cluster, node_rank: int, name: str, entry: dict[str, Any], alive: Path, say: Callable[[str], None]
+) -> None:
     spec_file = Path(entry["spec_file"])
     ends = time.monotonic() + float(entry["seconds"])
     try:
         with open(spec_file.parent / f"torchrun.node{node_rank}.log", "wb") as log:
-            agent = start_agent(cluster.rendezvous_args(name, node_rank), int(entry["nproc_per_node"]),
-                                spec_file, node_rank, log)
+            agent = start_agent(
+                cluster.rendezvous_args(name, node_rank), int(entry["nproc_per_node"]), spec_file, node_rank, log
+            )
     except (OSError, EngineError) as exc:
         say(f"run {name}: cannot start torchrun here: {exc}")
         return

@@ -9,8 +9,9 @@ from grader.engine.contract import Confinement
 from grader.engine.supervisor import Engine
 
 
-def open_engine(preload: Iterable[str] = (), launcher: str | None = None,
-                confinement: Confinement | None = None) -> Engine:
+def open_engine(
+    preload: Iterable[str] = (), launcher: str | None = None, confinement: Confinement | None = None
+) -> Engine:
     """An engine, started: its launcher warms up in the background while the caller goes on.
 
     `preload`: modules imported before any rank runs (the exercises' workers), besides the base set.

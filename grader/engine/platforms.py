@@ -62,11 +62,15 @@ def chosen_launcher(requested: str | None = None) -> tuple[str, str]:
         return forced, source
     if fork_is_safe():
         return "fork", f"{sys.platform}: ranks are forked from a warm zygote"
-    return "portable", f"{sys.platform}: forking after importing torch is unsafe or impossible here, so ranks " \
-                       "come from a warm pool of interpreters"
+    return (
+        "portable",
+        f"{sys.platform}: forking after importing torch is unsafe or impossible here, so ranks "
+        "come from a warm pool of interpreters",
+    )
 
 
 # --- the portable launcher's pool host: starting, signalling and ending members -------------------
+
 
 @dataclass
 class Member:
@@ -97,8 +101,9 @@ def start_member(argv: list[str], env: dict[str, str]) -> Member:
         flags = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW  # type: ignore[attr-defined]
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, creationflags=flags)
         return Member(popen, _windows_job(popen.pid))
-    return Member(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                   start_new_session=True))
+    return Member(
+        subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+    )
 
 
 def request_stacks(member: Member) -> None:
@@ -147,6 +152,7 @@ def release_member(member: Member) -> None:
 
 
 # --- inside a member -----------------------------------------------------------------------------
+
 
 def die_with_parent(parent: int) -> None:
     """A member never outlives its pool host: on Linux the kernel sees to it; elsewhere the member
@@ -215,11 +221,13 @@ def dump_stacks_on_request(commands: IO[bytes], stack_fd: int) -> None:
 
 # --- strays where no subreaper exists (macOS, other POSIX): the group and what Python started ---
 
+
 def _process_table() -> dict[int, tuple[int, int, str, str]]:
     """pid -> (parent pid, process group, state, command), from ps (POSIX)."""
     try:
-        listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid=,state=,command="], capture_output=True,
-                                 text=True, timeout=10).stdout
+        listing = subprocess.run(
+            ["ps", "-A", "-o", "pid=,ppid=,pgid=,state=,command="], capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     table = {}
@@ -286,8 +294,14 @@ def _kernel32() -> Any:
     kernel32.CreateJobObjectW.restype = wintypes.HANDLE
     kernel32.OpenProcess.restype = wintypes.HANDLE
     kernel32.OpenProcess.argtypes = (wintypes.DWORD, wintypes.BOOL, wintypes.DWORD)
-    for name in ("TerminateJobObject", "CloseHandle", "AssignProcessToJobObject", "SetInformationJobObject",
-                 "QueryInformationJobObject", "QueryFullProcessImageNameW"):
+    for name in (
+        "TerminateJobObject",
+        "CloseHandle",
+        "AssignProcessToJobObject",
+        "SetInformationJobObject",
+        "QueryInformationJobObject",
+        "QueryFullProcessImageNameW",
+    ):
         getattr(kernel32, name).restype = wintypes.BOOL
     kernel32.TerminateJobObject.argtypes = (wintypes.HANDLE, wintypes.UINT)
     kernel32.CloseHandle.argtypes = (wintypes.HANDLE,)
@@ -296,28 +310,50 @@ def _kernel32() -> Any:
 
 
 class _IoCounters(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in (
-        "ReadOperationCount", "WriteOperationCount", "OtherOperationCount",
-        "ReadTransferCount", "WriteTransferCount", "OtherTransferCount")]
+    _fields_ = [
+        (name, ctypes.c_ulonglong)
+        for name in (
+            "ReadOperationCount",
+            "WriteOperationCount",
+            "OtherOperationCount",
+            "ReadTransferCount",
+            "WriteTransferCount",
+            "OtherTransferCount",
+        )
+    ]
 
 
 class _BasicLimits(ctypes.Structure):
-    _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
-                ("LimitFlags", ctypes.c_uint32), ("MinimumWorkingSetSize", ctypes.c_size_t),
-                ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", ctypes.c_uint32),
-                ("Affinity", ctypes.c_size_t), ("PriorityClass", ctypes.c_uint32),
-                ("SchedulingClass", ctypes.c_uint32)]
+    _fields_ = [
+        ("PerProcessUserTimeLimit", ctypes.c_int64),
+        ("PerJobUserTimeLimit", ctypes.c_int64),
+        ("LimitFlags", ctypes.c_uint32),
+        ("MinimumWorkingSetSize", ctypes.c_size_t),
+        ("MaximumWorkingSetSize", ctypes.c_size_t),
+        ("ActiveProcessLimit", ctypes.c_uint32),
+        ("Affinity", ctypes.c_size_t),
+        ("PriorityClass", ctypes.c_uint32),
+        ("SchedulingClass", ctypes.c_uint32),
+    ]
 
 
 class _ExtendedLimits(ctypes.Structure):
-    _fields_ = [("BasicLimitInformation", _BasicLimits), ("IoInfo", _IoCounters),
-                ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
-                ("PeakProcessMemoryUsed", ctypes.c_size_t), ("PeakJobMemoryUsed", ctypes.c_size_t)]
+    _fields_ = [
+        ("BasicLimitInformation", _BasicLimits),
+        ("IoInfo", _IoCounters),
+        ("ProcessMemoryLimit", ctypes.c_size_t),
+        ("JobMemoryLimit", ctypes.c_size_t),
+        ("PeakProcessMemoryUsed", ctypes.c_size_t),
+        ("PeakJobMemoryUsed", ctypes.c_size_t),
+    ]
 
 
 class _ProcessIdList(ctypes.Structure):
-    _fields_ = [("NumberOfAssignedProcesses", ctypes.c_uint32), ("NumberOfProcessIdsInList", ctypes.c_uint32),
-                ("ProcessIdList", ctypes.c_size_t * _MAX_JOB_PROCESSES)]
+    _fields_ = [
+        ("NumberOfAssignedProcesses", ctypes.c_uint32),
+        ("NumberOfProcessIdsInList", ctypes.c_uint32),
+        ("ProcessIdList", ctypes.c_size_t * _MAX_JOB_PROCESSES),
+    ]
 
 
 def _windows_job(pid: int) -> int:
@@ -327,8 +363,7 @@ def _windows_job(pid: int) -> int:
     job = kernel32.CreateJobObjectW(None, None)
     limits = _ExtendedLimits()
     limits.BasicLimitInformation.LimitFlags = _JOB_LIMIT_KILL_ON_JOB_CLOSE | _JOB_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
-    kernel32.SetInformationJobObject(job, _JOB_EXTENDED_LIMIT_INFORMATION, ctypes.byref(limits),
-                                     ctypes.sizeof(limits))
+    kernel32.SetInformationJobObject(job, _JOB_EXTENDED_LIMIT_INFORMATION, ctypes.byref(limits), ctypes.sizeof(limits))
     process = kernel32.OpenProcess(_PROCESS_SET_QUOTA | _PROCESS_TERMINATE, False, pid)
     kernel32.AssignProcessToJobObject(job, process)
     kernel32.CloseHandle(process)
@@ -337,8 +372,9 @@ def _windows_job(pid: int) -> int:
 
 def _windows_job_pids(job: int) -> list[int]:
     listing = _ProcessIdList()
-    if not _kernel32().QueryInformationJobObject(job, _JOB_BASIC_PROCESS_ID_LIST, ctypes.byref(listing),
-                                                 ctypes.sizeof(listing), None):
+    if not _kernel32().QueryInformationJobObject(
+        job, _JOB_BASIC_PROCESS_ID_LIST, ctypes.byref(listing), ctypes.sizeof(listing), None
+    ):
         return []
     return [int(pid) for pid in listing.ProcessIdList[: listing.NumberOfProcessIdsInList]]
 

@@ -127,8 +127,10 @@ class Pool:
             if slot.state == "warming":
                 self.failed_starts += 1
                 if self.failed_starts >= MAX_FAILED_STARTS:
-                    self._give_up(f"{MAX_FAILED_STARTS} interpreters in a row exited before they were ready "
-                                  f"(the last with status {status}); their errors are above")
+                    self._give_up(
+                        f"{MAX_FAILED_STARTS} interpreters in a row exited before they were ready "
+                        f"(the last with status {status}); their errors are above"
+                    )
             platforms.release_member(slot.member)
             return
         run.running.discard(pid)
@@ -213,8 +215,11 @@ class Pool:
         while True:
             self._refill()
             self._start_waiting_run()
-            if self.warm_wanted and self.waiting is None and \
-                    sum(s.state == "idle" for s in self.slots.values()) >= self.size:
+            if (
+                self.warm_wanted
+                and self.waiting is None
+                and sum(s.state == "idle" for s in self.slots.values()) >= self.size
+            ):
                 self.warm_wanted = False
                 self.link.send({"event": "warm"})
             kind, subject, detail = self.events.get()

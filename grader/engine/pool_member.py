@@ -36,8 +36,10 @@ def main() -> None:
         platforms.end_self()
     assignment = json.loads(line)
     spec: RankSpec = assignment["spec"]
-    streams = [loopback.connect(assignment["port"], assignment["token"], role, spec["rank"])
-               for role in (loopback.OUTPUT, loopback.REPORT, loopback.STACK)]
+    streams = [
+        loopback.connect(assignment["port"], assignment["token"], role, spec["rank"])
+        for role in (loopback.OUTPUT, loopback.REPORT, loopback.STACK)
+    ]
     (out_fd, report_fd, stack_fd), before_exit = platforms.rank_fds(streams)
     threading.Thread(target=platforms.dump_stacks_on_request, args=(commands, stack_fd), daemon=True).start()
     from grader.engine.rank_runtime import run_rank

@@ -25,8 +25,9 @@ def accelerators(ctx: RankContext) -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda_build": torch.version.cuda or "",
         "names": [torch.cuda.get_device_name(i) for i in range(gpus)],
-        "p2p": [[i, j, bool(torch.cuda.can_device_access_peer(i, j))]
-                for i in range(gpus) for j in range(gpus) if i != j],
+        "p2p": [
+            [i, j, bool(torch.cuda.can_device_access_peer(i, j))] for i in range(gpus) for j in range(gpus) if i != j
+        ],
     }
     if facts["nccl"] and available:
         try:

@@ -25,8 +25,10 @@ PR_SET_CHILD_SUBREAPER = 36
 COMMAND_CHARS = 200
 SWEEP_ROUNDS = 200
 FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
-MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
-                           "from multiprocessing.forkserver import main")
+MULTIPROCESSING_HELPERS = (
+    "from multiprocessing.resource_tracker import main",
+    "from multiprocessing.forkserver import main",
+)
 RANK_LIMITS_VARIABLE = "GRADER_RANK_LIMITS"  # "fsize=BYTES,nofile=N,as=BYTES,nproc=N": rlimits the zygote sets on ranks
 
 
@@ -64,7 +66,7 @@ def kill_process(pid: int) -> None:
 
 
 def child_state(pid: int) -> str:
-    """"running", "unreaped" (exited, never waited for: a zombie) or "gone", for a process this one
+    """ "running", "unreaped" (exited, never waited for: a zombie) or "gone", for a process this one
     started (or one further down: then only running or gone). It never reaps: whoever started the
     process still can. Portable: waitid(WNOWAIT) on POSIX, the process handle on Windows."""
     if os.name == "nt":
@@ -209,6 +211,7 @@ def sweep(grace: float, poll: float = 0.01, spare: Collection[int] = frozenset()
     other child that exits is reaped here, so call this only when no such child is still expected
     to report.
     """
+
     def below() -> list[int]:
         return [pid for pid in children() if pid not in spare]
 

@@ -78,8 +78,9 @@ class RankContext:
             def record(frame: Any, event: str, _: Any) -> None:
                 if event == "call" and frame.f_code.co_filename == path and frame.f_code.co_name != "<module>":
                     top = frame
-                    while top.f_back is not None and not (top.f_code.co_name == "<module>"
-                                                          and top.f_code.co_filename == path):
+                    while top.f_back is not None and not (
+                        top.f_code.co_name == "<module>" and top.f_code.co_filename == path
+                    ):
                         top = top.f_back
                     calls.setdefault(frame.f_code.co_name, top.f_lineno)
 
@@ -330,8 +331,9 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
         dist.set_debug_level(dist.DebugLevel.DETAIL)
 
 
-def run_rank(spec: RankSpec, out_fd: int, report_fd: int, stack_fd: int,
-             before_exit: Callable[[], None] = lambda: None) -> None:
+def run_rank(
+    spec: RankSpec, out_fd: int, report_fd: int, stack_fd: int, before_exit: Callable[[], None] = lambda: None
+) -> None:
     """Run the spec's worker on this rank and send back its report. Never returns.
     `before_exit` lets a launcher flush what it relays (platforms.rank_fds)."""
     os.set_inheritable(report_fd, False)

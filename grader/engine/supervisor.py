@@ -119,8 +119,9 @@ class Engine:
 
     _ids = itertools.count()
 
-    def __init__(self, preload: Iterable[str] = (), confinement: Confinement | None = None,
-                 launcher: str | None = None) -> None:
+    def __init__(
+        self, preload: Iterable[str] = (), confinement: Confinement | None = None, launcher: str | None = None
+    ) -> None:
         if confinement is not None and launcher == "portable":
             raise LauncherError("sandboxed grading starts ranks with the fork launcher (the sandbox is Linux-only)")
         self.launcher = "fork" if confinement is not None else chosen_launcher(launcher)[0]
@@ -145,8 +146,9 @@ class Engine:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", "1")
         try:
-            self._process = self._link.launch([json.dumps(self._preload), self.scratch_root], env, self._log,
-                                              self._confinement)
+            self._process = self._link.launch(
+                [json.dumps(self._preload), self.scratch_root], env, self._log, self._confinement
+            )
         except OSError as exc:
             raise EngineError(f"cannot start the rank launcher: {exc}") from exc
 
@@ -160,8 +162,9 @@ class Engine:
                 self._link.connect(self._process, WARM_UP_S)
             except (TimeoutError, EOFError) as exc:
                 self._lost = True
-                raise EngineError(f"the rank launcher never connected{self._how_it_ended()}:\n"
-                                  f"{self._zygote_log()}") from exc
+                raise EngineError(
+                    f"the rank launcher never connected{self._how_it_ended()}:\n{self._zygote_log()}"
+                ) from exc
             message = self._receive(timeout=WARM_UP_S)
             if message.get("event") != "ready":
                 raise EngineError(f"unexpected first message from the rank launcher: {message}")
@@ -246,8 +249,9 @@ class Engine:
             raise EngineError("the rank launcher did not answer in time") from exc
         except EOFError as exc:
             self._lost = True
-            raise EngineError(f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n"
-                              f"{self._zygote_log()}") from exc
+            raise EngineError(
+                f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n{self._zygote_log()}"
+            ) from exc
         except OSError as exc:
             self._lost = True
             raise EngineError(f"the rank launcher's channel broke: {exc}") from exc
@@ -284,18 +288,29 @@ class Engine:
         for live in state.ranks:
             self._finish(live)
         strays, count = _strays(state.ended)
-        return RunResult(job, [live.outcome for live in state.ranks], time.monotonic() - started,
-                         state.timed_out, strays, count, self._oom_kills() > oom_before, started - asked)
+        return RunResult(
+            job,
+            [live.outcome for live in state.ranks],
+            time.monotonic() - started,
+            state.timed_out,
+            strays,
+            count,
+            self._oom_kills() > oom_before,
+            started - asked,
+        )
 
     def _spawn(self, run_id: str, job: Job) -> tuple[_RunState, RunStreams]:
         env = {"MASTER_ADDR": "127.0.0.1", **job.env}
         host_store = "MASTER_PORT" not in job.env  # rank 0 hosts the env:// store (rank_runtime)
-        specs: list[RankSpec] = [{**job.rank_spec(env), "rank": rank, "host_store": host_store}
-                                 for rank in range(job.world_size)]
+        specs: list[RankSpec] = [
+            {**job.rank_spec(env), "rank": rank, "host_store": host_store} for rank in range(job.world_size)
+        ]
         streams = self._link.open_run(job.world_size)
         try:
-            self._request({"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch,
-                           **streams.spawn_fields}, streams.to_pass)
+            self._request(
+                {"op": "spawn", "run": run_id, "ranks": specs, "scratch": job.scratch, **streams.spawn_fields},
+                streams.to_pass,
+            )
         except EngineError:
             streams.close()
             raise
@@ -440,13 +455,22 @@ def _checked_report(report: Any) -> dict[str, Any]:
     frames = error.get("student_frames") or []
     if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
         raise wire.WireError("the report's student frames are malformed")
-    clean: dict[str, Any] = {key: str(error.get(key, ""))[:20000]
-                             for key in ("type", "message", "grader_message", "traceback")}
-    clean.update(not_implemented=error.get("not_implemented") is True,
-                 student_load_error=error.get("student_load_error") is True,
-                 student_frames=[{"file": str(f.get("file", "")), "line": f.get("line") if isinstance(f.get("line"), int) else 0,
-                                  "function": str(f.get("function", "")), "code": str(f.get("code", ""))}
-                                 for f in frames[:100]])
+    clean: dict[str, Any] = {
+        key: str(error.get(key, ""))[:20000] for key in ("type", "message", "grader_message", "traceback")
+    }
+    clean.update(
+        not_implemented=error.get("not_implemented") is True,
+        student_load_error=error.get("student_load_error") is True,
+        student_frames=[
+            {
+                "file": str(f.get("file", "")),
+                "line": f.get("line") if isinstance(f.get("line"), int) else 0,
+                "function": str(f.get("function", "")),
+                "code": str(f.get("code", "")),
+            }
+            for f in frames[:100]
+        ],
+    )
     return {**report, "error": clean}
 
 
@@ -457,8 +481,9 @@ def _strays(ended: dict[str, Any] | None) -> tuple[list[StrayProcess], int]:
     strays = []
     for entry in ended["strays"][:50]:
         if isinstance(entry, dict) and isinstance(entry.get("pid"), int):
-            strays.append(StrayProcess(entry["pid"], str(entry.get("command", ""))[:200],
-                                       str(entry.get("origin", ""))[:300]))
+            strays.append(
+                StrayProcess(entry["pid"], str(entry.get("command", ""))[:200], str(entry.get("origin", ""))[:300])
+            )
     count = ended.get("stray_count")
     return strays, max(count, len(strays)) if isinstance(count, int) else len(strays)
 

@@ -30,10 +30,10 @@ from typing import IO
 
 from grader.engine import wire
 from grader.engine.cluster import Announcer, Cluster, ClusterError
+from grader.engine.contract import CappedOutput, EngineError, Job, RankOutcome, RankSpec, RunResult, StrayProcess
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 from grader.engine.processes import killpg, send_signal
 from grader.engine.reaper import read_strays
-from grader.engine.contract import CappedOutput, EngineError, Job, RankOutcome, RankSpec, RunResult, StrayProcess
 
 START_ALLOWANCE_S = 20.0
 READY_POLL_S = 0.05
@@ -44,19 +44,45 @@ REAPER_WAIT_S = 5.0
 NODE_RANK_VARIABLE = "GRADER_NODE_RANK"  # tags each rank's pid file with its node
 
 
-def start_agent(torchrun_args: list[str], nproc_per_node: int, spec_file: Path, node_rank: int,
-                log: IO[bytes]) -> subprocess.Popen[bytes]:
+def start_agent(
+    torchrun_args: list[str], nproc_per_node: int, spec_file: Path, node_rank: int, log: IO[bytes]
+) -> subprocess.Popen[bytes]:
     """One torchrun agent running this module on every rank of this node, under a reaper (which
     ends what the ranks leave behind), in a process group of its own."""
-    command = [sys.executable, "-m", "grader.engine.reaper", str(spec_file.parent), str(node_rank), "--",
-               sys.executable, "-m", "torch.distributed.run", *torchrun_args,
-               "--nproc-per-node", str(nproc_per_node), "-m", __name__, str(spec_file)]
+    command = [
+        sys.executable,
+        "-m",
+        "grader.engine.reaper",
+        str(spec_file.parent),
+        str(node_rank),
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *torchrun_args,
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "-m",
+        __name__,
+        str(spec_file),
+    ]
     package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1", NODE_RANK_VARIABLE: str(node_rank)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+        NODE_RANK_VARIABLE: str(node_rank),
+    }
     try:
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                cwd=spec_file.parent, start_new_session=True)
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=spec_file.parent,
+            start_new_session=True,
+        )
     except OSError as exc:
         raise EngineError(f"cannot start torchrun: {exc}") from exc
 
@@ -104,8 +130,12 @@ class TorchrunEngine:
     except one-rank runs (the grader's trusted references), which stay on this node.
     """
 
-    def __init__(self, torchrun_args: tuple[str, ...] = ("--standalone",), cluster: Cluster | None = None,
-                 start_allowance: float = START_ALLOWANCE_S) -> None:
+    def __init__(
+        self,
+        torchrun_args: tuple[str, ...] = ("--standalone",),
+        cluster: Cluster | None = None,
+        start_allowance: float = START_ALLOWANCE_S,
+    ) -> None:
         self.torchrun_args = torchrun_args
         self.cluster = cluster
         self.start_allowance = start_allowance
@@ -176,11 +206,15 @@ class TorchrunEngine:
             raise EngineError(self._not_started(name, never, log_text))
         starting = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.ready").exists()]
         if timed_out and starting:
-            raise EngineError(f"rank(s) {', '.join(map(str, starting))} were still importing torch after the "
-                              f"{self.start_allowance:g} s start allowance: the node is overloaded or its disk slow "
-                              "(nothing of the submission had run yet)")
-        strays = [StrayProcess(int(s.get("pid", 0)), str(s.get("command", "")), str(s.get("origin", "")))
-                  for s in read_strays(run_dir, 0)]
+            raise EngineError(
+                f"rank(s) {', '.join(map(str, starting))} were still importing torch after the "
+                f"{self.start_allowance:g} s start allowance: the node is overloaded or its disk slow "
+                "(nothing of the submission had run yet)"
+            )
+        strays = [
+            StrayProcess(int(s.get("pid", 0)), str(s.get("command", "")), str(s.get("origin", "")))
+            for s in read_strays(run_dir, 0)
+        ]
         return RunResult(job, ranks, time.monotonic() - started, timed_out, strays, len(strays))
 
     def _not_started(self, name: str, never: list[int], log_text: str) -> str:
@@ -189,10 +223,14 @@ class TorchrunEngine:
         absent = self._announcer.absent_nodes(name)
         if absent:
             nodes = ", ".join(map(str, absent))
-            return (f"ranks {ranks} never started: node(s) {nodes} of {self.cluster.nnodes} never took up the run "
-                    f"(is `grader node --node-rank N ... --shared-dir {self.cluster.shared_dir}` running there?)")
-        return (f"ranks {ranks} never started: the torchrun agents did not meet at {self.cluster.rdzv_endpoint}; "
-                f"node 0's torchrun said:\n{log_text}")
+            return (
+                f"ranks {ranks} never started: node(s) {nodes} of {self.cluster.nnodes} never took up the run "
+                f"(is `grader node --node-rank N ... --shared-dir {self.cluster.shared_dir}` running there?)"
+            )
+        return (
+            f"ranks {ranks} never started: the torchrun agents did not meet at {self.cluster.rdzv_endpoint}; "
+            f"node 0's torchrun said:\n{log_text}"
+        )
 
     def _wait(self, launcher: subprocess.Popen[bytes], job: Job, run_dir: Path, name: str | None) -> bool:
         """Wait for the launch; the job's deadline counts from the moment every rank has imported
@@ -250,8 +288,11 @@ def _await_stacks(run_dir: Path, world_size: int, least: float) -> None:
     file of a started rank that has not reported is still empty (a loaded node answers late)."""
     started = time.monotonic()
     time.sleep(least)
-    stacks = [run_dir / f"rank{rank}.stack" for rank in range(world_size)
-              if (run_dir / f"rank{rank}.ready").exists() and not _written(run_dir / f"rank{rank}.report")]
+    stacks = [
+        run_dir / f"rank{rank}.stack"
+        for rank in range(world_size)
+        if (run_dir / f"rank{rank}.ready").exists() and not _written(run_dir / f"rank{rank}.report")
+    ]
     while time.monotonic() - started < STACK_DUMP_LIMIT_S:
         if all(_written(path) for path in stacks):
             time.sleep(STACK_DUMP_WAIT_S)  # the last one may still be writing
@@ -275,6 +316,7 @@ def main(spec_file: str) -> None:
         faulthandler.register(STACK_DUMP_SIGNAL, file=stack_fd, all_threads=True)
     (run_dir / f"rank{rank}.pid").write_text(f"{os.environ.get(NODE_RANK_VARIABLE, '0')} {os.getpid()}")
     import torch.distributed  # noqa: F401, PLC0415 - the start-up the allowance covers, before the deadline runs
+
     (run_dir / f"rank{rank}.ready").touch()
     run_rank({**spec, "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"])}, out_fd, report_fd, stack_fd)
 

@@ -17,9 +17,7 @@ from typing import Any
 import numpy as np
 
 _ARRAY_KEY = "__array__"
-_ALLOWED_DTYPES = frozenset(
-    {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}
-)
+_ALLOWED_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"})
 _HEADER = struct.Struct("!Q")
 HEADER_BYTES = _HEADER.size
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -106,8 +104,11 @@ def decode(frame: bytes) -> Any:
         raise WireError(f"report of {length} bytes is over the limit of {MAX_FRAME_BYTES}")
     body = frame[_HEADER.size :]
     if len(body) != length:
-        raise WireError(f"truncated report: {len(body)} of {length} bytes" if len(body) < length
-                        else f"report followed by {len(body) - length} stray bytes")
+        raise WireError(
+            f"truncated report: {len(body)} of {length} bytes"
+            if len(body) < length
+            else f"report followed by {len(body) - length} stray bytes"
+        )
     try:
         return _from_jsonable(json.loads(body))
     except WireError:

@@ -89,8 +89,12 @@ FDS_PER_RANK = processes.FDS_PER_RANK
 
 def _limit(spec: str) -> None:
     """Set a rank's rlimits, as the sandbox asked (grader/sandbox/limits.py)."""
-    names = {"as": resource.RLIMIT_AS, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
-             "nofile": resource.RLIMIT_NOFILE}
+    names = {
+        "as": resource.RLIMIT_AS,
+        "fsize": resource.RLIMIT_FSIZE,
+        "nproc": resource.RLIMIT_NPROC,
+        "nofile": resource.RLIMIT_NOFILE,
+    }
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         resource.setrlimit(names[key], (int(value), int(value)))
@@ -114,8 +118,9 @@ class Zygote:
             own = list(fds[FDS_PER_RANK * rank : FDS_PER_RANK * (rank + 1)])
             # A rank holding a peer's pipe would hide that peer's death (no EOF): close them all.
             others = [fd for fd in fds if fd not in own]
-            pid = _fork_rank({**spec, "run_dir": str(run_dir)}, own, run.pgid,
-                             [self.sock.fileno(), *self.wakeup, *others])
+            pid = _fork_rank(
+                {**spec, "run_dir": str(run_dir)}, own, run.pgid, [self.sock.fileno(), *self.wakeup, *others]
+            )
             run.pgid = run.pgid or pid
             run.ranks[pid] = rank
             pids.append(pid)

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from grader.catalog import Catalog
-from grader.judge.api import CheckFailed, References, Verdict
-from grader.judge.runner import ALL_CHECKS, ENGINE_FAILURE, GradeOptions, load_checks, not_run
-from grader.judge.verdict import CheckResult
 from grader.engine import Engine, Job, Runner, RunResult, open_engine
 from grader.grading import BackendProbe, grade_files
 from grader.instructor import submissions
+from grader.judge.api import CheckFailed, References, Verdict
+from grader.judge.runner import ALL_CHECKS, ENGINE_FAILURE, GradeOptions, load_checks, not_run
+from grader.judge.verdict import CheckResult
 from grader.report.inert import one_line
 from grader.sandbox import SandboxSet
 
@@ -214,16 +214,36 @@ class _SandboxPool:
                 self.give_back(lease, [])
 
 
-def _grade_files(engine: Engine, catalog: Catalog, submission: submissions.Submission, options: BatchOptions,
-                 seed: int, probe: BackendProbe, references: References,
-                 trusted: Engine) -> tuple[list[CheckResult], str]:
+def _grade_files(
+    engine: Engine,
+    catalog: Catalog,
+    submission: submissions.Submission,
+    options: BatchOptions,
+    seed: int,
+    probe: BackendProbe,
+    references: References,
+    trusted: Engine,
+) -> tuple[list[CheckResult], str]:
     """The submission's results within its time limit (the probe asks the trusted engine, outside any sandbox)."""
-    grading = GradeOptions(world_sizes=options.world_sizes, backend=options.backend, deadline=options.deadline,
-                           visibilities=options.visibilities, seed=seed)
+    grading = GradeOptions(
+        world_sizes=options.world_sizes,
+        backend=options.backend,
+        deadline=options.deadline,
+        visibilities=options.visibilities,
+        seed=seed,
+    )
     engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
-    results = grade_files(submission, catalog.exercises, budget, probe, grading, probe_engine=trusted,
-                          references=references, stopped=budget.stopped)
+    results = grade_files(
+        submission,
+        catalog.exercises,
+        budget,
+        probe,
+        grading,
+        probe_engine=trusted,
+        references=references,
+        stopped=budget.stopped,
+    )
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
 
 
@@ -232,8 +252,9 @@ def _not_graded(catalog: Catalog, options: BatchOptions, message: str) -> list[C
     return [r for exercise in catalog.exercises for r in not_run(exercise, grading, "error", message)]
 
 
-def _failed(name: str, catalog: Catalog, options: BatchOptions, problem: str, started: float,
-            details: str = "") -> SubmissionGrade:
+def _failed(
+    name: str, catalog: Catalog, options: BatchOptions, problem: str, started: float, details: str = ""
+) -> SubmissionGrade:
     """A submission graded zero for `problem`: every check not run, saying why."""
     message = f"{problem}\n{details}" if details else problem
     return SubmissionGrade(name, _not_graded(catalog, options, message), time.monotonic() - started, problem)
@@ -245,9 +266,16 @@ def _internal(what: str, exc: BaseException) -> str:
     return f"{INTERNAL_ERROR}: {what}: {type(exc).__name__}" + (f": {said}" if said else "")
 
 
-def _graded(pool: _EnginePool | _SandboxPool, catalog: Catalog, submission: submissions.Submission,
-            options: BatchOptions, seed: int, probe: BackendProbe, references: References,
-            trusted: Engine) -> tuple[list[CheckResult], str]:
+def _graded(
+    pool: _EnginePool | _SandboxPool,
+    catalog: Catalog,
+    submission: submissions.Submission,
+    options: BatchOptions,
+    seed: int,
+    probe: BackendProbe,
+    references: References,
+    trusted: Engine,
+) -> tuple[list[CheckResult], str]:
     """The prepared submission's results and its problem, on an engine borrowed for it and given back."""
     results: list[CheckResult] = []
     lease = None
@@ -264,8 +292,16 @@ def _graded(pool: _EnginePool | _SandboxPool, catalog: Catalog, submission: subm
     return results, problem
 
 
-def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, options: BatchOptions, seed: int,
-              probe: BackendProbe, references: References, trusted: Engine) -> SubmissionGrade:
+def grade_one(
+    pool: _EnginePool | _SandboxPool,
+    catalog: Catalog,
+    path: Path,
+    options: BatchOptions,
+    seed: int,
+    probe: BackendProbe,
+    references: References,
+    trusted: Engine,
+) -> SubmissionGrade:
     """Grade one submission; whatever goes wrong becomes its grade's message, never an exception, so a bad
     submission costs its own row and nothing else. Returns only once the submission's sandbox is gone."""
     started = time.monotonic()
@@ -277,13 +313,25 @@ def grade_one(pool: _EnginePool | _SandboxPool, catalog: Catalog, path: Path, op
             except submissions.SubmissionError as exc:  # the submission is malformed: its row says how
                 return _failed(name, catalog, options, str(exc), started)
             except Exception as exc:  # RecursionError, MemoryError...: what no check of prepare's foresaw
-                return _failed(name, catalog, options, _internal("the submission could not be prepared", exc),
-                               started, traceback.format_exc(limit=-8))
+                return _failed(
+                    name,
+                    catalog,
+                    options,
+                    _internal("the submission could not be prepared", exc),
+                    started,
+                    traceback.format_exc(limit=-8),
+                )
             results, problem = _graded(pool, catalog, submission, options, seed, probe, references, trusted)
         return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
     except Exception as exc:  # anywhere else (the temporary folder, the report): still this submission's row only
-        return _failed(name, catalog, options, _internal("the submission could not be graded", exc), started,
-                       traceback.format_exc(limit=-8))
+        return _failed(
+            name,
+            catalog,
+            options,
+            _internal("the submission could not be graded", exc),
+            started,
+            traceback.format_exc(limit=-8),
+        )
 
 
 def _safely(hook: Callable[[T], object], argument: T, what: str) -> None:
@@ -311,8 +359,11 @@ def grade_batch(
     workers = max(1, min(options.jobs if sandbox is None or sandbox.concurrent else 1, len(paths)))
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31)
     trusted = open_engine(preload, options.launcher)
-    pool = (_SandboxPool(workers, sandbox, preload) if sandbox is not None
-            else _EnginePool(workers, preload, options.launcher))
+    pool = (
+        _SandboxPool(workers, sandbox, preload)
+        if sandbox is not None
+        else _EnginePool(workers, preload, options.launcher)
+    )
     references = References(trusted)
     probe = BackendProbe(options.backend)
 

@@ -34,14 +34,28 @@ def render_report(summary: ClassSummary, title: str, plots: bool | None = None) 
     if plots is not False and report_plots.available():
         figures = {"histogram": report_plots.histogram(summary), "pass_rates": report_plots.pass_rates(summary)}
     colors = {"histogram": report_plots.HISTOGRAM_COLOR, "rate": report_plots.RATE_COLOR}
-    return render("report.html.j2", s=summary, title=title, figures=figures, colors=colors,
-                  diagnoses=summary.diagnoses[:DIAGNOSES_SHOWN], names_shown=NAMES_SHOWN,
-                  message_shown=MESSAGE_SHOWN, clock=clock,
-                  written=time.strftime("%Y-%m-%d %H:%M"))
+    return render(
+        "report.html.j2",
+        s=summary,
+        title=title,
+        figures=figures,
+        colors=colors,
+        diagnoses=summary.diagnoses[:DIAGNOSES_SHOWN],
+        names_shown=NAMES_SHOWN,
+        message_shown=MESSAGE_SHOWN,
+        clock=clock,
+        written=time.strftime("%Y-%m-%d %H:%M"),
+    )
 
 
-def write_report(path: Path, catalog: Catalog, grades: Sequence[SubmissionGrade], title: str,
-                 wall_seconds: float | None = None, plots: bool | None = None) -> Path:
+def write_report(
+    path: Path,
+    catalog: Catalog,
+    grades: Sequence[SubmissionGrade],
+    title: str,
+    wall_seconds: float | None = None,
+    plots: bool | None = None,
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(summarize(catalog, grades, wall_seconds), title, plots), encoding="utf-8")
     return path

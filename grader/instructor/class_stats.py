@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.catalog import Catalog
-from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
+from grader.judge.verdict import CheckResult
 
 NOT_ATTEMPTED_PREFIXES = ("not implemented yet", "file missing")
 TIMEOUT_MARKS = ("did not finish within", "used up its time limit")
@@ -162,8 +162,17 @@ def _rates(catalog: Catalog, grades: Sequence[SubmissionGrade]) -> tuple[list[Pa
                 per_exercise[_check_outcome([r for group in by_check for r in group])] += 1
                 points.append(sum(r.points for r in mine))
         maximum = max((sum(r.max_points for r in g.results if r.exercise == exercise.id) for g in grades), default=0.0)
-        exercises.append(PassRate(exercise.id, "", exercise.title, sum(per_exercise.values()), dict(per_exercise),
-                                  statistics.fmean(points) if points else 0.0, maximum))
+        exercises.append(
+            PassRate(
+                exercise.id,
+                "",
+                exercise.title,
+                sum(per_exercise.values()),
+                dict(per_exercise),
+                statistics.fmean(points) if points else 0.0,
+                maximum,
+            )
+        )
         for spec in exercise.checks:
             per_check: Counter[str] = Counter()
             check_points = []
@@ -173,9 +182,18 @@ def _rates(catalog: Catalog, grades: Sequence[SubmissionGrade]) -> tuple[list[Pa
                     per_check[_check_outcome(mine)] += 1
                     check_points.append(sum(r.points for r in mine))
             if per_check:
-                checks.append(PassRate(exercise.id, spec.name, spec.description, sum(per_check.values()),
-                                       dict(per_check), statistics.fmean(check_points), spec.points,
-                                       spec.visibility == "hidden"))
+                checks.append(
+                    PassRate(
+                        exercise.id,
+                        spec.name,
+                        spec.description,
+                        sum(per_check.values()),
+                        dict(per_check),
+                        statistics.fmean(check_points),
+                        spec.points,
+                        spec.visibility == "hidden",
+                    )
+                )
     return exercises, checks
 
 
@@ -196,8 +214,10 @@ def _diagnoses(grades: Sequence[SubmissionGrade]) -> list[Diagnosis]:
             who[key].add(grade.name)
             wording[key][_first_line(result.message)] += 1
             hints.setdefault(key, result.hint_number)
-    found = [Diagnosis(key[0], key[1], wording[key].most_common(1)[0][0], tuple(sorted(names)), hints[key])
-             for key, names in who.items()]
+    found = [
+        Diagnosis(key[0], key[1], wording[key].most_common(1)[0][0], tuple(sorted(names)), hints[key])
+        for key, names in who.items()
+    ]
     return sorted(found, key=lambda d: (-len(d.submissions), d.exercise, d.check, d.message))
 
 
@@ -222,7 +242,8 @@ def summarize(catalog: Catalog, grades: Sequence[SubmissionGrade], wall_seconds:
     exercises, checks = _rates(catalog, grades)
     exercise_seconds = tuple(
         (e.id, statistics.fmean([sum(r.seconds for r in g.results if r.exercise == e.id) for g in grades] or [0.0]))
-        for e in catalog.exercises)
+        for e in catalog.exercises
+    )
     return ClassSummary(
         submissions=len(grades),
         max_score=max_score,

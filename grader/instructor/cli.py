@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader import course_lint
 from grader.catalog import Catalog, course_catalog
-from grader.judge.runner import ALL_CHECKS
+from grader.engine.platforms import LAUNCHERS
 from grader.instructor import (
     class_report,
     grade_log,
@@ -28,10 +28,10 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
+from grader.judge.runner import ALL_CHECKS
 from grader.notebook_source import NotebookError
 from grader.paths import course_root
 from grader.report.inert import file_name, one_line
-from grader.engine.platforms import LAUNCHERS
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
 
@@ -61,18 +61,33 @@ def _exercise_list(text: str) -> tuple[str, ...]:
 
 
 def _add_exercises(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--exercises", type=_exercise_list, metavar="EX,EX",
-                        help=f"{what} these exercises only (ids or numbers, comma-separated; default: all)")
+    parser.add_argument(
+        "--exercises",
+        type=_exercise_list,
+        metavar="EX,EX",
+        help=f"{what} these exercises only (ids or numbers, comma-separated; default: all)",
+    )
 
 
 def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
     """The options of a batch grade, shared by `grade` and `slurm` (which passes them on)."""
-    parser.add_argument("-j", "--jobs", type=int, default=jobs, metavar="N",
-                        help=f"submissions graded at once (default {jobs})")
-    parser.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
-                        help="seconds one submission may take in all (default 120)")
-    parser.add_argument("--deadline", type=_positive_float, default=10.0, metavar="S",
-                        help="seconds one run of the ranks may take (default 10)")
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=jobs, metavar="N", help=f"submissions graded at once (default {jobs})"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="S",
+        help="seconds one submission may take in all (default 120)",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds one run of the ranks may take (default 10)",
+    )
     parser.add_argument("--world-size", type=int, metavar="N", help="grade at N ranks only (default: the catalog's)")
     _add_exercises(parser, "grade")
 
@@ -80,84 +95,155 @@ def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
 def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
     """--sandbox MODE / --no-sandbox, shared by `grade` and `slurm` (whose tasks grade in that mode)."""
     confine = parser.add_mutually_exclusive_group()
-    confine.add_argument("--sandbox", choices=MODES, default="auto",
-                         help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
-                              "user when run as root, else refuse); see docs/SECURITY.md")
-    confine.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
-                         help="grade without a sandbox: only for submissions you trust")
+    confine.add_argument(
+        "--sandbox",
+        choices=MODES,
+        default="auto",
+        help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
+        "user when run as root, else refuse); see docs/SECURITY.md",
+    )
+    confine.add_argument(
+        "--no-sandbox",
+        dest="sandbox",
+        action="store_const",
+        const="none",
+        help="grade without a sandbox: only for submissions you trust",
+    )
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    grade = commands.add_parser("grade", help="grade many submissions: results.json each, gradebook.csv, report.html",
-                                description="Grade submissions (folders, zips or notebooks) with every check, "
-                                            "hidden ones included.")
+    grade = commands.add_parser(
+        "grade",
+        help="grade many submissions: results.json each, gradebook.csv, report.html",
+        description="Grade submissions (folders, zips or notebooks) with every check, hidden ones included.",
+    )
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
-    grade.add_argument("--out", type=Path, required=True, metavar="DIR",
-                       help="writes DIR/<submission>/results.json, DIR/gradebook.csv and DIR/report.html")
+    grade.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="writes DIR/<submission>/results.json, DIR/gradebook.csv and DIR/report.html",
+    )
     _add_batch_options(grade, jobs=2)
-    grade.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
-                       help="gloo (CPU, default) or nccl (one GPU per rank; checks are skipped, 0 points, "
-                            "where there are too few GPUs)")
-    grade.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
-                       help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
-    grade.add_argument("--shard", type=_shard, metavar="I/N",
-                       help="grade only the I-th of N slices of the submissions (1 <= I <= N), chosen by a hash "
-                            "of each name: the same whatever order they are given in")
+    grade.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="gloo (CPU, default) or nccl (one GPU per rank; checks are skipped, 0 points, "
+        "where there are too few GPUs)",
+    )
+    grade.add_argument(
+        "--hidden-visibility",
+        choices=gradescope.HIDDEN_VISIBILITIES,
+        default="hidden",
+        help="Gradescope visibility of hidden checks (default hidden: never shown to students)",
+    )
+    grade.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="grade only the I-th of N slices of the submissions (1 <= I <= N), chosen by a hash "
+        "of each name: the same whatever order they are given in",
+    )
     _add_sandbox_options(grade)
-    grade.add_argument("--launcher", choices=LAUNCHERS,
-                       help="how ranks start (default: fork on Linux, portable elsewhere, or $GRADER_LAUNCHER); "
-                            "a sandbox always forks, so portable needs --no-sandbox")
+    grade.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        help="how ranks start (default: fork on Linux, portable elsewhere, or $GRADER_LAUNCHER); "
+        "a sandbox always forks, so portable needs --no-sandbox",
+    )
     grade.set_defaults(func=cmd_grade)
 
     book = commands.add_parser("gradebook", help="gradebooks of several runs")
     book_commands = book.add_subparsers(dest="gradebook_command", metavar="GRADEBOOK_COMMAND", required=True)
-    merge = book_commands.add_parser("merge", help="join the gradebooks of several `grader grade` runs (shards)",
-                                     description="Join the gradebooks of `grader grade` runs, e.g. the shards of a "
-                                                 "cluster job. A submission in two of them is refused; submissions "
-                                                 "and shards that never came back are named (exit status 1).")
-    merge.add_argument("sources", nargs="+", type=Path, metavar="OUT",
-                       help="a `grader grade --out` folder, or a gradebook.csv")
+    merge = book_commands.add_parser(
+        "merge",
+        help="join the gradebooks of several `grader grade` runs (shards)",
+        description="Join the gradebooks of `grader grade` runs, e.g. the shards of a "
+        "cluster job. A submission in two of them is refused; submissions "
+        "and shards that never came back are named (exit status 1).",
+    )
+    merge.add_argument(
+        "sources", nargs="+", type=Path, metavar="OUT", help="a `grader grade --out` folder, or a gradebook.csv"
+    )
     merge.add_argument("--out", type=Path, required=True, metavar="FILE", help="the merged gradebook (CSV)")
-    merge.add_argument("--report", type=Path, metavar="FILE",
-                       help="the class report of the merged runs (default: report.html beside FILE)")
+    merge.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="the class report of the merged runs (default: report.html beside FILE)",
+    )
     merge.set_defaults(func=cmd_gradebook_merge)
 
-    report = commands.add_parser("report", help="the class report of `grader grade` runs (report.html)",
-                                 description="Write the class report of one or more `grader grade --out` folders "
-                                             "(their grades.jsonl), e.g. again after installing the plots extra.")
+    report = commands.add_parser(
+        "report",
+        help="the class report of `grader grade` runs (report.html)",
+        description="Write the class report of one or more `grader grade --out` folders "
+        "(their grades.jsonl), e.g. again after installing the plots extra.",
+    )
     report.add_argument("sources", nargs="+", type=Path, metavar="OUT", help="a `grader grade --out` folder")
     report.add_argument("--out", type=Path, required=True, metavar="FILE", help="the page to write, e.g. report.html")
     report.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib installed")
     report.set_defaults(func=cmd_report)
 
-    scope = commands.add_parser("gradescope", help="build the Gradescope autograder: DIR/autograder.zip",
-                                description="Write DIR/autograder.zip (setup.sh, run_autograder, the course with its "
-                                            "hidden checks, no solutions) to upload to a Gradescope assignment.")
+    scope = commands.add_parser(
+        "gradescope",
+        help="build the Gradescope autograder: DIR/autograder.zip",
+        description="Write DIR/autograder.zip (setup.sh, run_autograder, the course with its "
+        "hidden checks, no solutions) to upload to a Gradescope assignment.",
+    )
     scope.add_argument("--out", type=Path, required=True, metavar="DIR")
     _add_exercises(scope, "the assignment grades")
-    scope.add_argument("--hidden-visibility", choices=gradescope.HIDDEN_VISIBILITIES, default="hidden",
-                       help="Gradescope visibility of hidden checks (default hidden: never shown to students)")
-    scope.add_argument("--torch", metavar="VERSION",
-                       help="the torch the autograder installs, as the CPU wheel (default: the one installed here)")
+    scope.add_argument(
+        "--hidden-visibility",
+        choices=gradescope.HIDDEN_VISIBILITIES,
+        default="hidden",
+        help="Gradescope visibility of hidden checks (default hidden: never shown to students)",
+    )
+    scope.add_argument(
+        "--torch",
+        metavar="VERSION",
+        help="the torch the autograder installs, as the CPU wheel (default: the one installed here)",
+    )
     scope.set_defaults(func=cmd_gradescope)
 
-    cluster = commands.add_parser("slurm", help="write a Slurm job array that grades a folder of submissions",
-                                  description="Write a Slurm job script: one array task per shard of the "
-                                              "submissions in SUBS_DIR, then a dependent job that merges the "
-                                              "shards' gradebooks. Submit it with sbatch.")
+    cluster = commands.add_parser(
+        "slurm",
+        help="write a Slurm job array that grades a folder of submissions",
+        description="Write a Slurm job script: one array task per shard of the "
+        "submissions in SUBS_DIR, then a dependent job that merges the "
+        "shards' gradebooks. Submit it with sbatch.",
+    )
     cluster.add_argument("submissions_dir", type=Path, metavar="SUBS_DIR")
     cluster.add_argument("--out", type=Path, required=True, metavar="FILE", help="the job script, e.g. grade.sbatch")
-    cluster.add_argument("--results", type=Path, default=Path("graded"), metavar="DIR",
-                         help="where the shards and the merged gradebook go (default ./graded)")
-    cluster.add_argument("--shards", type=int, metavar="N",
-                         help=f"array tasks (default: one per {slurm.SUBMISSIONS_PER_SHARD} submissions)")
-    cluster.add_argument("--gpus-per-task", type=int, default=0, metavar="G",
-                         help="GPUs per array task (default 0); with GPUs the backend is nccl")
+    cluster.add_argument(
+        "--results",
+        type=Path,
+        default=Path("graded"),
+        metavar="DIR",
+        help="where the shards and the merged gradebook go (default ./graded)",
+    )
+    cluster.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help=f"array tasks (default: one per {slurm.SUBMISSIONS_PER_SHARD} submissions)",
+    )
+    cluster.add_argument(
+        "--gpus-per-task",
+        type=int,
+        default=0,
+        metavar="G",
+        help="GPUs per array task (default 0); with GPUs the backend is nccl",
+    )
     cluster.add_argument("--cpus-per-task", type=int, default=4, metavar="C", help="CPUs per array task (default 4)")
-    cluster.add_argument("--backend", choices=("gloo", "nccl"),
-                         help="default: nccl with --gpus-per-task, gloo without")
-    cluster.add_argument("--time", metavar="HH:MM:SS",
-                         help="each task's time limit (default: enough for every submission to use --timeout)")
+    cluster.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with --gpus-per-task, gloo without")
+    cluster.add_argument(
+        "--time",
+        metavar="HH:MM:SS",
+        help="each task's time limit (default: enough for every submission to use --timeout)",
+    )
     cluster.add_argument("--partition", metavar="NAME")
     cluster.add_argument("--account", metavar="NAME")
     _add_batch_options(cluster, jobs=1)
@@ -168,8 +254,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     rel.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty directory")
     rel.set_defaults(func=cmd_release)
 
-    linter = commands.add_parser("lint-course", help="for course authors: check that the catalog, the checks, "
-                                 "the stubs and the solutions name one another correctly")
+    linter = commands.add_parser(
+        "lint-course",
+        help="for course authors: check that the catalog, the checks, "
+        "the stubs and the solutions name one another correctly",
+    )
     linter.set_defaults(func=cmd_lint_course)
 
     notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
@@ -192,8 +281,10 @@ UNWRITTEN = "its results.json could not be written"
 def cmd_grade(args: argparse.Namespace) -> int:
     _check_batch_options(args)
     if args.launcher == "portable" and args.sandbox != "none":
-        raise InstructorError("--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
-                              "the sandbox is Linux-only and starts ranks with the fork launcher")
+        raise InstructorError(
+            "--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
+            "the sandbox is Linux-only and starts ranks with the fork launcher"
+        )
     names = [name_of(path) for path in args.submissions]
     folders = [file_name(name) for name in names]
     repeated = sorted({f for f in folders if folders.count(f) > 1})
@@ -203,10 +294,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
     paths = shard.select(args.submissions, args.shard) if args.shard else list(args.submissions)
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
-        args.out / manifest.FILENAME)
-    options = BatchOptions(jobs=args.jobs, timeout=args.timeout, deadline=args.deadline,
-                           world_sizes=(args.world_size,) if args.world_size else None, backend=args.backend,
-                           visibilities=ALL_CHECKS, launcher=args.launcher)
+        args.out / manifest.FILENAME
+    )
+    options = BatchOptions(
+        jobs=args.jobs,
+        timeout=args.timeout,
+        deadline=args.deadline,
+        world_sizes=(args.world_size,) if args.world_size else None,
+        backend=args.backend,
+        visibilities=ALL_CHECKS,
+        launcher=args.launcher,
+    )
     try:
         sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
     except SandboxError as exc:
@@ -220,16 +318,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
             sandbox.close()
 
 
-def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sandbox: SandboxSet | None,
-           paths: list[Path], names: list[str]) -> int:
+def _grade(
+    args: argparse.Namespace,
+    catalog: Catalog,
+    options: BatchOptions,
+    sandbox: SandboxSet | None,
+    paths: list[Path],
+    names: list[str],
+) -> int:
     started = time.monotonic()
-    with (gradebook.Gradebook(args.out / gradebook.FILENAME, catalog) as book,
-          grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
-          BatchProgress(len(paths)) as progress):
+    with (
+        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog) as book,
+        grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
+        BatchProgress(len(paths)) as progress,
+    ):
+
         def done(grade: SubmissionGrade) -> None:
             try:  # a row of the gradebook is owed even where its results.json cannot be written
-                gradescope.write(args.out / file_name(grade.name) / "results.json", catalog, grade,
-                                 args.hidden_visibility)
+                gradescope.write(
+                    args.out / file_name(grade.name) / "results.json", catalog, grade, args.hidden_visibility
+                )
             except Exception as exc:
                 grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
             book.add(grade)
@@ -240,21 +348,29 @@ def _grade(args: argparse.Namespace, catalog: Catalog, options: BatchOptions, sa
     seconds = time.monotonic() - started
     title = "Class report" + (f", shard {args.shard}" if args.shard else "")
     try:  # every row is written by now: a report that fails loses the report alone
-        report: Path | None = class_report.write_report(args.out / class_report.FILENAME, catalog, grades, title,
-                                                        seconds)
+        report: Path | None = class_report.write_report(
+            args.out / class_report.FILENAME, catalog, grades, title, seconds
+        )
     except Exception as exc:
-        print(f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",
-              file=sys.stderr)
+        print(
+            f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",
+            file=sys.stderr,
+        )
         report = None
     if args.shard:
         print(f"shard {args.shard}: {len(paths)} of the {len(names)} submission(s)")
     each = f" ({seconds / len(grades):.2f}s each)" if grades else ""
-    print(f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
-          f"{report or 'no class report'}")
+    print(
+        f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
+        f"{report or 'no class report'}"
+    )
     unwritten = [g.name for g in grades if any(n.startswith(UNWRITTEN) for n in g.notes)]
     if unwritten:
-        print(f"grader: {len(unwritten)} results.json could not be written (see the gradebook's problem column): "
-              f"{one_line(', '.join(unwritten), 500)}", file=sys.stderr)
+        print(
+            f"grader: {len(unwritten)} results.json could not be written (see the gradebook's problem column): "
+            f"{one_line(', '.join(unwritten), 500)}",
+            file=sys.stderr,
+        )
     return 0 if report is not None and not unwritten else 1
 
 
@@ -308,13 +424,17 @@ def cmd_gradebook_merge(args: argparse.Namespace) -> int:
     else:
         print("no class report: a source has no grades.jsonl beside its gradebook")
     for source in result.unaccounted:
-        print(f"note: {source} has no {manifest.FILENAME}: which submissions it should hold is unknown",
-              file=sys.stderr)
+        print(
+            f"note: {source} has no {manifest.FILENAME}: which submissions it should hold is unknown", file=sys.stderr
+        )
     if result.missing_shards:
         print(f"missing shard(s): {', '.join(result.missing_shards)} (no output of theirs was given)", file=sys.stderr)
     if result.missing:
-        print(f"missing {len(result.missing)} submission(s), named on the command line but in no gradebook: "
-              f"{', '.join(map(one_line, result.missing))}", file=sys.stderr)
+        print(
+            f"missing {len(result.missing)} submission(s), named on the command line but in no gradebook: "
+            f"{', '.join(map(one_line, result.missing))}",
+            file=sys.stderr,
+        )
     return 0 if result.complete else 1
 
 
@@ -329,8 +449,10 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     except ReleaseError as exc:
         raise InstructorError(str(exc)) from exc
     hidden = sum(c.visibility == "hidden" for e in catalog.exercises for c in e.checks)
-    print(f"{path}: {len(catalog.exercises)} exercise(s), {hidden} hidden check(s), torch {torch_version} (CPU); "
-          "upload it as the assignment's autograder (Configure Autograder, zip file upload)")
+    print(
+        f"{path}: {len(catalog.exercises)} exercise(s), {hidden} hidden check(s), torch {torch_version} (CPU); "
+        "upload it as the assignment's autograder (Configure Autograder, zip file upload)"
+    )
     return 0
 
 
@@ -338,11 +460,21 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
     backend = args.backend or ("nccl" if args.gpus_per_task > 0 else "gloo")
     widest = args.world_size or max(w for e in catalog.exercises for c in e.checks for w in c.world_sizes)
     if backend == "nccl" and args.gpus_per_task < widest:
-        raise InstructorError(f"nccl needs one GPU per rank and the checks run up to {widest} ranks: ask for "
-                              f"--gpus-per-task {widest}, or grade at fewer with --world-size")
+        raise InstructorError(
+            f"nccl needs one GPU per rank and the checks run up to {widest} ranks: ask for "
+            f"--gpus-per-task {widest}, or grade at fewer with --world-size"
+        )
     shards = args.shards or slurm.default_shards(count)
-    options = ["--backend", backend, "-j", str(args.jobs), "--timeout", f"{args.timeout:g}",
-               "--deadline", f"{args.deadline:g}"]
+    options = [
+        "--backend",
+        backend,
+        "-j",
+        str(args.jobs),
+        "--timeout",
+        f"{args.timeout:g}",
+        "--deadline",
+        f"{args.deadline:g}",
+    ]
     if args.world_size:
         options += ["--world-size", str(args.world_size)]
     if args.exercises:
@@ -358,9 +490,18 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
             raise InstructorError(f"--time {args.time}: write it as HH:MM:SS")
         limit = int(parts[0]) * 3600 + int(parts[1]) * 60 + int(parts[2])
     return slurm.SlurmJob(
-        submissions_dir=args.submissions_dir.resolve(), results_dir=args.results.resolve(), course=catalog.root,
-        shards=shards, gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task, time_limit_s=limit,
-        grade_options=tuple(options), partition=args.partition, account=args.account, grader_bin=slurm.grader_bin())
+        submissions_dir=args.submissions_dir.resolve(),
+        results_dir=args.results.resolve(),
+        course=catalog.root,
+        shards=shards,
+        gpus_per_task=args.gpus_per_task,
+        cpus_per_task=args.cpus_per_task,
+        time_limit_s=limit,
+        grade_options=tuple(options),
+        partition=args.partition,
+        account=args.account,
+        grader_bin=slurm.grader_bin(),
+    )
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
@@ -375,8 +516,9 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if args.gpus_per_task < 0 or args.cpus_per_task < 1:
         raise InstructorError("--gpus-per-task must be 0 or more and --cpus-per-task at least 1")
     if any(c.isspace() for c in str(args.results.resolve())):
-        raise InstructorError(f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: "
-                              "choose another")
+        raise InstructorError(
+            f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: choose another"
+        )
     job = _slurm_job(args, course_catalog(args.exercises), count)
     try:
         script = slurm.render_job(job, args.out)
@@ -387,8 +529,10 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if args.sandbox == "none":
         print(NO_SANDBOX_WARNING, file=sys.stderr)  # said now, not only in the tasks' logs
     (job.results_dir / "logs").mkdir(parents=True, exist_ok=True)  # Slurm writes task logs there, and never makes it
-    print(f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
-          f"submit with: sbatch {args.out}")
+    print(
+        f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
+        f"submit with: sbatch {args.out}"
+    )
     return 0
 
 

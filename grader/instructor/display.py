@@ -103,8 +103,10 @@ class BatchProgress:
             if self.live:
                 self.stream.write("\r\033[K")
             note = f"  {one_line(grade.problem.splitlines()[0])}" if grade.problem else ""
-            line = (f"[{self._done}/{self.total}] {one_line(grade.name)}: {grade.score:g}/{grade.max_score:g} "
-                    f"in {grade.seconds:.1f}s{note}")
+            line = (
+                f"[{self._done}/{self.total}] {one_line(grade.name)}: {grade.score:g}/{grade.max_score:g} "
+                f"in {grade.seconds:.1f}s{note}"
+            )
             if not self.live:
                 line += f"  ({self.timing()})"
             self.stream.write(line + "\n")

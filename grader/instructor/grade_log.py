@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
+from grader.judge.verdict import CheckResult
 from grader.report.inert import printable
 
 FILENAME = "grades.jsonl"
@@ -40,14 +40,20 @@ def _result(result: CheckResult) -> dict[str, Any]:
 
 
 def _record(grade: SubmissionGrade) -> dict[str, Any]:
-    return {"name": _text(grade.name), "seconds": round(grade.seconds, 3), "problem": _text(grade.problem),
-            "notes": list(map(_text, grade.notes)), "results": list(map(_result, grade.results))}
+    return {
+        "name": _text(grade.name),
+        "seconds": round(grade.seconds, 3),
+        "problem": _text(grade.problem),
+        "notes": list(map(_text, grade.notes)),
+        "results": list(map(_result, grade.results)),
+    }
 
 
 def _grade(record: dict[str, Any]) -> SubmissionGrade:
     results = [CheckResult.from_record(r) for r in record["results"]]
-    return SubmissionGrade(record["name"], results, float(record["seconds"]), record.get("problem", ""),
-                           list(record.get("notes", [])))
+    return SubmissionGrade(
+        record["name"], results, float(record["seconds"]), record.get("problem", ""), list(record.get("notes", []))
+    )
 
 
 class GradeLog:

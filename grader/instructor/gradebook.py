@@ -43,8 +43,16 @@ class Gradebook:
         self._file.flush()
 
     def add(self, grade: SubmissionGrade) -> None:
-        row = _cells([grade.name, *(f"{grade.exercise_score(i):g}" for i in self._ids),
-                      f"{grade.score:g}", f"{grade.max_score:g}", f"{grade.seconds:.1f}", grade.problem_column])
+        row = _cells(
+            [
+                grade.name,
+                *(f"{grade.exercise_score(i):g}" for i in self._ids),
+                f"{grade.score:g}",
+                f"{grade.max_score:g}",
+                f"{grade.seconds:.1f}",
+                grade.problem_column,
+            ]
+        )
         self._rows.append(row)
         self._writer.writerow(row)
         self._file.flush()
@@ -136,12 +144,16 @@ def merge(sources: Sequence[Path], out: Path) -> MergeResult:
         if header is None:
             header, first_source = columns, source
         elif columns != header:
-            raise MergeError(f"{source}: its gradebook's columns differ from {first_source}'s "
-                             "(graded with another catalog or --exercises?): merge runs of one course only")
+            raise MergeError(
+                f"{source}: its gradebook's columns differ from {first_source}'s "
+                "(graded with another catalog or --exercises?): merge runs of one course only"
+            )
         for row in map(_cells, body):
             if row[0] in rows:
-                raise MergeError(f"submission {row[0]!r} is in both {rows[row[0]][1]} and {source}: "
-                                 "it was graded twice (overlapping shards?); drop one of them")
+                raise MergeError(
+                    f"submission {row[0]!r} is in both {rows[row[0]][1]} and {source}: "
+                    "it was graded twice (overlapping shards?); drop one of them"
+                )
             rows[row[0]] = (row, source)
     if len(splits) > 1:
         counts = ", ".join(f"N={n}" for n in sorted(splits))

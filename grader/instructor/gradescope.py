@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
-from grader.judge.verdict import CheckResult
 from grader.instructor.batch import SubmissionGrade
+from grader.judge.verdict import CheckResult
 from grader.report.inert import printable
 
 HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published")
@@ -46,18 +46,21 @@ def _tests(catalog: Catalog, grade: SubmissionGrade, hidden_as: str) -> list[dic
             if not results:
                 continue
             visible = results[0].visibility == "public"
-            output = printable(f"{spec.description}\n{_output(results)}",
-                               max(TEST_OUTPUT_FLOOR, min(TEST_OUTPUT_LIMIT, left[visible])))
+            output = printable(
+                f"{spec.description}\n{_output(results)}", max(TEST_OUTPUT_FLOOR, min(TEST_OUTPUT_LIMIT, left[visible]))
+            )
             left[visible] -= len(output)
-            tests.append({
-                "name": f"{exercise.id}: {spec.name}",
-                "number": f"{exercise.number}.{index}",
-                "score": round(sum(r.points for r in results), 4),
-                "max_score": round(sum(r.max_points for r in results), 4),
-                "status": "passed" if all(r.passed for r in results) else "failed",
-                "output": output,
-                "visibility": "visible" if visible else hidden_as,
-            })
+            tests.append(
+                {
+                    "name": f"{exercise.id}: {spec.name}",
+                    "number": f"{exercise.number}.{index}",
+                    "score": round(sum(r.points for r in results), 4),
+                    "max_score": round(sum(r.max_points for r in results), 4),
+                    "status": "passed" if all(r.passed for r in results) else "failed",
+                    "output": output,
+                    "visibility": "visible" if visible else hidden_as,
+                }
+            )
     return tests
 
 

@@ -82,8 +82,11 @@ def _stage_course(catalog: Catalog, grader_package: Path, course: Path) -> None:
 
 def _scripts(options: BundleOptions) -> dict[str, str]:
     values = dict(
-        course_dir=COURSE_DIR, torch=options.torch_version, torch_index=TORCH_CPU_INDEX,
-        python_min=".".join(map(str, PYTHON_MIN)), python_min_tuple=", ".join(map(str, PYTHON_MIN)),
+        course_dir=COURSE_DIR,
+        torch=options.torch_version,
+        torch_index=TORCH_CPU_INDEX,
+        python_min=".".join(map(str, PYTHON_MIN)),
+        python_min_tuple=", ".join(map(str, PYTHON_MIN)),
         python_candidates=["python3", *(f"python3.{m}" for m in range(PYTHON_NEWEST_TRIED, PYTHON_MIN[1] - 1, -1))],
         hidden_visibility=options.hidden_visibility,
     )

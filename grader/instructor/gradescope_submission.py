@@ -81,8 +81,10 @@ def locate(submission: Path, workdir: Path, catalog: Catalog) -> Path:
             return _regular(paths[0], submission)
         if paths:
             names = ", ".join(str(p.relative_to(submission)) for p in paths)
-            raise LocateError(f"{len(paths)} {kind}s and no exercise file named as in the course ({names}): "
-                              "upload one, or the exercise files themselves")
+            raise LocateError(
+                f"{len(paths)} {kind}s and no exercise file named as in the course ({names}): "
+                "upload one, or the exercise files themselves"
+            )
     return folder  # nothing of the course: every check says "file missing"
 
 

@@ -33,8 +33,11 @@ class Manifest:
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"submissions": list(self.submissions), "exercises": list(self.exercises),
-                "shard": None if self.shard is None else {"index": self.shard.index, "count": self.shard.count}}
+        data = {
+            "submissions": list(self.submissions),
+            "exercises": list(self.exercises),
+            "shard": None if self.shard is None else {"index": self.shard.index, "count": self.shard.count},
+        }
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
@@ -42,8 +45,11 @@ def read_manifest(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         shard = data["shard"]
-        return Manifest(tuple(map(str, data["submissions"])), tuple(map(str, data["exercises"])),
-                        None if shard is None else Shard(int(shard["index"]), int(shard["count"])))
+        return Manifest(
+            tuple(map(str, data["submissions"])),
+            tuple(map(str, data["exercises"])),
+            None if shard is None else Shard(int(shard["index"]), int(shard["count"])),
+        )
     except OSError as exc:
         raise ManifestError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     except (ValueError, KeyError, TypeError) as exc:

@@ -21,7 +21,7 @@ def _split_docstring(source: str) -> tuple[str, str]:
     docstring = ast.get_docstring(tree, clean=True) or ""
     first = tree.body[0] if tree.body else None
     if docstring and isinstance(first, ast.Expr):
-        code = "\n".join(source.splitlines()[first.end_lineno:]).strip("\n")
+        code = "\n".join(source.splitlines()[first.end_lineno :]).strip("\n")
         return docstring, code + "\n"
     return docstring, source
 
@@ -53,17 +53,21 @@ def build_notebook(exercise: Exercise, stub: Path) -> nbformat.NotebookNode:
     objectives = "\n".join(f"- {objective}" for objective in exercise.objectives)
     short = f"ex{exercise.number:02d}"
     notebook.cells = [
-        nbformat.v4.new_markdown_cell(f"# Exercise {exercise.number}: {exercise.title}\n\n{_markdown(docstring)}"
-                                      + (f"\n\n## You will be able to\n\n{objectives}" if objectives else "")),
+        nbformat.v4.new_markdown_cell(
+            f"# Exercise {exercise.number}: {exercise.title}\n\n{_markdown(docstring)}"
+            + (f"\n\n## You will be able to\n\n{objectives}" if objectives else "")
+        ),
         nbformat.v4.new_markdown_cell(
             f"Write your solution in the cell below. It is tagged `{TAG}`: the grader reads only cells with "
             "that tag, so put helpers your functions need in a tagged cell too, and keep test calls "
-            "(`train(0, 1)`...) in other cells. Keep the function names and parameters."),
+            "(`train(0, 1)`...) in other cells. Keep the function names and parameters."
+        ),
         nbformat.v4.new_code_cell(code, metadata={"tags": [TAG]}),
         nbformat.v4.new_markdown_cell(
             "Run your exercise cell, then the cell below: it checks the code as this kernel last ran it "
             f"(`%grader check {short}` does the same, `%grader hint {short}` shows the hints). "
-            "Save the notebook before you hand it in: the saved file is what gets graded."),
+            "Save the notebook before you hand it in: the saved file is what gets graded."
+        ),
         nbformat.v4.new_code_cell(check_cell_source(exercise)),
     ]
     return notebook

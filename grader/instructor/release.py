@@ -67,7 +67,8 @@ def _refuse_leaks(catalog: Catalog) -> None:
             if spec.visibility == "hidden" and spec.name in shipped:
                 raise ReleaseError(
                     f"hidden check {spec.name!r} of {exercise.id} is defined in {exercise.checks_package}.checks, "
-                    "which students receive: move it to hidden.py in the same package")
+                    "which students receive: move it to hidden.py in the same package"
+                )
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:

@@ -35,8 +35,15 @@ def histogram(summary: ClassSummary) -> str:
     figure = Figure(figsize=(7, 3.2), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     bins = summary.histogram
-    axes.bar([b.low for b in bins], [b.count for b in bins], width=[b.high - b.low for b in bins], align="edge",
-             color=HISTOGRAM_COLOR, edgecolor="white", linewidth=1)
+    axes.bar(
+        [b.low for b in bins],
+        [b.count for b in bins],
+        width=[b.high - b.low for b in bins],
+        align="edge",
+        color=HISTOGRAM_COLOR,
+        edgecolor="white",
+        linewidth=1,
+    )
     axes.set_xlim(0, bins[-1].high if bins else 1)
     axes.set_xlabel(f"score (out of {summary.max_score:g})")
     axes.set_ylabel("submissions")

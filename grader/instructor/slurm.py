@@ -75,6 +75,11 @@ def merge_command(results_dir: Path) -> str:
 
 
 def render_job(job: SlurmJob, script: Path) -> str:
-    return render("grade.sbatch.j2", job=job, script=script, time=hms(job.time_limit_s),
-                  merge_command=merge_command(job.results_dir),
-                  grade_options=" ".join(shlex.quote(o) for o in job.grade_options))
+    return render(
+        "grade.sbatch.j2",
+        job=job,
+        script=script,
+        time=hms(job.time_limit_s),
+        merge_command=merge_command(job.results_dir),
+        grade_options=" ".join(shlex.quote(o) for o in job.grade_options),
+    )

@@ -33,10 +33,14 @@ MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # a submission's files, unpacked or copie
 MAX_MEMBERS = 10_000  # entries of a zip, or files and folders of a submission folder
 MAX_FOLDER_DEPTH = 64  # folders a zip member may sit in: each is made, and pathlib makes them recursively
 _ENCRYPTED = 0x1  # a zip member's flag bit
-_UNREADABLE_ZIP = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error,
-                   lzma.LZMAError)
-_KINDS = {stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_UNREADABLE_ZIP = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, zlib.error, lzma.LZMAError)
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 _NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO swapped in cannot hang
 
 
@@ -94,8 +98,10 @@ def _copy_regular(source: Path | str, name: str, target: Path, budget: int, dir_
             while chunk := handle.read(min(1 << 20, budget + 1 - copied)):
                 copied += len(chunk)
                 if copied > budget:
-                    raise SubmissionError(f"{_shown(name)} takes the submission over {MAX_UNPACKED_BYTES >> 20} "
-                                          "MiB, the most a submission's files may add up to")
+                    raise SubmissionError(
+                        f"{_shown(name)} takes the submission over {MAX_UNPACKED_BYTES >> 20} "
+                        "MiB, the most a submission's files may add up to"
+                    )
                 out.write(chunk)
     return copied
 
@@ -168,8 +174,9 @@ def _unzip(path: Path, into: Path) -> Path:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
             if len(members) > MAX_MEMBERS:
-                raise SubmissionError(f"{path.name} holds {len(members)} members; a submission holds at most "
-                                      f"{MAX_MEMBERS}")
+                raise SubmissionError(
+                    f"{path.name} holds {len(members)} members; a submission holds at most {MAX_MEMBERS}"
+                )
             for member in members:
                 if (problem := _member_problem(member)) is not None:
                     raise SubmissionError(f"{path.name}: member {_member(member)} {problem}")
@@ -186,8 +193,9 @@ def _unzip(path: Path, into: Path) -> Path:
                     with archive.open(member) as source, open(target, "wb") as out:
                         shutil.copyfileobj(source, out)
                 except OSError as exc:  # a member named like a folder another member made, a name too long...
-                    raise SubmissionError(f"{path.name}: member {_member(member)} cannot be unpacked: "
-                                          f"{exc.strerror or exc}") from exc
+                    raise SubmissionError(
+                        f"{path.name}: member {_member(member)} cannot be unpacked: {exc.strerror or exc}"
+                    ) from exc
     except _UNREADABLE_ZIP as exc:
         raise SubmissionError(f"{path.name} is not a readable zip archive: {exc}") from exc
     return _content_root(into)
@@ -228,8 +236,7 @@ def _candidate(path: Path, exercise: Exercise, catalog: Catalog, into: Path) -> 
     return None
 
 
-def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder: Path,
-            submission: Submission) -> None:
+def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder: Path, submission: Submission) -> None:
     """The stated rule (docs/INSTRUCTORS.md): a file that is still the untouched stub is set aside
     when another holds work; of the rest, the .py, then the notebook named like the exercise, then
     other notebooks by name. Any choice, and a notebook graded under another name, is reported."""
@@ -255,8 +262,10 @@ def _choose(exercise: Exercise, candidates: list[Path], catalog: Catalog, folder
         rest = [name for name in others if name not in stubs]
         why += [f"{name} is the untouched stub" for name in stubs]
         named = notebook_source.notebook_name(exercise)
-        why += [f"{name} was not graded (one file per exercise: the .py, then {named}, then other notebooks by name)"
-                for name in rest]
+        why += [
+            f"{name} was not graded (one file per exercise: the .py, then {named}, then other notebooks by name)"
+            for name in rest
+        ]
     if path.suffix == ".ipynb" and path.name != notebook_source.notebook_name(exercise):
         why.append(f"its metadata or name makes it {exercise.id}")
     if why:

@@ -31,8 +31,9 @@ def _inert(context: EvalContext, value: object) -> object:
             return Markup(printable(value))
         return printable(value) if isinstance(value, str) else value
     if not is_one_line(str(value)):
-        raise UnsafeValue(f"{str(value)!r} holds a control character or a line break, which a script cannot "
-                          "hold safely")
+        raise UnsafeValue(
+            f"{str(value)!r} holds a control character or a line break, which a script cannot hold safely"
+        )
     return value
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Exercise
+from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 from grader.judge.diagnose import failure_verdict
 from grader.judge.verdict import Verdict
-from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 
 
 class CheckFailed(Exception):
@@ -129,8 +129,15 @@ class CheckContext:
         worker builds its tensors, the same for the ranks and for the reference."""
         return {f"{name}_seed": self.draw(name).randrange(2**31) for name in inputs}
 
-    def job(self, worker: str, nprocs: int | None = None, student: bool = True, scratch: bool = True,
-            allowance: float = 0.0, **kwargs: Any) -> Job:
+    def job(
+        self,
+        worker: str,
+        nprocs: int | None = None,
+        student: bool = True,
+        scratch: bool = True,
+        allowance: float = 0.0,
+        **kwargs: Any,
+    ) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
         `allowance`: seconds on top of the deadline, for runs that must start interpreters."""
         return Job(

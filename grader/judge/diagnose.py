@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.judge.verdict import Verdict
 from grader.engine import RankOutcome, RunResult
 from grader.engine.rank_runtime import IMPORT_CALLS
+from grader.judge.verdict import Verdict
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
@@ -49,10 +49,7 @@ def stuck_frame(stack_dump: str, student_file: Path | None) -> str:
     """Where a rank was, from its last faulthandler dump: the student's innermost line if any."""
     if not stack_dump:
         return ""
-    blocks = [
-        [m.groupdict() for m in _FRAME.finditer(block)]
-        for block in reversed(_THREAD_HEADER.split(stack_dump))
-    ]
+    blocks = [[m.groupdict() for m in _FRAME.finditer(block)] for block in reversed(_THREAD_HEADER.split(stack_dump))]
     blocks = [frames for frames in blocks if frames]
     student = str(student_file.resolve()) if student_file else None
     chosen = next((f for frames in blocks for f in frames if f["file"] == student), None)
@@ -118,7 +115,7 @@ def student_traceback(text: str) -> str:
 
 
 def rank_phrase(ranks: Sequence[int], world_size: int) -> str:
-    """"rank 2", "ranks 1-3", "every rank": the same words whatever W, where that is true."""
+    """ "rank 2", "ranks 1-3", "every rank": the same words whatever W, where that is true."""
     ranks = sorted(ranks)
     if world_size > 1 and len(ranks) == world_size:
         return "every rank"
@@ -134,11 +131,14 @@ def _with_subject(subject: str, predicate: str) -> str:
     return f"{subject} {'were' + predicate[3:] if plural and predicate.startswith('was ') else predicate}"
 
 
-MEMORY_LIMIT = "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
+MEMORY_LIMIT = (
+    "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
+)
 
 
-def _describe(outcome: RankOutcome, student_file: Path | None, deadline: float,
-              memory_exceeded: bool = False) -> tuple[str, str]:
+def _describe(
+    outcome: RankOutcome, student_file: Path | None, deadline: float, memory_exceeded: bool = False
+) -> tuple[str, str]:
     """(what happened to a rank that did not report cleanly, without naming it; its traceback or stack)."""
     error = outcome.error
     if error is not None:
@@ -226,7 +226,7 @@ def import_calls(runs: Sequence[RunResult], student_file: Path, names: Sequence[
     for result in runs:
         for outcome in result.ranks:
             reported = outcome.facts.get(IMPORT_CALLS)
-            for name, line in (reported.items() if isinstance(reported, dict) else ()):
+            for name, line in reported.items() if isinstance(reported, dict) else ():
                 if name in names and isinstance(line, int):
                     found.setdefault(name, line)
             frames = [m.groupdict() for m in _FRAME.finditer(outcome.stack_dump) if m["file"] == student]
@@ -240,6 +240,8 @@ def import_calls(runs: Sequence[RunResult], student_file: Path, names: Sequence[
 def test_call_message(calls: dict[str, int], student_file: Path) -> str:
     """What a test call left at the top level of the file does, and where it belongs instead."""
     where = "; ".join(f"{student_file.name}:{line} calls {name}()" for name, line in sorted(calls.items()))
-    return (f"test call at import: {where}, so every rank ran it while the grader imported your code, before "
-            "the check called it (what follows may come from that call).\n  Move the call out of the graded "
-            "code: to a cell not tagged `exercise` (notebook), or under `if __name__ == \"__main__\":` (.py).")
+    return (
+        f"test call at import: {where}, so every rank ran it while the grader imported your code, before "
+        "the check called it (what follows may come from that call).\n  Move the call out of the graded "
+        'code: to a cell not tagged `exercise` (notebook), or under `if __name__ == "__main__":` (.py).'
+    )

@@ -14,7 +14,7 @@ SHOWN = 3
 
 
 def stray_message(results: list[RunResult]) -> str:
-    """"" if no run left anything behind."""
+    """ "" if no run left anything behind."""
     seen: dict[tuple[str, int], tuple[str, str]] = {}
     total = 0
     for result in results:
@@ -30,5 +30,7 @@ def stray_message(results: list[RunResult]) -> str:
         parts.append(f"{count} x `{command or '?'}`{started}")
     more = f"; and {len(kinds) - SHOWN} other kinds" if len(kinds) > SHOWN else ""
     processes = "process" if total == 1 else "processes"
-    return (f"your code left {total} {processes} running after its ranks had exited "
-            f"({'; '.join(parts)}{more}): they were stopped. Wait for (or terminate) what you start")
+    return (
+        f"your code left {total} {processes} running after its ranks had exited "
+        f"({'; '.join(parts)}{more}): they were stopped. Wait for (or terminate) what you start"
+    )

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
+from grader.engine import EngineError, Runner
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.verdict import CheckResult, Status, Verdict
-from grader.engine import EngineError, Runner
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
@@ -60,8 +60,9 @@ def _verdict(function: Callable, context: CheckContext) -> Verdict:
     except EngineError as exc:
         return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True)
     except Exception as exc:  # a defect of the check, not of the student's code
-        return Verdict("error", f"internal grader error in this check: {type(exc).__name__}: {exc}",
-                       traceback.format_exc())
+        return Verdict(
+            "error", f"internal grader error in this check: {type(exc).__name__}: {exc}", traceback.format_exc()
+        )
     if isinstance(outcome, Verdict):
         return outcome
     return Verdict("passed", outcome or "")
@@ -107,11 +108,14 @@ def _grade_checks(
             if problem is not None:
                 verdict = Verdict("error", problem)
             elif function is None:
-                verdict = Verdict("error", f"the catalog names check {spec.name!r} but "
-                                  f"{exercise.checks_package}.checks defines no such check")
+                verdict = Verdict(
+                    "error",
+                    f"the catalog names check {spec.name!r} but {exercise.checks_package}.checks defines no such check",
+                )
             else:
-                context = CheckContext(runs, exercise, student_file, world_size,
-                                       options.backend, options.deadline, options.seed or 0)
+                context = CheckContext(
+                    runs, exercise, student_file, world_size, options.backend, options.deadline, options.seed or 0
+                )
                 verdict = _verdict(function, context)
                 left = stray_message(context.used)
                 if left and spec.strays == "fail" and verdict.status == "passed":
@@ -156,8 +160,17 @@ def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContex
 def not_run(exercise: Exercise, options: GradeOptions, status: Status, message: str) -> list[CheckResult]:
     """A result for every selected check and world size that could not run, with zero points."""
     return [
-        CheckResult(status, message, exercise=exercise.id, check=spec.name, world_size=w, seconds=0.0, points=0.0,
-                    max_points=spec.points / len(options.world_sizes or spec.world_sizes), visibility=spec.visibility)
+        CheckResult(
+            status,
+            message,
+            exercise=exercise.id,
+            check=spec.name,
+            world_size=w,
+            seconds=0.0,
+            points=0.0,
+            max_points=spec.points / len(options.world_sizes or spec.world_sizes),
+            visibility=spec.visibility,
+        )
         for spec in _selected(exercise.checks, options)
         for w in (options.world_sizes or spec.world_sizes)
     ]
@@ -165,6 +178,7 @@ def not_run(exercise: Exercise, options: GradeOptions, status: Status, message: 
 
 def _selected(checks: Iterable[CheckSpec], options: GradeOptions) -> list[CheckSpec]:
     return [
-        spec for spec in checks
+        spec
+        for spec in checks
         if spec.visibility in options.visibilities and (options.only is None or spec.name in options.only)
     ]

@@ -31,12 +31,19 @@ class Pipeline:
 
 
 _NAMED_ORDERS = {
-    "no_set_epoch": ("missing set_epoch", "every epoch repeats the first epoch's order; call "
-                     "sampler.set_epoch(epoch) at the start of each epoch"),
-    "unshuffled": ("DistributedSampler with shuffle=False", "the batches come in dataset order; the reference "
-                   "shuffles (shuffle=True, seed=0)"),
-    "epochs_from_one": ("set_epoch given epoch + 1", "every epoch draws the order of the next one, as with epochs "
-                        "counted from 1; call sampler.set_epoch(epoch) with epochs counted from 0"),
+    "no_set_epoch": (
+        "missing set_epoch",
+        "every epoch repeats the first epoch's order; call sampler.set_epoch(epoch) at the start of each epoch",
+    ),
+    "unshuffled": (
+        "DistributedSampler with shuffle=False",
+        "the batches come in dataset order; the reference shuffles (shuffle=True, seed=0)",
+    ),
+    "epochs_from_one": (
+        "set_epoch given epoch + 1",
+        "every epoch draws the order of the next one, as with epochs "
+        "counted from 1; call sampler.set_epoch(epoch) with epochs counted from 0",
+    ),
 }
 
 
@@ -53,7 +60,7 @@ def step_batches(facts: dict) -> list[Batches]:
     """Per optimizer step, the samples of the gradient-producing forward passes since the step before."""
     forwards, done, per_step = facts["forwards"], 0, []
     for step in facts["steps"]:
-        per_step.append([call["samples"] for call in forwards[done:step["forwards"]] if _trains(call)])
+        per_step.append([call["samples"] for call in forwards[done : step["forwards"]] if _trains(call)])
         done = step["forwards"]
     return per_step
 
@@ -73,12 +80,12 @@ def _where(index: int, want: Batches, pipeline: Pipeline) -> str:
 
 
 def _epoch_sets(batches: Batches, per_epoch: int, epochs: int) -> list[set[int]]:
-    return [set(sum(batches[e * per_epoch:(e + 1) * per_epoch], [])) for e in range(epochs)]
+    return [set(sum(batches[e * per_epoch : (e + 1) * per_epoch], [])) for e in range(epochs)]
 
 
 def _follows(got: Batches, want: Batches) -> bool:
     """Whether `got` is `want` or its beginning (a loop may stop early; the step count says if that is wrong)."""
-    return len(got) <= len(want) and got == want[:len(got)]
+    return len(got) <= len(want) and got == want[: len(got)]
 
 
 def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | None:
@@ -91,38 +98,59 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
     b = pipeline.batch_size
     drawn, shard = sum(map(len, got)), sum(map(len, want))
     if drawn >= pipeline.size * pipeline.epochs > shard:
-        return Finding("no_sampler", f"no DistributedSampler: rank {rank} trained on {drawn} samples in "
-                       f"{pipeline.epochs} epoch(s), all {pipeline.size} every epoch, instead of its shard of "
-                       f"{shard // pipeline.epochs}")
+        return Finding(
+            "no_sampler",
+            f"no DistributedSampler: rank {rank} trained on {drawn} samples in "
+            f"{pipeline.epochs} epoch(s), all {pipeline.size} every epoch, instead of its shard of "
+            f"{shard // pipeline.epochs}",
+        )
     if got and len(got[0]) != len(want[0]) and len(got[0]) != 0:
-        return Finding("batch_size", f"batches of {len(got[0])} samples on rank {rank}, instead of batch_size = {b} "
-                       "(the batch size is per rank)")
+        return Finding(
+            "batch_size",
+            f"batches of {len(got[0])} samples on rank {rank}, instead of batch_size = {b} "
+            "(the batch size is per rank)",
+        )
     full = [batch for batch in want if len(batch) == b]
     if got == full and full != want:
         partial = next(len(batch) for batch in want if len(batch) != b)
-        return Finding("dropped_partial_batch", f"the last, partial batch of each epoch was dropped on rank {rank} "
-                       f"(a batch of {partial} samples; drop_last=True?): the reference trains on every sample")
+        return Finding(
+            "dropped_partial_batch",
+            f"the last, partial batch of each epoch was dropped on rank {rank} "
+            f"(a batch of {partial} samples; drop_last=True?): the reference trains on every sample",
+        )
     short = next((batch for batch in got if len(batch) < b), None)
     if short is not None and all(len(batch) == b for batch in want):
-        return Finding("partial_batch_used", f"rank {rank} trained on a partial batch of {len(short)} samples; "
-                       "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))")
+        return Finding(
+            "partial_batch_used",
+            f"rank {rank} trained on a partial batch of {len(short)} samples; "
+            "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))",
+        )
     for name, batches in pipeline.mistakes.items():
         if got and name in _NAMED_ORDERS and all(_follows(g, m) for g, m in zip(observed, batches)):
             headline, why = _NAMED_ORDERS[name]
             first = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-            return Finding(name, f"{headline}: rank {rank}'s batch {first + 1}{_where(first, want, pipeline)} held "
-                           f"samples {got[first][:6]}..., {pipeline.sampler} gives {want[first][:6]}...; {why}")
+            return Finding(
+                name,
+                f"{headline}: rank {rank}'s batch {first + 1}{_where(first, want, pipeline)} held "
+                f"samples {got[first][:6]}..., {pipeline.sampler} gives {want[first][:6]}...; {why}",
+            )
     per_epoch = len(want) // pipeline.epochs if pipeline.epochs else len(want)
     sets = [_epoch_sets(batches, per_epoch, 1)[0] for batches in observed]
     for other in range(len(observed)):
         for mine in range(other + 1, len(observed)):
             shared = sets[other] & sets[mine]
             if shared:
-                return Finding("shards_overlap", f"the ranks' shards overlap: ranks {other} and {mine} both trained on "
-                               f"{len(shared)} of the same samples in the first epoch; DistributedSampler splits one "
-                               "permutation, the same on every rank (same seed), into disjoint shards")
+                return Finding(
+                    "shards_overlap",
+                    f"the ranks' shards overlap: ranks {other} and {mine} both trained on "
+                    f"{len(shared)} of the same samples in the first epoch; DistributedSampler splits one "
+                    "permutation, the same on every rank (same seed), into disjoint shards",
+                )
     first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
     if first >= min(len(got), len(want)):
         return Finding("measured", f"rank {rank} trained on {len(got)} batches, {pipeline.sampler} gives {len(want)}")
-    return Finding("measured", f"rank {rank}'s batch {first + 1} held samples {got[first][:6]}..., {pipeline.sampler} "
-                   f"gives {want[first][:6]}...")
+    return Finding(
+        "measured",
+        f"rank {rank}'s batch {first + 1} held samples {got[first][:6]}..., {pipeline.sampler} "
+        f"gives {want[first][:6]}...",
+    )

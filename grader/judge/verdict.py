@@ -23,8 +23,21 @@ class Verdict:
     engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
 
 
-RECORD_KEYS = ("exercise", "check", "world_size", "status", "message", "seconds", "points", "max_points",
-               "visibility", "details", "hint", "notes", "verbose_details")  # a result's record, in this order
+RECORD_KEYS = (
+    "exercise",
+    "check",
+    "world_size",
+    "status",
+    "message",
+    "seconds",
+    "points",
+    "max_points",
+    "visibility",
+    "details",
+    "hint",
+    "notes",
+    "verbose_details",
+)  # a result's record, in this order
 
 
 @dataclass(kw_only=True)

@@ -30,7 +30,7 @@ def _landing_time(events: Events, index: int) -> float:
     if event["op"] != "write":
         return event["time"]
     landed = event["time"]
-    for later in events[index + 1:]:
+    for later in events[index + 1 :]:
         if later.get("path") != event["path"]:
             continue
         if later["op"] == "write":
@@ -50,9 +50,12 @@ def _lands_at(event: dict[str, Any], path: str) -> bool:
 
 def landings(ranks_events: list[Events], path: str) -> list[Landing]:
     """Every time a rank put a file at `path`, in time order."""
-    found = [Landing(rank, _landing_time(events, i))
-             for rank, events in enumerate(ranks_events)
-             for i, event in enumerate(events) if _lands_at(event, path)]
+    found = [
+        Landing(rank, _landing_time(events, i))
+        for rank, events in enumerate(ranks_events)
+        for i, event in enumerate(events)
+        if _lands_at(event, path)
+    ]
     return sorted(found, key=lambda landing: landing.time)
 
 
@@ -74,24 +77,37 @@ def writers_problem(ranks_events: list[Events], path: str, exists: bool, once: b
     writers = sorted({landing.rank for landing in found})
     world_size = len(ranks_events)
     if world_size > 1 and writers == list(range(world_size)):
-        return (f"every rank saving: each of the {world_size} ranks wrote the checkpoint {name}; only rank 0 writes "
-                "(the weights are the same everywhere, and several writers of one file can corrupt it)")
+        return (
+            f"every rank saving: each of the {world_size} ranks wrote the checkpoint {name}; only rank 0 writes "
+            "(the weights are the same everywhere, and several writers of one file can corrupt it)"
+        )
     if writers and 0 not in writers:
-        return (f"{_ranks(writers)} wrote the checkpoint {name}, and rank 0 did not: rank 0 alone writes it "
-                "(`if rank == 0:` / `dist.get_rank() == 0`)")
+        return (
+            f"{_ranks(writers)} wrote the checkpoint {name}, and rank 0 did not: rank 0 alone writes it "
+            "(`if rank == 0:` / `dist.get_rank() == 0`)"
+        )
     if len(writers) > 1:
         return f"{_ranks(writers)} wrote the checkpoint {name}; only rank 0 writes it"
-    elsewhere = {rank: sorted({Path(e["path"]).name for e in events if e["op"] == "save" and e["into"] != "memory"
-                               and e["path"] and e["path"] != path})
-                 for rank, events in enumerate(ranks_events)}
+    elsewhere = {
+        rank: sorted(
+            {
+                Path(e["path"]).name
+                for e in events
+                if e["op"] == "save" and e["into"] != "memory" and e["path"] and e["path"] != path
+            }
+        )
+        for rank, events in enumerate(ranks_events)
+    }
     others = [rank for rank in range(1, world_size) if elsewhere[rank]]
     if others:
         rank = others[0]
         return f"rank {rank} also saved a checkpoint ({', '.join(elsewhere[rank])}); only rank 0 writes one"
     if not writers:
         if exists:
-            return (f"a file is at {name}, but no rank was seen writing it (the grader watches torch.save and the "
-                    "files each rank opens for writing, renames or links)")
+            return (
+                f"a file is at {name}, but no rank was seen writing it (the grader watches torch.save and the "
+                "files each rank opens for writing, renames or links)"
+            )
         saved = elsewhere[0]
         if saved:
             return f"rank 0 did not save to the path it was given ({name}); it saved to {', '.join(saved)}"
@@ -109,6 +125,9 @@ def went_on_early(ranks_events: list[Events], path: str, hosts: list[str], momen
     found = landings(ranks_events, path)
     if found:
         last = found[-1]
-        early |= {rank for rank, times in enumerate(moments)
-                  if rank != last.rank and hosts[rank] == hosts[last.rank] and any(t < last.time for t in times)}
+        early |= {
+            rank
+            for rank, times in enumerate(moments)
+            if rank != last.rank and hosts[rank] == hosts[last.rank] and any(t < last.time for t in times)
+        }
     return sorted(early)

@@ -69,6 +69,14 @@ def option_counts(questions: Sequence[dict[str, Any]], marks: Sequence[Mark]) ->
         for option in sorted(entry["options"], key=lambda o: o.get("source") or o["letter"]):
             count = sum(1 for picked in chosen if option["text"] in picked)
             share = f"{count / len(chosen):.2f}" if chosen else ""
-            rows.append([entry["id"], option.get("source") or option["letter"], option["text"],
-                         "yes" if option["correct"] else "no", count, share])
+            rows.append(
+                [
+                    entry["id"],
+                    option.get("source") or option["letter"],
+                    option["text"],
+                    "yes" if option["correct"] else "no",
+                    count,
+                    share,
+                ]
+            )
     return rows

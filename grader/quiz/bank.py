@@ -28,8 +28,21 @@ ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)(?::([^{}]+))?\}")
 LETTERS = "ABCDEFGHIJ"
 QUESTION_FIELDS = {
-    "id", "type", "text", "options", "answer", "tolerance", "tags", "difficulty", "points",
-    "explanation", "parameters", "derived", "unit", "pool", "precision",
+    "id",
+    "type",
+    "text",
+    "options",
+    "answer",
+    "tolerance",
+    "tags",
+    "difficulty",
+    "points",
+    "explanation",
+    "parameters",
+    "derived",
+    "unit",
+    "pool",
+    "precision",
 }
 
 
@@ -136,8 +149,15 @@ def load_banks(directory: Path, exercises: Sequence[str] | None = None) -> Bank:
         bank.problems.extend(problems)
         for question in questions:
             if question.id in seen:
-                bank.problems.append(Problem(path, question.id, "id", f"id also used in {seen[question.id]}",
-                                             "give every question a unique id across all banks"))
+                bank.problems.append(
+                    Problem(
+                        path,
+                        question.id,
+                        "id",
+                        f"id also used in {seen[question.id]}",
+                        "give every question a unique id across all banks",
+                    )
+                )
                 continue
             seen[question.id] = path
             bank.questions.append(question)
@@ -150,14 +170,22 @@ def load_file(path: Path, exercises: tuple[str, ...] | None = None) -> tuple[lis
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        return [], [Problem(path, None, None, f"TOML syntax error: {exc}",
-                            "correct the TOML at that line (quote strings, close brackets and \"\"\"-strings)")]
+        return [], [
+            Problem(
+                path,
+                None,
+                None,
+                f"TOML syntax error: {exc}",
+                'correct the TOML at that line (quote strings, close brackets and """-strings)',
+            )
+        ]
     except (OSError, UnicodeDecodeError) as exc:
         return [], [Problem(path, None, None, f"cannot read the file: {exc}", "save it as UTF-8 text")]
     entries = data.get("questions")
     if not isinstance(entries, list) or not entries:
-        return [], [Problem(path, None, "questions", "no [[questions]] entries",
-                            "add questions as [[questions]] tables")]
+        return [], [
+            Problem(path, None, "questions", "no [[questions]] entries", "add questions as [[questions]] tables")
+        ]
     questions: list[Question] = []
     problems: list[Problem] = []
     for index, entry in enumerate(entries, start=1):
@@ -211,7 +239,9 @@ class _Checker:
             self.problem("difficulty", f"unknown difficulty {difficulty!r}", f"use one of {', '.join(DIFFICULTIES)}")
         points = entry.get("points", 1)
         if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
-            self.problem("points", f"{points!r} is not a positive number", "use points = 1 (or another positive number)")
+            self.problem(
+                "points", f"{points!r} is not a positive number", "use points = 1 (or another positive number)"
+            )
             points = 1
         explanation = entry.get("explanation", "")
         if not isinstance(explanation, str):
@@ -219,10 +249,21 @@ class _Checker:
             explanation = ""
         pool = entry.get("pool")
         if pool not in POOLS:
-            self.problem("pool", "missing" if pool is None else f"unknown pool {pool!r}",
-                         'add pool = "practice" (students may see it) or pool = "exam" (kept for graded quizzes)')
-        common = dict(source=self.path, objective=objective or "", exercise=exercise or "", topics=topics,
-                      difficulty=str(difficulty), points=float(points), explanation=explanation, pool=str(pool))
+            self.problem(
+                "pool",
+                "missing" if pool is None else f"unknown pool {pool!r}",
+                'add pool = "practice" (students may see it) or pool = "exam" (kept for graded quizzes)',
+            )
+        common = dict(
+            source=self.path,
+            objective=objective or "",
+            exercise=exercise or "",
+            topics=topics,
+            difficulty=str(difficulty),
+            points=float(points),
+            explanation=explanation,
+            pool=str(pool),
+        )
         body: dict[str, Any] | None = None
         if kind in ("single", "multiple"):
             body = self.choices(kind)
@@ -248,8 +289,9 @@ class _Checker:
             if not isinstance(exercise, str) or not exercise.strip():
                 self.problem("tags.exercise", "missing exercise", f'name the exercise, or "{GENERAL}"')
         elif exercise not in (*self.exercises, GENERAL):
-            self.problem("tags.exercise", f"unknown exercise {exercise!r}",
-                         f"use one of {', '.join((*self.exercises, GENERAL))}")
+            self.problem(
+                "tags.exercise", f"unknown exercise {exercise!r}", f"use one of {', '.join((*self.exercises, GENERAL))}"
+            )
         topics = tags.get("topics", [])
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
             self.problem("tags.topics", "is not a list of strings", 'use topics = ["ddp", "bucketing"]')
@@ -259,8 +301,11 @@ class _Checker:
     def choices(self, kind: str) -> dict[str, Any] | None:
         raw = self.entry.get("options")
         if not isinstance(raw, list) or len(raw) < 2:
-            self.problem("options", "needs at least two options",
-                         'add [[questions.options]] tables with text = "..." and explanation = "..."')
+            self.problem(
+                "options",
+                "needs at least two options",
+                'add [[questions.options]] tables with text = "..." and explanation = "..."',
+            )
             return None
         if len(raw) > len(LETTERS):
             self.problem("options", f"has {len(raw)} options", f"use at most {len(LETTERS)}")
@@ -274,8 +319,9 @@ class _Checker:
             if not isinstance(text, str) or not text.strip():
                 self.problem(f"options[{number}].text", "missing", 'add text = "the option"')
             if not isinstance(why, str) or not why.strip():
-                self.problem(f"options[{number}].explanation", "missing",
-                             'add explanation = "why this option is right or wrong"')
+                self.problem(
+                    f"options[{number}].explanation", "missing", 'add explanation = "why this option is right or wrong"'
+                )
             texts.append(str(text))
             explanations.append(str(why))
         if len(set(texts)) != len(texts):
@@ -284,12 +330,17 @@ class _Checker:
         chosen = [answer] if kind == "single" and isinstance(answer, str) else answer
         example = '"B"' if kind == "single" else '["A", "C"]'
         if not isinstance(chosen, list) or not chosen or not all(isinstance(a, str) for a in chosen):
-            self.problem("answer", "missing or not letters", f"use answer = {example} (letters of options in file order)")
+            self.problem(
+                "answer", "missing or not letters", f"use answer = {example} (letters of options in file order)"
+            )
             return None
         wrong = [a for a in chosen if a.upper() not in letters]
         if wrong:
-            self.problem("answer", f"{', '.join(map(repr, wrong))} is not among the options {', '.join(letters)}",
-                         f"use letters {letters[0]}..{letters[-1]} of the options in file order")
+            self.problem(
+                "answer",
+                f"{', '.join(map(repr, wrong))} is not among the options {', '.join(letters)}",
+                f"use letters {letters[0]}..{letters[-1]} of the options in file order",
+            )
             return None
         correct = {a.upper() for a in chosen}
         if kind == "multiple" and len(correct) == len(letters):
@@ -326,38 +377,57 @@ class _Checker:
         precision = self.precision()
         tolerance = self.tolerance()
         for name in sorted({p.name for p in parameters} - set(placeholder_names(text))):
-            self.problem("text", f"parameter {name!r} never appears in the text", f"write {{{name}}} where its value belongs")
+            self.problem(
+                "text", f"parameter {name!r} never appears in the text", f"write {{{name}}} where its value belongs"
+            )
         unit = self.entry.get("unit", "")
         if not isinstance(unit, str):
             self.problem("unit", "is not a string", 'use unit = "MB"')
             unit = ""
         if parsed_answer is None or tolerance is None or precision is None:
             return None
-        return {"answer_formula": parsed_answer, "tolerance_abs": tolerance[0], "tolerance_rel": tolerance[1],
-                "precision": precision, "unit": unit, "parameters": tuple(parameters), "derived": tuple(derived)}
+        return {
+            "answer_formula": parsed_answer,
+            "tolerance_abs": tolerance[0],
+            "tolerance_rel": tolerance[1],
+            "precision": precision,
+            "unit": unit,
+            "parameters": tuple(parameters),
+            "derived": tuple(derived),
+        }
 
     def precision(self) -> Precision | None:
         try:
             return parse_precision(self.entry.get("precision"))
         except PrecisionError as exc:
-            self.problem("precision", str(exc),
-                         'state what is asked: precision = "exact", { sig = 3 } or { decimals = 1 }')
+            self.problem(
+                "precision", str(exc), 'state what is asked: precision = "exact", { sig = 3 } or { decimals = 1 }'
+            )
             return None
 
     def formula(self, field_name: str, source: Any, names: set[str]) -> formula.Formula | None:
         if not isinstance(source, str):
-            self.problem(field_name, "missing or not a formula", 'use a number or a formula string such as "2 * (W - 1) / W * M"')
+            self.problem(
+                field_name, "missing or not a formula", 'use a number or a formula string such as "2 * (W - 1) / W * M"'
+            )
             return None
         try:
             parsed = formula.parse(source)
         except formula.FormulaError as exc:
-            self.problem(field_name, str(exc), "use numbers, parameter names, + - * / ** ( ) and min, max, ceil, floor, log2, sqrt")
+            self.problem(
+                field_name,
+                str(exc),
+                "use numbers, parameter names, + - * / ** ( ) and min, max, ceil, floor, log2, sqrt",
+            )
             return None
         unknown = sorted(parsed.names - names)
         if unknown:
             known = ", ".join(sorted(names)) or "none defined"
-            self.problem(field_name, f"formula uses {', '.join(map(repr, unknown))}, which is not a parameter",
-                         f"use a parameter ({known}) or define it under [questions.parameters]")
+            self.problem(
+                field_name,
+                f"formula uses {', '.join(map(repr, unknown))}, which is not a parameter",
+                f"use a parameter ({known}) or define it under [questions.parameters]",
+            )
             return None
         return parsed
 

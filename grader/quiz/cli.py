@@ -22,8 +22,11 @@ from grader.quiz.versions import draw_all, select
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    quiz = commands.add_parser("quiz", help="question banks and quiz sheets",
-                               description="Question banks: list, lint, render versions, grade responses.")
+    quiz = commands.add_parser(
+        "quiz",
+        help="question banks and quiz sheets",
+        description="Question banks: list, lint, render versions, grade responses.",
+    )
     sub = quiz.add_subparsers(dest="quiz_command", metavar="QUIZ_COMMAND", required=True)
 
     listing = sub.add_parser("list", help="list the questions with their id, type, pool and tags")
@@ -41,30 +44,48 @@ def register(commands: argparse._SubParsersAction) -> None:
     _bank_option(render)
     _tags_option(render)
     _pool_option(render, default="exam")
-    render.add_argument("--format", action="append", choices=[*FORMATS, "all"], default=None,
-                        help="output format; repeat it for several, or `all` (default: md)")
+    render.add_argument(
+        "--format",
+        action="append",
+        choices=[*FORMATS, "all"],
+        default=None,
+        help="output format; repeat it for several, or `all` (default: md)",
+    )
     render.add_argument("--versions", type=_positive, default=1, help="how many versions (default 1)")
     render.add_argument("--seed", type=int, default=0, help="seed that makes the versions reproducible")
     render.add_argument("--count", type=_positive, default=None, help="questions per quiz (default: all selected)")
     render.add_argument("--title", default="Distributed training quiz", help="title printed on the sheets")
     render.add_argument("--out", type=Path, required=True, help="directory for the sheets and keys (new or empty)")
-    render.add_argument("--force", action="store_true",
-                        help="render into a folder that is not empty, removing the files of an earlier render")
+    render.add_argument(
+        "--force",
+        action="store_true",
+        help="render into a folder that is not empty, removing the files of an earlier render",
+    )
     render.set_defaults(func=cmd_render)
 
-    grade = sub.add_parser("grade", help="score a responses CSV against the answer keys",
-                           description=grading.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    grade.add_argument("--key", type=Path, required=True,
-                       help="a vNN.key.json file, or the render --out directory holding them")
+    grade = sub.add_parser(
+        "grade",
+        help="score a responses CSV against the answer keys",
+        description=grading.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    grade.add_argument(
+        "--key", type=Path, required=True, help="a vNN.key.json file, or the render --out directory holding them"
+    )
     grade.add_argument("--responses", type=Path, required=True, help="CSV: student,version,<question id>...")
-    grade.add_argument("--out", type=Path, required=True,
-                       help="directory for scores.csv, questions.csv, options.csv, feedback.csv, problems.csv")
+    grade.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="directory for scores.csv, questions.csv, options.csv, feedback.csv, problems.csv",
+    )
     grade.set_defaults(func=cmd_grade)
 
 
 def _bank_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bank", type=Path, default=None,
-                        help="directory of *.toml question banks (default: the course's quizzes/)")
+    parser.add_argument(
+        "--bank", type=Path, default=None, help="directory of *.toml question banks (default: the course's quizzes/)"
+    )
 
 
 def _tags_option(parser: argparse.ArgumentParser) -> None:
@@ -72,8 +93,9 @@ def _tags_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _pool_option(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--pool", choices=[*POOLS, "all"], default=default,
-                        help=f"questions of this pool only (default: {default})")
+    parser.add_argument(
+        "--pool", choices=[*POOLS, "all"], default=default, help=f"questions of this pool only (default: {default})"
+    )
 
 
 def _pool(args: argparse.Namespace) -> str | None:
@@ -120,9 +142,21 @@ def cmd_list(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     questions = select(bank.questions, seed=0, tags=_tags(args), pool=_pool(args))
     if args.json:
-        rows = [{"id": q.id, "type": q.type, "pool": q.pool, "exercise": q.exercise, "topics": list(q.topics),
-                 "objective": q.objective, "difficulty": q.difficulty, "points": q.points,
-                 "parametric": q.parametric, "file": q.source.name} for q in questions]
+        rows = [
+            {
+                "id": q.id,
+                "type": q.type,
+                "pool": q.pool,
+                "exercise": q.exercise,
+                "topics": list(q.topics),
+                "objective": q.objective,
+                "difficulty": q.difficulty,
+                "points": q.points,
+                "parametric": q.parametric,
+                "file": q.source.name,
+            }
+            for q in questions
+        ]
         print(json.dumps(rows, indent=2))
     else:
         width = max((len(q.id) for q in questions), default=2)
@@ -171,8 +205,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot write to {args.out}: {exc}")
     source = "every pool" if args.pool == "all" else f"the {args.pool} pool"
-    print(f"{len(versions)} version(s) of {len(questions)} question(s) from {source}, formats {', '.join(formats)}: "
-          f"{len(written)} file(s) in {args.out}")
+    print(
+        f"{len(versions)} version(s) of {len(questions)} question(s) from {source}, formats {', '.join(formats)}: "
+        f"{len(written)} file(s) in {args.out}"
+    )
     return 0
 
 
@@ -189,6 +225,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     skipped = sum(p.action == "row not graded" for p in result.problems)
     unreadable = sum(p.action == "answer scored 0" for p in result.problems)
     if skipped or unreadable:
-        print(f"warning: {skipped} row(s) not graded, {unreadable} answer(s) unreadable (scored 0): "
-              f"see {args.out / 'problems.csv'}", file=sys.stderr)
+        print(
+            f"warning: {skipped} row(s) not graded, {unreadable} answer(s) unreadable (scored 0): "
+            f"see {args.out / 'problems.csv'}",
+            file=sys.stderr,
+        )
     return 0

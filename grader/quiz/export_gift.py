@@ -51,8 +51,10 @@ def _answers(item: Item) -> str:
 def points_note(item: Item) -> str:
     """The comment before a question GIFT would import at the wrong mark."""
     points = format_number(item.question.points)
-    return (f"// q{item.number:02d} {item.question.id} is worth {points} points; GIFT cannot carry marks, so Moodle "
-            f"imports it at 1: set its default mark to {points} after the import\n")
+    return (
+        f"// q{item.number:02d} {item.question.id} is worth {points} points; GIFT cannot carry marks, so Moodle "
+        f"imports it at 1: set its default mark to {points} after the import\n"
+    )
 
 
 def question_text(item: Item) -> str:
@@ -68,8 +70,10 @@ def render(version: Version) -> str:
     weighted = [item for item in version.items if item.question.points != 1]
     if weighted:
         listed = ", ".join(f"q{i.number:02d} {i.question.id} ({exact_number(i.question.points)})" for i in weighted)
-        header += ("// GIFT has no field for marks: Moodle imports every question below at 1 mark. Set these default "
-                   f"marks by hand after the import, or import the Moodle XML file instead: {listed}\n")
+        header += (
+            "// GIFT has no field for marks: Moodle imports every question below at 1 mark. Set these default "
+            f"marks by hand after the import, or import the Moodle XML file instead: {listed}\n"
+        )
     blocks = [header]
     previous = None
     for item in version.items:

@@ -18,8 +18,29 @@ from collections.abc import Sequence
 from grader.quiz.versions import Item, Version, format_number
 
 # The grade fractions Moodle accepts for an answer (its question/format list); others are refused.
-FRACTIONS = ("100", "90", "83.33333", "80", "75", "70", "66.66667", "60", "50", "40", "33.33333", "30",
-             "25", "20", "16.66667", "14.28571", "12.5", "11.11111", "10", "5", "0")
+FRACTIONS = (
+    "100",
+    "90",
+    "83.33333",
+    "80",
+    "75",
+    "70",
+    "66.66667",
+    "60",
+    "50",
+    "40",
+    "33.33333",
+    "30",
+    "25",
+    "20",
+    "16.66667",
+    "14.28571",
+    "12.5",
+    "11.11111",
+    "10",
+    "5",
+    "0",
+)
 KINDS = {"single": "multichoice", "multiple": "multichoice", "numeric": "numerical", "truefalse": "truefalse"}
 
 
@@ -77,7 +98,9 @@ def question_element(item: Item, name: str | None = None, idnumber: str | None =
         ET.SubElement(element, "answernumbering").text = "ABCD"
         for choice in item.choices:
             wrong_value = fraction(right, negative=True) if question.type == "multiple" else "0"
-            _answer(element, fraction(right) if choice.correct else wrong_value, choice.text, choice.explanation.strip())
+            _answer(
+                element, fraction(right) if choice.correct else wrong_value, choice.text, choice.explanation.strip()
+            )
     return element
 
 
@@ -122,8 +145,13 @@ def render_pools(versions: Sequence[Version]) -> str:
     quiz = ET.Element("quiz")
     title = versions[0].title
     for qid, entries in variants(versions).items():
-        _category(quiz, pool_path(title, qid),
-                  f"{len(entries)} variant(s) of {qid}: add a random question from this category to the quiz.")
+        _category(
+            quiz,
+            pool_path(title, qid),
+            f"{len(entries)} variant(s) of {qid}: add a random question from this category to the quiz.",
+        )
         for number, item in entries:
-            quiz.append(question_element(item, name=f"{qid} (variant of v{number:02d})", idnumber=f"{qid}-v{number:02d}"))
+            quiz.append(
+                question_element(item, name=f"{qid} (variant of v{number:02d})", idnumber=f"{qid}-v{number:02d}")
+            )
     return _serialize(quiz)

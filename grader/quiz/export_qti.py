@@ -28,15 +28,25 @@ from grader.quiz.markdown import to_html
 from grader.quiz.versions import Item, Version, exact_number, format_number
 
 TEMPLATES = Path(__file__).with_name("templates") / "qti"
-QUESTION_TYPES = {"single": "multiple_choice_question", "multiple": "multiple_answers_question",
-                  "truefalse": "true_false_question", "numeric": "numerical_question"}
+QUESTION_TYPES = {
+    "single": "multiple_choice_question",
+    "multiple": "multiple_answers_question",
+    "truefalse": "true_false_question",
+    "numeric": "numerical_question",
+}
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
 
 
 def _html(markdown_text: str) -> str:
@@ -47,17 +57,29 @@ def _html(markdown_text: str) -> str:
 def item_data(item: Item, ident: str) -> dict[str, Any]:
     """What the template needs to lay out one question."""
     question = item.question
-    choices: list[dict[str, Any]] = [{"ident": f"{ident}_{c.letter}", "html": _html(c.text), "correct": c.correct,
-                "feedback": _html(c.explanation)} for c in item.choices]
+    choices: list[dict[str, Any]] = [
+        {"ident": f"{ident}_{c.letter}", "html": _html(c.text), "correct": c.correct, "feedback": _html(c.explanation)}
+        for c in item.choices
+    ]
     numeric = None
     if item.value is not None:
-        numeric = {"exact": exact_number(item.value), "low": repr(item.value - item.tolerance),
-                   "high": repr(item.value + item.tolerance)}
-    return {"ident": ident, "title": f"q{item.number:02d} {question.id}", "question_type": QUESTION_TYPES[question.type],
-            "points": format_number(question.points),
-            "answer_ids": ",".join(c["ident"] for c in choices) if choices else f"{ident}_answer",
-            "html": _html(item.text), "choices": choices, "numeric": numeric,
-            "cardinality": "Multiple" if question.type == "multiple" else "Single", "feedback": _html(item.explanation)}
+        numeric = {
+            "exact": exact_number(item.value),
+            "low": repr(item.value - item.tolerance),
+            "high": repr(item.value + item.tolerance),
+        }
+    return {
+        "ident": ident,
+        "title": f"q{item.number:02d} {question.id}",
+        "question_type": QUESTION_TYPES[question.type],
+        "points": format_number(question.points),
+        "answer_ids": ",".join(c["ident"] for c in choices) if choices else f"{ident}_answer",
+        "html": _html(item.text),
+        "choices": choices,
+        "numeric": numeric,
+        "cardinality": "Multiple" if question.type == "multiple" else "Single",
+        "feedback": _html(item.explanation),
+    }
 
 
 def identifier(version: Version) -> str:
@@ -75,7 +97,8 @@ def files(version: Version) -> dict[str, str]:
         "imsmanifest.xml": env.get_template("imsmanifest.xml.j2").render(ident=ident),
         f"{ident}/{ident}.xml": env.get_template("assessment.xml.j2").render(ident=ident, title=title, items=items),
         f"{ident}/assessment_meta.xml": env.get_template("assessment_meta.xml.j2").render(
-            ident=ident, title=title, points=points, description=f"Version {version.number}, seed {version.seed}."),
+            ident=ident, title=title, points=points, description=f"Version {version.number}, seed {version.seed}."
+        ),
     }
 
 

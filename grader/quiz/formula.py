@@ -154,7 +154,9 @@ class _Parser:
             self.expect(")")
             return node
         found = token.text or "end of formula"
-        raise FormulaError(f"expected a number, a name or '(' at position {token.pos}, found {found!r} in {self.source!r}")
+        raise FormulaError(
+            f"expected a number, a name or '(' at position {token.pos}, found {found!r} in {self.source!r}"
+        )
 
 
 _BINARY: dict[str, Callable[[float, float], float]] = {

@@ -85,8 +85,11 @@ def mark_question(entry: dict[str, Any], response: str) -> Outcome:
     options = {option["letter"]: option for option in entry["options"]}
     picked, problem = parse_letters(response, "".join(options))
     if picked is None:
-        return Outcome(0.0, _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
-                       unreadable=problem)
+        return Outcome(
+            0.0,
+            _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
+            unreadable=problem,
+        )
     unknown = [letter for letter in picked if letter not in options]
     if unknown:
         problem = f"{', '.join(unknown)} is not an option (options {min(options)}..{max(options)})"
@@ -97,19 +100,30 @@ def mark_question(entry: dict[str, Any], response: str) -> Outcome:
         fraction = max(0.0, share)
     else:
         fraction = 1.0 if set(picked) == right and len(picked) == 1 else 0.0
-    explanations = [f"{letter}: {options[letter]['explanation']}" for letter in picked
-                    if options[letter].get("explanation")]
+    explanations = [
+        f"{letter}: {options[letter]['explanation']}" for letter in picked if options[letter].get("explanation")
+    ]
     verdict = "Right." if fraction == 1 else "Partly right." if fraction > 0 else "Wrong."
-    return Outcome(fraction, _join(verdict, *explanations, "" if fraction == 1 else _right_answer(entry),
-                                   general if entry["type"] == "truefalse" else ""),
-                   picked=tuple(options[letter].get("text", letter) for letter in picked))
+    return Outcome(
+        fraction,
+        _join(
+            verdict,
+            *explanations,
+            "" if fraction == 1 else _right_answer(entry),
+            general if entry["type"] == "truefalse" else "",
+        ),
+        picked=tuple(options[letter].get("text", letter) for letter in picked),
+    )
 
 
 def _mark_number(entry: dict[str, Any], response: str, general: str) -> Outcome:
     given, problem = parse_number(response, entry.get("unit", ""))
     if given is None:
-        return Outcome(0.0, _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
-                       unreadable=problem)
+        return Outcome(
+            0.0,
+            _join(f"Could not read the answer: {problem}; scored 0.", _right_answer(entry), general),
+            unreadable=problem,
+        )
     value, tolerance = entry["value"], entry["tolerance"]
     ok = math.isfinite(given) and abs(given - value) <= tolerance + 1e-9 * max(abs(value), tolerance, 1e-300)
     verdict = "Right." if ok else f"Wrong: {given:g} is outside the accepted range."
@@ -135,20 +149,30 @@ def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
     table = read_table(path)
     missing = [column for column in FIXED_COLUMNS if column not in table.columns]
     if missing:
-        raise ResponsesError(f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
-                             f"columns and one column per question id (found: {', '.join(table.columns) or 'nothing'})")
+        raise ResponsesError(
+            f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
+            f"columns and one column per question id (found: {', '.join(table.columns) or 'nothing'})"
+        )
     result = Grading(questions=_questions(keys))
     known = {q["id"].lower(): q["id"] for q in result.questions}
     columns = {known[name]: name for name in table.columns if name in known}
     result.problems += [Problem(path, None, "", "note", note) for note in table.notes]
     ignored = [name for name in table.columns if name not in FIXED_COLUMNS and name not in known]
     if ignored:
-        result.problems.append(Problem(path, 1, "", "column ignored",
-                                       f"not a question of the key: {', '.join(ignored)}"))
+        result.problems.append(
+            Problem(path, 1, "", "column ignored", f"not a question of the key: {', '.join(ignored)}")
+        )
     absent = [qid for qid in known.values() if qid not in columns]
     if absent:
-        result.problems.append(Problem(path, 1, "", "note", f"no column for question(s) {', '.join(absent)}: "
-                                                            "every answer to them counts as empty"))
+        result.problems.append(
+            Problem(
+                path,
+                1,
+                "",
+                "note",
+                f"no column for question(s) {', '.join(absent)}: every answer to them counts as empty",
+            )
+        )
     result.problems += [Problem(path, line, "", "row not graded", reason) for line, reason in table.misaligned]
     for row, version in _gradable(table.rows, keys, path, result.problems):
         student = row.cells["student"].strip()
@@ -156,11 +180,22 @@ def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
             response = row.cells.get(columns.get(entry["id"], ""), "").strip()
             outcome = mark_question(entry, response)
             if outcome.unreadable:
-                result.problems.append(Problem(path, row.line, student, "answer scored 0",
-                                               f"question {entry['id']}: {outcome.unreadable}"))
-            result.marks.append(Mark(student, version, entry["id"], entry["number"], response,
-                                     round(outcome.fraction * entry["points"], 4), entry["points"], outcome.feedback,
-                                     outcome.picked))
+                result.problems.append(
+                    Problem(path, row.line, student, "answer scored 0", f"question {entry['id']}: {outcome.unreadable}")
+                )
+            result.marks.append(
+                Mark(
+                    student,
+                    version,
+                    entry["id"],
+                    entry["number"],
+                    response,
+                    round(outcome.fraction * entry["points"], 4),
+                    entry["points"],
+                    outcome.feedback,
+                    outcome.picked,
+                )
+            )
     result.problems.sort(key=lambda p: (p.line or 0, p.student))
     return result
 
@@ -174,8 +209,9 @@ def _questions(keys: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return [found[qid] for qid in sorted(found)]
 
 
-def _gradable(rows: list[Row], keys: dict[int, dict[str, Any]], path: Path,
-              problems: list[Problem]) -> list[tuple[Row, int]]:
+def _gradable(
+    rows: list[Row], keys: dict[int, dict[str, Any]], path: Path, problems: list[Problem]
+) -> list[tuple[Row, int]]:
     """The rows to grade with their version; the others become problems. A student on several rows
     is never merged or picked from: all those rows wait for a person to say which one counts."""
     by_student: dict[str, list[Row]] = defaultdict(list)
@@ -191,8 +227,10 @@ def _gradable(rows: list[Row], keys: dict[int, dict[str, Any]], path: Path,
             reason = "no student name or id"
         elif len(twins) > 1:
             lines = ", ".join(str(other.line) for other in twins)
-            reason = (f"student {student!r} is on {len(twins)} rows (lines {lines}); none of them is graded: "
-                      "keep the row that counts and grade again")
+            reason = (
+                f"student {student!r} is on {len(twins)} rows (lines {lines}); none of them is graded: "
+                "keep the row that counts and grade again"
+            )
         elif version is None:
             reason = f"version {raw_version!r} is not a version number" if raw_version else "no version"
         elif version not in keys:
@@ -226,32 +264,69 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
     for (student, version), by_question in students.items():
         earned = sum(m.earned for m in by_question.values())
         possible = sum(m.possible for m in by_question.values())
-        score_rows.append([student, version, _number(earned), _number(possible),
-                           f"{100 * earned / possible:.1f}" if possible else "0.0",
-                           *(_number(by_question[q].earned) if q in by_question else "" for q in questions)])
+        score_rows.append(
+            [
+                student,
+                version,
+                _number(earned),
+                _number(possible),
+                f"{100 * earned / possible:.1f}" if possible else "0.0",
+                *(_number(by_question[q].earned) if q in by_question else "" for q in questions),
+            ]
+        )
     statistics = item_statistics(marks)
     question_rows = []
     for entry in result.questions:
         rows = [m for m in marks if m.question == entry["id"]]
         stats = statistics.get(entry["id"])
         mean = sum(m.earned for m in rows) / len(rows) if rows else 0.0
-        question_rows.append([entry["id"], entry["type"], len(rows), sum(1 for m in rows if m.response),
-                              sum(1 for m in rows if m.earned == m.possible), _number(round(mean, 4)),
-                              _number(entry["points"]), f"{100 * mean / entry['points']:.1f}" if rows else "",
-                              f"{stats.difficulty:.2f}" if stats else "",
-                              f"{stats.discrimination:.2f}" if stats and stats.discrimination is not None else ""])
-    feedback_rows = [[m.student, m.version, m.number, m.question, m.response, _number(m.earned), _number(m.possible),
-                      m.feedback] for m in sorted(marks, key=lambda m: (m.student, m.number))]
+        question_rows.append(
+            [
+                entry["id"],
+                entry["type"],
+                len(rows),
+                sum(1 for m in rows if m.response),
+                sum(1 for m in rows if m.earned == m.possible),
+                _number(round(mean, 4)),
+                _number(entry["points"]),
+                f"{100 * mean / entry['points']:.1f}" if rows else "",
+                f"{stats.difficulty:.2f}" if stats else "",
+                f"{stats.discrimination:.2f}" if stats and stats.discrimination is not None else "",
+            ]
+        )
+    feedback_rows = [
+        [m.student, m.version, m.number, m.question, m.response, _number(m.earned), _number(m.possible), m.feedback]
+        for m in sorted(marks, key=lambda m: (m.student, m.number))
+    ]
     problem_rows = [[p.file.name, p.line or "", p.student, p.action, p.reason] for p in result.problems]
     return [
         _write_csv(out / "scores.csv", ["student", "version", "score", "max", "percent", *questions], score_rows),
-        _write_csv(out / "questions.csv", ["question", "type", "students", "answered", "full_marks", "mean_points",
-                                           "max_points", "mean_percent", "difficulty", "discrimination"],
-                   question_rows),
-        _write_csv(out / "options.csv", ["question", "option", "text", "correct", "chosen", "share"],
-                   option_counts(result.questions, marks)),
-        _write_csv(out / "feedback.csv", ["student", "version", "number", "question", "response", "points", "max",
-                                          "feedback"], feedback_rows),
+        _write_csv(
+            out / "questions.csv",
+            [
+                "question",
+                "type",
+                "students",
+                "answered",
+                "full_marks",
+                "mean_points",
+                "max_points",
+                "mean_percent",
+                "difficulty",
+                "discrimination",
+            ],
+            question_rows,
+        ),
+        _write_csv(
+            out / "options.csv",
+            ["question", "option", "text", "correct", "chosen", "share"],
+            option_counts(result.questions, marks),
+        ),
+        _write_csv(
+            out / "feedback.csv",
+            ["student", "version", "number", "question", "response", "points", "max", "feedback"],
+            feedback_rows,
+        ),
         _write_csv(out / "problems.csv", ["file", "line", "student", "action", "reason"], problem_rows),
     ]
 

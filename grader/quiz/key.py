@@ -33,8 +33,10 @@ def answer_text(item: Item) -> str:
     unit = f" {item.question.unit}" if item.question.unit else ""
     if item.tolerance == 0:
         return f"{exact_number(item.value)}{unit} (exact)"
-    return (f"{exact_number(item.value)}{unit} ({precision.label}: {precision.rounded(item.value)}; "
-            f"right within ± {exact_number(item.tolerance)})")
+    return (
+        f"{exact_number(item.value)}{unit} ({precision.label}: {precision.rounded(item.value)}; "
+        f"right within ± {exact_number(item.tolerance)})"
+    )
 
 
 def fingerprint(version: Version) -> str:
@@ -57,16 +59,38 @@ def key_data(version: Version) -> dict[str, Any]:
         }
         if item.value is not None:
             assert item.question.precision is not None
-            entry.update(value=item.value, tolerance=item.tolerance, unit=item.question.unit,
-                         precision=item.question.precision.label, written=item.question.precision.rounded(item.value),
-                         parameters=dict(item.params))
+            entry.update(
+                value=item.value,
+                tolerance=item.tolerance,
+                unit=item.question.unit,
+                precision=item.question.precision.label,
+                written=item.question.precision.rounded(item.value),
+                parameters=dict(item.params),
+            )
         else:
-            entry.update(answer=item.correct_letters,
-                         options=[{"letter": c.letter, "source": c.source, "text": c.text, "correct": c.correct,
-                                   "explanation": c.explanation.strip()} for c in item.choices])
+            entry.update(
+                answer=item.correct_letters,
+                options=[
+                    {
+                        "letter": c.letter,
+                        "source": c.source,
+                        "text": c.text,
+                        "correct": c.correct,
+                        "explanation": c.explanation.strip(),
+                    }
+                    for c in item.choices
+                ],
+            )
         questions.append(entry)
-    return {"format": KEY_FORMAT, "title": version.title, "seed": version.seed, "pool": version.pool,
-            "render": fingerprint(version), "version": version.number, "questions": questions}
+    return {
+        "format": KEY_FORMAT,
+        "title": version.title,
+        "seed": version.seed,
+        "pool": version.pool,
+        "render": fingerprint(version),
+        "version": version.number,
+        "questions": questions,
+    }
 
 
 def load_keys(path: Path) -> dict[int, dict[str, Any]]:
@@ -89,17 +113,22 @@ def load_keys(path: Path) -> dict[int, dict[str, Any]]:
         data = _read(file)
         version = data["version"]
         if version in keys:
-            raise KeyFileError(f"{file} and {origin[version]} are both keys of version {version}; "
-                               "keep the keys of one render in a folder")
+            raise KeyFileError(
+                f"{file} and {origin[version]} are both keys of version {version}; "
+                "keep the keys of one render in a folder"
+            )
         keys[version], origin[version] = data, file
     renders: dict[tuple[Any, Any], list[int]] = {}
     for version, data in sorted(keys.items()):
         renders.setdefault((data.get("seed"), data.get("render")), []).append(version)
     if len(renders) > 1:
-        described = "; ".join(f"seed {seed} for version(s) {', '.join(map(str, versions))}"
-                              for (seed, _), versions in renders.items())
-        raise KeyFileError(f"the keys in {path} come from different renders ({described}); grade with the keys of one "
-                           "render only: render again into an empty folder (or with --force)")
+        described = "; ".join(
+            f"seed {seed} for version(s) {', '.join(map(str, versions))}" for (seed, _), versions in renders.items()
+        )
+        raise KeyFileError(
+            f"the keys in {path} come from different renders ({described}); grade with the keys of one "
+            "render only: render again into an empty folder (or with --force)"
+        )
     return keys
 
 
@@ -109,7 +138,7 @@ def _read(file: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise KeyFileError(f"{file}: not a readable JSON answer key ({exc})") from None
     if not isinstance(data, dict) or data.get("format") not in (KEY_FORMAT, *OLD_FORMATS):
-        raise KeyFileError(f"{file}: not a quiz answer key (expected \"format\": \"{KEY_FORMAT}\")")
+        raise KeyFileError(f'{file}: not a quiz answer key (expected "format": "{KEY_FORMAT}")')
     if not isinstance(data.get("version"), int) or not isinstance(data.get("questions"), list):
         raise KeyFileError(f"{file}: the key has no version number or no questions; render it again")
     return data

@@ -57,11 +57,15 @@ class LengthMeasure:
     def summary(self) -> str:
         parts = []
         if self.singles:
-            parts.append(f"single choice: key longest {_share(self.longest, self.singles)}, "
-                         f"shortest {_share(self.shortest, self.singles)} (limit {SINGLE_LIMIT:.0%})")
+            parts.append(
+                f"single choice: key longest {_share(self.longest, self.singles)}, "
+                f"shortest {_share(self.shortest, self.singles)} (limit {SINGLE_LIMIT:.0%})"
+            )
         if self.multiples:
-            parts.append(f"multiple choice: right set longest {_share(self.set_longest, self.multiples)}, "
-                         f"shortest {_share(self.set_shortest, self.multiples)} (limit {self.multiple_limit:.0%})")
+            parts.append(
+                f"multiple choice: right set longest {_share(self.set_longest, self.multiples)}, "
+                f"shortest {_share(self.set_shortest, self.multiples)} (limit {self.multiple_limit:.0%})"
+            )
         return f"{self.file.name}: {'; '.join(parts) or 'no choice questions'}"
 
 
@@ -102,27 +106,45 @@ def length_problems(measure: LengthMeasure) -> list[Problem]:
     fix_single = "vary the lengths: write distractors as specific as the key, or say the key more briefly"
     for name, hits in (("longest", measure.longest), ("shortest", measure.shortest)):
         if measure.singles and len(hits) / len(measure.singles) > SINGLE_LIMIT:
-            problems.append(Problem(measure.file, None, "options",
-                                    f"the key is strictly the {name} option in {_share(hits, measure.singles)} of the "
-                                    f"single-choice questions (limit {SINGLE_LIMIT:.0%}): {', '.join(hits)}",
-                                    fix_single))
+            problems.append(
+                Problem(
+                    measure.file,
+                    None,
+                    "options",
+                    f"the key is strictly the {name} option in {_share(hits, measure.singles)} of the "
+                    f"single-choice questions (limit {SINGLE_LIMIT:.0%}): {', '.join(hits)}",
+                    fix_single,
+                )
+            )
     for name, hits in (("longest", measure.set_longest), ("shortest", measure.set_shortest)):
         if measure.multiples and len(hits) / len(measure.multiples) > measure.multiple_limit:
-            problems.append(Problem(measure.file, None, "options",
-                                    f"the right options are exactly the {name} ones in "
-                                    f"{_share(hits, measure.multiples)} of the multiple-choice questions "
-                                    f"(limit {measure.multiple_limit:.0%}): {', '.join(hits)}",
-                                    "make some distractors as long as the right options, or some right options short"))
+            problems.append(
+                Problem(
+                    measure.file,
+                    None,
+                    "options",
+                    f"the right options are exactly the {name} ones in "
+                    f"{_share(hits, measure.multiples)} of the multiple-choice questions "
+                    f"(limit {measure.multiple_limit:.0%}): {', '.join(hits)}",
+                    "make some distractors as long as the right options, or some right options short",
+                )
+            )
     return problems
 
 
 def pointing_problems(question: Question) -> list[Problem]:
     """Options such as "all of the above" or "both A and C": tells, and wrong once options are shuffled."""
-    return [Problem(question.source, question.id, f"options[{number}].text",
-                    f"{match.group(0)!r} points at other options",
-                    "state the option's own content; versions shuffle options, so 'above' and letters change")
-            for number, option in enumerate(question.options, start=1)
-            if (match := POINTING.search(option.text))]
+    return [
+        Problem(
+            question.source,
+            question.id,
+            f"options[{number}].text",
+            f"{match.group(0)!r} points at other options",
+            "state the option's own content; versions shuffle options, so 'above' and letters change",
+        )
+        for number, option in enumerate(question.options, start=1)
+        if (match := POINTING.search(option.text))
+    ]
 
 
 def pool_problems(questions: Sequence[Question], directory: Path) -> list[Problem]:
@@ -130,17 +152,24 @@ def pool_problems(questions: Sequence[Question], directory: Path) -> list[Proble
     problems = []
     for pool in POOLS:
         if not any(q.pool == pool for q in questions):
-            problems.append(Problem(directory, None, "pool", f"the {pool} pool is empty",
-                                    f'set pool = "{pool}" on some questions'))
+            problems.append(
+                Problem(directory, None, "pool", f"the {pool} pool is empty", f'set pool = "{pool}" on some questions')
+            )
     by_text: dict[str, dict[str, Question]] = defaultdict(dict)
     for question in questions:
         by_text[" ".join(question.text.lower().split())].setdefault(question.pool, question)
     for pools in by_text.values():
         if len(pools) > 1:
             exam, practice = pools["exam"], pools["practice"]
-            problems.append(Problem(exam.source, exam.id, "text",
-                                    f"the same text is practice question {practice.id!r} ({practice.source.name})",
-                                    "keep each question text in one pool: reword one of them or move it"))
+            problems.append(
+                Problem(
+                    exam.source,
+                    exam.id,
+                    "text",
+                    f"the same text is practice question {practice.id!r} ({practice.source.name})",
+                    "keep each question text in one pool: reword one of them or move it",
+                )
+            )
     return problems
 
 
@@ -153,9 +182,16 @@ def truefalse_problems(questions: Sequence[Question], directory: Path) -> list[P
     if max(falses, 1 - falses) <= TRUEFALSE_LIMIT:
         return []
     leaning = "false" if falses > 0.5 else "true"
-    return [Problem(directory, None, "answer",
-                    f"{max(falses, 1 - falses):.0%} of the {len(answers)} true/false statements are {leaning} "
-                    f"(limit {TRUEFALSE_LIMIT:.0%})", "turn some statements around so both answers are common")]
+    return [
+        Problem(
+            directory,
+            None,
+            "answer",
+            f"{max(falses, 1 - falses):.0%} of the {len(answers)} true/false statements are {leaning} "
+            f"(limit {TRUEFALSE_LIMIT:.0%})",
+            "turn some statements around so both answers are common",
+        )
+    ]
 
 
 def probe(question: Question, tries: int = 40) -> Problem | None:
@@ -171,12 +207,21 @@ def probe(question: Question, tries: int = 40) -> Problem | None:
         try:
             value = evaluate(question, params)["answer"]
         except FormulaError as exc:
-            return Problem(question.source, question.id, "answer", str(exc),
-                           "narrow the parameter ranges or change the formula so it is defined for every draw")
+            return Problem(
+                question.source,
+                question.id,
+                "answer",
+                str(exc),
+                "narrow the parameter ranges or change the formula so it is defined for every draw",
+            )
         if question.precision is not None and question.precision.kind == "exact" and not is_whole(value):
-            return Problem(question.source, question.id, "precision",
-                           f"an exact whole number is asked, but the answer is {value:.6g} with {params}",
-                           "ask for significant figures or decimals, e.g. precision = { sig = 3 }")
+            return Problem(
+                question.source,
+                question.id,
+                "precision",
+                f"an exact whole number is asked, but the answer is {value:.6g} with {params}",
+                "ask for significant figures or decimals, e.g. precision = { sig = 3 }",
+            )
     return None
 
 

@@ -44,7 +44,7 @@ class Precision:
         if self.kind == "exact":
             return 0.0
         if self.kind == "decimals":
-            return 10.0 ** -self.digits
+            return 10.0**-self.digits
         exponent = int(f"{value:.{self.digits - 1}e}".split("e")[1])
         return 10.0 ** (exponent - self.digits + 1)
 

@@ -25,8 +25,12 @@ from grader.quiz.markdown import to_html
 from grader.quiz.versions import Item, Version, format_number
 
 TEMPLATES = Path(__file__).with_name("templates")
-KIND_LABELS = {"single": "Single choice", "multiple": "Multiple choice", "numeric": "Numeric",
-               "truefalse": "True or false"}
+KIND_LABELS = {
+    "single": "Single choice",
+    "multiple": "Multiple choice",
+    "numeric": "Numeric",
+    "truefalse": "True or false",
+}
 
 
 def kind_label(item: Item) -> str:
@@ -85,15 +89,22 @@ def render_notebook(version: Version) -> str:
     """
     # the template's macro: jinja2 types a template's module without its names
     question = environment().get_template("question.md.j2").module.question  # type: ignore[attr-defined]
-    cells = [_cell("markdown", f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
-                   "Write each answer in the cell below its question.", "title"),
-             _cell("code", "answers = {}", "answers")]
+    cells = [
+        _cell(
+            "markdown",
+            f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
+            "Write each answer in the cell below its question.",
+            "title",
+        ),
+        _cell("code", "answers = {}", "answers"),
+    ]
     for item in version.items:
         hint = '"A"' if item.question.type in ("single", "truefalse") else '"A;C"' if item.choices else "0.0"
         cells.append(_cell("markdown", str(question(item)).strip(), f"q{item.number}"))
         cells.append(_cell("code", f'answers["{item.question.id}"] = None  # e.g. {hint}', f"a{item.number}"))
-    notebook = v4.new_notebook(cells=cells, metadata={"quiz": {"title": version.title, "seed": version.seed,
-                                                                "version": version.number}})
+    notebook = v4.new_notebook(
+        cells=cells, metadata={"quiz": {"title": version.title, "seed": version.seed, "version": version.number}}
+    )
     return nbformat.writes(notebook)
 
 
@@ -124,9 +135,14 @@ KEYS: dict[str, tuple[str, Callable[[Version], str]]] = {
     "key.md": ("{stem}.key.md", render_key_markdown),
 }
 # Every file a render writes, whatever its formats: what `force` clears before writing anew.
-OUTPUT_NAME = re.compile("^(?:" + "|".join(
-    re.escape(name).replace(re.escape("{stem}"), r"v\d+")
-    for name, _ in (*VERSION_FORMATS.values(), *RENDER_FORMATS.values(), *KEYS.values())) + ")$")
+OUTPUT_NAME = re.compile(
+    "^(?:"
+    + "|".join(
+        re.escape(name).replace(re.escape("{stem}"), r"v\d+")
+        for name, _ in (*VERSION_FORMATS.values(), *RENDER_FORMATS.values(), *KEYS.values())
+    )
+    + ")$"
+)
 
 
 class OutputFolderError(Exception):
@@ -145,8 +161,10 @@ def prepare_folder(out: Path, force: bool) -> None:
     if not out.exists() or not any(out.iterdir()):
         return
     if not force:
-        raise OutputFolderError(f"{out} is not empty: its keys would mix with this render's; use a new folder, "
-                                "or --force to replace the earlier render")
+        raise OutputFolderError(
+            f"{out} is not empty: its keys would mix with this render's; use a new folder, "
+            "or --force to replace the earlier render"
+        )
     for path in out.iterdir():
         if path.is_file() and OUTPUT_NAME.match(path.name):
             path.unlink()

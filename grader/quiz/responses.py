@@ -110,10 +110,15 @@ def _rows(path: Path, text: str, delimiter: str) -> Table:
             header = [cell.replace("\ufeff", "").strip().lower() for cell in cells]
             header_line = line
             continue
-        extra = [cell for cell in cells[len(header):] if cell.strip()]
+        extra = [cell for cell in cells[len(header) :] if cell.strip()]
         if extra:
-            misaligned.append((line, f"the row has {len(cells)} cells but the header has {len(header)}: a cell "
-                                     "holding the delimiter must be quoted (or separate letters with ';')"))
+            misaligned.append(
+                (
+                    line,
+                    f"the row has {len(cells)} cells but the header has {len(header)}: a cell "
+                    "holding the delimiter must be quoted (or separate letters with ';')",
+                )
+            )
             continue
         rows.append(Row(line, {name: (cells[i] if i < len(cells) else "") for i, name in enumerate(header) if name}))
     assert header is not None
@@ -136,8 +141,10 @@ def parse_letters(text: str, valid: str) -> tuple[list[str] | None, str]:
     'maybe' is reported as unreadable rather than taken for the letters M, A, Y, B, E."""
     cleaned = re.sub(r"\b(?:AND|OPTIONS?|ANSWERS?|CHOICES?)\b|[()\[\].:&+/|]", " ", text.upper())
     tokens = [token for token in re.split(r"[\s,;]+", cleaned) if token]
-    readable = all(re.fullmatch(r"[A-Z]", token) or (re.fullmatch(r"[A-Z]+", token) and set(token) <= set(valid))
-                   for token in tokens)
+    readable = all(
+        re.fullmatch(r"[A-Z]", token) or (re.fullmatch(r"[A-Z]+", token) and set(token) <= set(valid))
+        for token in tokens
+    )
     if not tokens or not readable:
         return None, f"{text.strip()!r} is not a choice of letters"
     return sorted({letter for token in tokens for letter in token}), ""

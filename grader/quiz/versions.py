@@ -85,8 +85,13 @@ def fill(text: str, env: Mapping[str, float]) -> str:
     return PLACEHOLDER.sub(replace, text) if env else text
 
 
-def select(questions: Sequence[Question], seed: int, tags: Sequence[str] = (), count: int | None = None,
-           pool: str | None = None) -> list[Question]:
+def select(
+    questions: Sequence[Question],
+    seed: int,
+    tags: Sequence[str] = (),
+    count: int | None = None,
+    pool: str | None = None,
+) -> list[Question]:
     """The questions of the quiz: those of `pool` (None: every pool) matching any tag, then `count`
     of them drawn by the seed."""
     wanted = set(tags)
@@ -105,8 +110,9 @@ def draw(questions: Sequence[Question], seed: int, number: int, title: str = "Qu
     return Version(number, seed, title, items, pool)
 
 
-def draw_all(questions: Sequence[Question], seed: int, versions: int, title: str = "Quiz",
-             pool: str = "all") -> list[Version]:
+def draw_all(
+    questions: Sequence[Question], seed: int, versions: int, title: str = "Quiz", pool: str = "all"
+) -> list[Version]:
     return [draw(questions, seed, number, title, pool) for number in range(1, versions + 1)]
 
 
@@ -122,8 +128,9 @@ def draw_item(position: int, question: Question, seed: int, number: int) -> Item
         return Item(position, question, question.text, question.explanation, choices)
     options = list(zip(LETTERS, question.options))
     rng.shuffle(options)
-    choices = tuple(Choice(letter, o.text, o.explanation, o.correct, source)
-                    for letter, (source, o) in zip(LETTERS, options))
+    choices = tuple(
+        Choice(letter, o.text, o.explanation, o.correct, source) for letter, (source, o) in zip(LETTERS, options)
+    )
     return Item(position, question, question.text, question.explanation, choices)
 
 
@@ -153,5 +160,12 @@ def _numeric_item(position: int, question: Question, rng: random.Random) -> Item
     shown = {name: value for name, value in env.items() if name != "answer"}
     assert question.precision is not None
     text = f"{fill(question.text, shown).rstrip()}\n\n*{instruction(question.precision, question.unit)}*\n"
-    return Item(position, question, text, fill(question.explanation, env),
-                value=value, tolerance=tolerance(question, value), params=tuple(params.items()))
+    return Item(
+        position,
+        question,
+        text,
+        fill(question.explanation, env),
+        value=value,
+        tolerance=tolerance(question, value),
+        params=tuple(params.items()),
+    )

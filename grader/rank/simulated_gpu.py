@@ -52,8 +52,10 @@ class SimulatedGpuNode:
         index = self.index(device)
         self._record({"call": "set_device", "api": api, "device": index, "argument": repr(device)[:80]})
         if index is None or not 0 <= index < self.gpus:
-            raise RuntimeError(f"CUDA error: invalid device ordinal ({api}({device!r}) on a node with "
-                               f"{self.gpus} GPU{'s' if self.gpus > 1 else ''})")
+            raise RuntimeError(
+                f"CUDA error: invalid device ordinal ({api}({device!r}) on a node with "
+                f"{self.gpus} GPU{'s' if self.gpus > 1 else ''})"
+            )
         self.current = index
 
     @contextlib.contextmanager

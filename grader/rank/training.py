@@ -88,13 +88,15 @@ class ForwardRecorder:
 
     def _before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ddp = self._ddp[-1] if self._ddp else None
-        self.calls.append({
-            "samples": self._samples(args, kwargs),
-            "training": module.training,
-            "grad": torch.is_grad_enabled(),
-            "ddp": ddp is not None,
-            "sync": bool(ddp.require_backward_grad_sync) if ddp is not None else None,
-        })
+        self.calls.append(
+            {
+                "samples": self._samples(args, kwargs),
+                "training": module.training,
+                "grad": torch.is_grad_enabled(),
+                "ddp": ddp is not None,
+                "sync": bool(ddp.require_backward_grad_sync) if ddp is not None else None,
+            }
+        )
 
     def close(self) -> None:
         self._handle.remove()
@@ -126,8 +128,10 @@ class StepRecorder:
         named = self._named(optimizer)
         if not self.steps:
             self.start = {name: p.detach().cpu().clone() for name, p in named}
-        grads = {name: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu())
-                 for name, p in named}
+        grads = {
+            name: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu())
+            for name, p in named
+        }
         step: dict[str, Any] = {"grads": grads, "no_grad": [name for name, p in named if p.grad is None]}
         if self._forwards is not None:
             step["forwards"] = len(self._forwards.calls)
@@ -156,8 +160,7 @@ class ShardStepRecorder:
         self._names = {id(p): name for name, p in model.named_parameters()}
         self.steps: list[dict[str, Any]] = []
         self.layouts: dict[str, list[list[Any]]] = {}  # an FSDP1 flat parameter's [name or None, numel] segments
-        self._handles = [register_optimizer_step_pre_hook(self._before),
-                         register_optimizer_step_post_hook(self._after)]
+        self._handles = [register_optimizer_step_pre_hook(self._before), register_optimizer_step_post_hook(self._after)]
 
     @overload
     @staticmethod
@@ -183,8 +186,10 @@ class ShardStepRecorder:
         for name, p in named:
             if hasattr(p, "_numels_with_padding") and name not in self.layouts:
                 inner = iter(p._fqns)
-                self.layouts[name] = [[None if padding else next(inner), numel]
-                                      for numel, padding in zip(p._numels_with_padding, p._is_padding_mask)]
+                self.layouts[name] = [
+                    [None if padding else next(inner), numel]
+                    for numel, padding in zip(p._numels_with_padding, p._is_padding_mask)
+                ]
         return named
 
     def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -202,8 +207,9 @@ class ShardStepRecorder:
             handle.remove()
 
 
-def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[], Any],
-                    inputs: torch.Tensor | None = None) -> None:
+def record_training(
+    facts: dict[str, Any], model: nn.Module, train: Callable[[], Any], inputs: torch.Tensor | None = None
+) -> None:
     """Run `train()` (the student's loop on `model`) under a StepRecorder, and a ForwardRecorder
     over the dataset's `inputs` when given; record every step and forward pass, the type it
     returned and the final weights of the plain model it returned (unwrapping DDP)."""
@@ -227,23 +233,40 @@ def record_training(facts: dict[str, Any], model: nn.Module, train: Callable[[],
 def rank_batches(size: int, world_size: int, rank: int, batch_size: int, epoch: int, seed: int = 0) -> list[list[int]]:
     """The index batches a correct loader yields on `rank` in `epoch`."""
     # torch's stubs want a Dataset; DistributedSampler only takes its len()
-    sampler: DistributedSampler[int] = DistributedSampler(range(size),  # type: ignore[arg-type]
-                                                          num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(size),  # type: ignore[arg-type]
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=seed,
+    )
     sampler.set_epoch(epoch)
     indices = list(sampler)
     return [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
 
 
-def loader_batches(size: int, world_size: int, batch_size: int, epochs: int, shuffle: bool = True,
-                   set_epoch: bool = True, seed: int = 0, first_epoch: int = 0) -> list[list[list[int]]]:
+def loader_batches(
+    size: int,
+    world_size: int,
+    batch_size: int,
+    epochs: int,
+    shuffle: bool = True,
+    set_epoch: bool = True,
+    seed: int = 0,
+    first_epoch: int = 0,
+) -> list[list[list[int]]]:
     """Per rank, every index batch a DataLoader over DistributedSampler yields, epoch after epoch;
     shuffle=False, set_epoch=False or epochs counted from first_epoch=1 give what those mistakes yield."""
     per_rank = []
     for rank in range(world_size):
         # torch's stubs want a Dataset; DistributedSampler only takes its len()
-        sampler: DistributedSampler[int] = DistributedSampler(range(size),  # type: ignore[arg-type]
-                                                              num_replicas=world_size, rank=rank, shuffle=shuffle,
-                                                              seed=seed)
+        sampler: DistributedSampler[int] = DistributedSampler(
+            range(size),  # type: ignore[arg-type]
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+        )
         batches = []
         for epoch in range(epochs):
             sampler.set_epoch(first_epoch + epoch if set_epoch else 0)
@@ -262,8 +285,14 @@ def union_batches(size: int, world_size: int, batch_size: int, epochs: int, seed
     return steps
 
 
-def train_reference(model: nn.Module, dataset: TensorDataset, steps: list[list[int]], lr: float,
-                    grad_scale: float = 1.0, losses: list[float] | None = None) -> StepRecorder:
+def train_reference(
+    model: nn.Module,
+    dataset: TensorDataset,
+    steps: list[list[int]],
+    lr: float,
+    grad_scale: float = 1.0,
+    losses: list[float] | None = None,
+) -> StepRecorder:
     """Plain SGD with momentum on one process, one union batch per step; each step's loss is
     appended to `losses` when given."""
     recorder = StepRecorder(model)
@@ -290,13 +319,17 @@ def accumulation_batches(size: int, world_size: int, batch_size: int, k: int, se
     Micro-batches are full batches only (a loader with drop_last=True), and a trailing group of
     fewer than k micro-batches makes no step, so every step averages exactly k*b*W samples.
     """
-    per_rank = [[batch for batch in rank_batches(size, world_size, r, batch_size, 0, seed) if len(batch) == batch_size]
-                for r in range(world_size)]
+    per_rank = [
+        [batch for batch in rank_batches(size, world_size, r, batch_size, 0, seed) if len(batch) == batch_size]
+        for r in range(world_size)
+    ]
     groups = len(per_rank[0]) // k
     return [sum((batches[i] for i in range(g * k, (g + 1) * k) for batches in per_rank), []) for g in range(groups)]
 
 
-def gradient_on(model: nn.Module, dataset: TensorDataset, indices: list[int], grad_scale: float = 1.0) -> dict[str, torch.Tensor]:
+def gradient_on(
+    model: nn.Module, dataset: TensorDataset, indices: list[int], grad_scale: float = 1.0
+) -> dict[str, torch.Tensor]:
     """The gradient of the mean squared error on `indices` (times grad_scale), leaving `model` untouched."""
     inputs, targets = dataset.tensors
     model.zero_grad()

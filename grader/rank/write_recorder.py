@@ -24,8 +24,8 @@ waypoint is marked, for comparisons on one host.
 from __future__ import annotations
 
 import functools
-import io
 import inspect
+import io
 import os
 import secrets
 import sys
@@ -90,8 +90,13 @@ class Waypoints:
         give_up = time.monotonic() + limit
         pending = [r for r in range(self._world_size) if r != self._rank]
         while pending and time.monotonic() < give_up:
-            pending = [r for r in pending if not (os.path.exists(self._moved_marker(r))
-                                                   or os.path.exists(self._barrier_marker(self._barriers + 1, r)))]
+            pending = [
+                r
+                for r in pending
+                if not (
+                    os.path.exists(self._moved_marker(r)) or os.path.exists(self._barrier_marker(self._barriers + 1, r))
+                )
+            ]
             if pending:
                 time.sleep(0.002)
         return [r for r in range(self._world_size) if r != self._rank and os.path.exists(self._moved_marker(r))]
@@ -162,8 +167,11 @@ class WriteRecorder:
             except TypeError:
                 return original(*args, **kwargs)  # let torch raise its own error
             path = _path(target)
-            event: dict[str, Any] = {"op": "save", "path": path or _path(getattr(target, "name", None)),
-                                     "into": "path" if path else "memory" if isinstance(target, io.BytesIO) else "file"}
+            event: dict[str, Any] = {
+                "op": "save",
+                "path": path or _path(getattr(target, "name", None)),
+                "into": "path" if path else "memory" if isinstance(target, io.BytesIO) else "file",
+            }
             if self._hold and self._waypoints is not None:
                 self._quiet += 1
                 try:
@@ -214,5 +222,11 @@ class WriteRecorder:
             return
         source, destination = _path(args[0]), _path(args[1])
         if source is not None and destination is not None:
-            self.events.append({"op": "rename" if name == "os.rename" else "link", "path": source,
-                                "to": destination, "time": time.time()})
+            self.events.append(
+                {
+                    "op": "rename" if name == "os.rename" else "link",
+                    "path": source,
+                    "to": destination,
+                    "time": time.time(),
+                }
+            )

@@ -62,8 +62,13 @@ def csv_cell(value: str, limit: int | None = None) -> str:
 def file_name(name: str) -> str:
     """`name` as one path component: itself when it is a plain name, else a slug of it and a hash of the
     whole (two names never share a slug): no separator, no control character, no leading dot or dash."""
-    if (name and len(name) <= NAME_LIMIT and _NAME_UNSAFE.search(name) is None
-            and not name.startswith((".", "-", " ")) and not name.endswith((".", " "))):
+    if (
+        name
+        and len(name) <= NAME_LIMIT
+        and _NAME_UNSAFE.search(name) is None
+        and not name.startswith((".", "-", " "))
+        and not name.endswith((".", " "))
+    ):
         return name
     slug = _NAME_UNSAFE.sub("_", name).strip("._- ")[: NAME_LIMIT - 13].strip("._- ") or "submission"
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from grader.engine.contract import Confinement
 from grader.sandbox import bubblewrap, host_files, rank_view, unprivileged
-from grader.sandbox.limits import Limits
+from grader.sandbox.limits import DEFAULT_LIMITS, Limits
 
 MODES = ("auto", "bubblewrap", "user", "none")
 NO_SANDBOX_WARNING = (
@@ -64,27 +64,36 @@ class SandboxSet:
         rank_view.remove(self.view)
 
 
-def open_sandbox(mode: str, course_root: Path, out: Path, limits: Limits = Limits(), gpu: bool = False) -> SandboxSet | None:
+def open_sandbox(
+    mode: str, course_root: Path, out: Path, limits: Limits = DEFAULT_LIMITS, gpu: bool = False
+) -> SandboxSet | None:
     """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox {mode!r} (one of {', '.join(MODES)})")
     if mode == "none":
         return None
     bwrap_problem = bubblewrap.unavailable() if mode in ("auto", "bubblewrap") else None
-    user_problem = unprivileged.unavailable(course_root, out) if mode == "user" or (mode == "auto" and bwrap_problem) else None
+    user_problem = (
+        unprivileged.unavailable(course_root, out) if mode == "user" or (mode == "auto" and bwrap_problem) else None
+    )
     if mode == "bubblewrap" and bwrap_problem:
         raise SandboxError(f"cannot sandbox with bubblewrap: {bwrap_problem}")
     if mode == "user" and user_problem:
         raise SandboxError(f"cannot sandbox as an unprivileged user: {user_problem}")
     if mode == "auto" and bwrap_problem and user_problem:
-        raise SandboxError(f"cannot sandbox the submissions here: {bwrap_problem}; and {user_problem}. "
-                           "Fix one of these, or grade with --no-sandbox if you trust every submission")
+        raise SandboxError(
+            f"cannot sandbox the submissions here: {bwrap_problem}; and {user_problem}. "
+            "Fix one of these, or grade with --no-sandbox if you trust every submission"
+        )
     package = Path(__file__).resolve().parents[1]
     view = rank_view.materialize(package, Path(tempfile.mkdtemp(prefix="grader-view-")))
     use_bwrap = mode == "bubblewrap" or (mode == "auto" and bwrap_problem is None)
     try:
-        kind: Sandbox = (bubblewrap.BubblewrapSandbox(view, limits, gpu) if use_bwrap
-                         else unprivileged.UserSandbox(view, limits, gpu))
+        kind: Sandbox = (
+            bubblewrap.BubblewrapSandbox(view, limits, gpu)
+            if use_bwrap
+            else unprivileged.UserSandbox(view, limits, gpu)
+        )
     except host_files.ProbeError as exc:
         rank_view.remove(view)
         raise SandboxError(f"cannot sandbox with bubblewrap: {exc}") from exc

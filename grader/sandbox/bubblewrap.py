@@ -42,8 +42,23 @@ def unavailable() -> str | None:
     if bwrap is None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     try:
-        probe = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
-                                "--dev", "/dev", "true"], capture_output=True, timeout=30)
+        probe = subprocess.run(
+            [
+                bwrap,
+                "--unshare-all",
+                "--die-with-parent",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "true",
+            ],
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap did not run: {exc}"
     if probe.returncode != 0:
@@ -67,7 +82,9 @@ def python_binds() -> list[Path]:
     folders = {p for p in prefixes if not p.is_relative_to("/usr")}
     for entry in sys.path:
         path = Path(entry or ".").resolve()
-        if path.is_dir() and (any(path.is_relative_to(p) for p in prefixes) or path.name in ("site-packages", "dist-packages")):
+        if path.is_dir() and (
+            any(path.is_relative_to(p) for p in prefixes) or path.name in ("site-packages", "dist-packages")
+        ):
             folders.add(path)
     return sorted(f for f in folders if not any(f != g and f.is_relative_to(g) for g in folders))
 
@@ -128,32 +145,71 @@ class BubblewrapConfinement:
             args += ["--ro-bind", str(etc), f"/etc/{etc.name}"]
         if LOADER_CACHE.is_file():
             args += ["--ro-bind", str(LOADER_CACHE), str(LOADER_CACHE)]
-        args += ["--ro-bind", str(self.sandbox.view), str(self.sandbox.view),
-                 "--ro-bind", str(self.workspace), str(self.workspace),
-                 "--dev", "/dev", "--proc", "/proc"]
+        args += [
+            "--ro-bind",
+            str(self.sandbox.view),
+            str(self.sandbox.view),
+            "--ro-bind",
+            str(self.workspace),
+            str(self.workspace),
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+        ]
         if self.sandbox.gpu:
-            args += [arg for device in sorted(Path("/dev").glob("nvidia*")) for arg in ("--dev-bind", str(device), str(device))]
+            args += [
+                arg
+                for device in sorted(Path("/dev").glob("nvidia*"))
+                for arg in ("--dev-bind", str(device), str(device))
+            ]
             args += ["--ro-bind-try", "/sys", "/sys", "--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
         return args
 
     def command(self, argv: list[str]) -> list[str]:
         python, *rest = argv
         inner = [python, "-s", *rest]
-        bwrap = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                 "--cap-drop", "ALL", "--hostname", "localhost", *self._mounts(), "--chdir", "/tmp", "--", *inner]
+        bwrap = [
+            shutil.which("bwrap") or "bwrap",
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "localhost",
+            *self._mounts(),
+            "--chdir",
+            "/tmp",
+            "--",
+            *inner,
+        ]
         if self.cgroup is None:
             return bwrap
         joins = "; ".join(f'echo $$ > "${i + 1}" || exit 97' for i in range(len(self.cgroup.procs_files)))
-        return ["/bin/sh", "-c", f'{joins}; shift {len(self.cgroup.procs_files)}; exec "$@"', "sh",
-                *map(str, self.cgroup.procs_files), *bwrap]
+        return [
+            "/bin/sh",
+            "-c",
+            f'{joins}; shift {len(self.cgroup.procs_files)}; exec "$@"',
+            "sh",
+            *map(str, self.cgroup.procs_files),
+            *bwrap,
+        ]
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """The sandbox's whole environment: nothing of the grader's but what torch needs."""
         env = _passed(base)
-        env.update(PATH=str(Path(sys.executable).parent),  # no /usr/bin inside: the Python environment's bin
-                   HOME="/tmp", TMPDIR="/tmp", USER="student", LOGNAME="student",
-                   PYTHONPATH=str(self.sandbox.view), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-                   **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu)})
+        env.update(
+            PATH=str(Path(sys.executable).parent),  # no /usr/bin inside: the Python environment's bin
+            HOME="/tmp",
+            TMPDIR="/tmp",
+            USER="student",
+            LOGNAME="student",
+            PYTHONPATH=str(self.sandbox.view),
+            PYTHONDONTWRITEBYTECODE="1",
+            OMP_NUM_THREADS="1",
+            **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu)},
+        )
         return env
 
     def oom_kills(self) -> int:

@@ -79,8 +79,15 @@ def _probe(modules: list[str]) -> None:
 def probe(modules: list[str], env: dict[str, str]) -> list[str]:
     """What a process that imports `modules` (with `env`, the sandbox's) loads from files."""
     try:
-        done = subprocess.run([sys.executable, "-s", "-P", __file__, json.dumps(modules)], env=env, cwd="/",
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-s", "-P", __file__, json.dumps(modules)],
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ProbeError(f"the probe of what ranks load did not run: {exc}") from exc
     lines = done.stdout.splitlines()

@@ -32,6 +32,9 @@ class Limits:
     open_files: int = 1024
 
 
+DEFAULT_LIMITS = Limits()  # frozen: one instance serves every default
+
+
 class Cgroup:
     """A cgroup for one sandbox with memory and process limits; a process joins it by writing its
     pid to each of `procs_files` before it starts anything."""
@@ -128,9 +131,14 @@ def _v2(name: str, limits: Limits) -> list[Path]:
     folder = CGROUP_ROOT / own.lstrip("/") / name
     if not _make(folder):
         return []
-    controllers = (folder / "cgroup.controllers").read_text().split() if (folder / "cgroup.controllers").exists() else []
-    if {"memory", "pids"} <= set(controllers) and _write(folder / "memory.max", str(limits.memory_bytes)) \
-            and _write(folder / "pids.max", str(limits.max_processes)):
+    controllers = (
+        (folder / "cgroup.controllers").read_text().split() if (folder / "cgroup.controllers").exists() else []
+    )
+    if (
+        {"memory", "pids"} <= set(controllers)
+        and _write(folder / "memory.max", str(limits.memory_bytes))
+        and _write(folder / "pids.max", str(limits.max_processes))
+    ):
         _write(folder / "memory.swap.max", "0")  # where swap is accounted at all
         return [folder]
     folder.rmdir()
@@ -139,8 +147,10 @@ def _v2(name: str, limits: Limits) -> list[Path]:
 
 def _v1(name: str, limits: Limits) -> list[Path]:
     made = []
-    settings = {"memory": {"memory.limit_in_bytes": str(limits.memory_bytes)},
-                "pids": {"pids.max": str(limits.max_processes)}}
+    settings = {
+        "memory": {"memory.limit_in_bytes": str(limits.memory_bytes)},
+        "pids": {"pids.max": str(limits.max_processes)},
+    }
     for controller, values in settings.items():
         own = _own_cgroup(controller)
         mount = CGROUP_ROOT / controller

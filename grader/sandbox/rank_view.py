@@ -46,7 +46,7 @@ def etc_files(uid: int, gid: int) -> dict[str, str]:
         "hosts": HOSTS,
         "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
         "passwd": f"student:x:{uid}:{gid}:student:/tmp:/nonexistent\n"
-                  "nobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n",
+        "nobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n",
         "group": f"student:x:{gid}:\nnogroup:x:65534:\n",
     }
 

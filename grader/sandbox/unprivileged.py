@@ -61,11 +61,15 @@ def unavailable(course_root: Path, out: Path) -> str | None:
         return "setpriv (util-linux) is not installed"
     for folder in python_binds():
         if (folder / "grader" / "checks").is_dir():
-            return (f"the course is installed into {folder}, where the sandbox user could read its checks: install "
-                    "it editable (pip install -e COURSE) or run it from its folder")
+            return (
+                f"the course is installed into {folder}, where the sandbox user could read its checks: install "
+                "it editable (pip install -e COURSE) or run it from its folder"
+            )
         if not open_to_others(folder, stat.S_IROTH | stat.S_IXOTH):
-            return (f"the sandbox user cannot reach the Python environment at {folder}: install it where every "
-                    "user can read it (for example the system's Python, or a virtual environment outside the course)")
+            return (
+                f"the sandbox user cannot reach the Python environment at {folder}: install it where every "
+                "user can read it (for example the system's Python, or a virtual environment outside the course)"
+            )
     for secret, what in ((course_root, "the course (solutions, hidden checks)"), (out, "the results folder")):
         if not closed_to_others(secret):
             return f"the sandbox user could read {what} at {secret}: close it first with `chmod o-rwx {secret}`"
@@ -102,23 +106,48 @@ class UserConfinement:
 
     def command(self, argv: list[str]) -> list[str]:
         python, *rest = argv
-        user = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--no-new-privs",
-                "--pdeathsig=KILL", "--", python, "-s", *rest]
+        user = [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.uid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--pdeathsig=KILL",
+            "--",
+            python,
+            "-s",
+            *rest,
+        ]
         if self.cgroup is None:
             return user
         joins = "; ".join(f'echo $$ > "${i + 1}" || exit 97' for i in range(len(self.cgroup.procs_files)))
-        return ["/bin/sh", "-c", f'{joins}; shift {len(self.cgroup.procs_files)}; exec "$@"', "sh",
-                *map(str, self.cgroup.procs_files), *user]
+        return [
+            "/bin/sh",
+            "-c",
+            f'{joins}; shift {len(self.cgroup.procs_files)}; exec "$@"',
+            "sh",
+            *map(str, self.cgroup.procs_files),
+            *user,
+        ]
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
-        env = {key: value for key, value in base.items()
-               if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)}
+        env = {key: value for key, value in base.items() if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)}
         processes = None if self.cgroup is not None else self.sandbox.limits.max_processes
-        env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=self.scratch_root, TMPDIR=self.scratch_root,
-                   USER="student", LOGNAME="student", PYTHONPATH=str(self.sandbox.view),
-                   PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-                   **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None,
-                                                        self.sandbox.gpu, processes)})
+        env.update(
+            PATH="/usr/local/bin:/usr/bin:/bin",
+            HOME=self.scratch_root,
+            TMPDIR=self.scratch_root,
+            USER="student",
+            LOGNAME="student",
+            PYTHONPATH=str(self.sandbox.view),
+            PYTHONDONTWRITEBYTECODE="1",
+            OMP_NUM_THREADS="1",
+            **{
+                RANK_LIMITS_VARIABLE: rank_limits(
+                    self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu, processes
+                )
+            },
+        )
         return env
 
     def oom_kills(self) -> int:
@@ -126,8 +155,10 @@ class UserConfinement:
 
     def close(self) -> None:
         """Nothing of this user survives: every process it owns is killed, its files removed."""
-        subprocess.run(["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--",
-                        "kill", "-9", "-1"], capture_output=True)
+        subprocess.run(
+            ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--", "kill", "-9", "-1"],
+            capture_output=True,
+        )
         if self.cgroup is not None:
             self.cgroup.remove()
         shutil.rmtree(self.scratch_root, ignore_errors=True)

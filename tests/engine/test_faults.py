@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.engine import Engine, Job, RunResult
 from grader.judge.diagnose import failure_verdict
 from grader.judge.verdict import Verdict
-from grader.engine import Engine, Job, RunResult
 
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "fault_workers.py"

@@ -15,13 +15,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from conftest import REPO
-from grader.engine import Engine, Job, loopback, platforms, pool, wire
-from grader.judge.runner import GradeOptions
-from grader.engine.launchers import RunStreams
-from grader.session import GradingSession
 from test_faults import FAULTS, HERE
+
+from grader.engine import Engine, Job, loopback, platforms, pool, wire
+from grader.engine.launchers import RunStreams
+from grader.judge.runner import GradeOptions
+from grader.session import GradingSession
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,7 @@ def portable() -> Iterator[Engine]:
 
 
 # --- choosing a launcher ---------------------------------------------------------------------
+
 
 def test_the_launcher_is_the_option_then_the_variable_then_the_platforms(monkeypatch):
     monkeypatch.delenv(platforms.LAUNCHER_VARIABLE, raising=False)
@@ -64,14 +65,30 @@ def test_grader_check_takes_the_launcher_asked_for(catalog, monkeypatch):
 
 
 def test_grade_refuses_the_portable_launcher_in_a_sandbox(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", str(tmp_path), "--out", str(tmp_path / "out"),
-                           "--launcher", "portable"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+            "--launcher",
+            "portable",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--launcher portable grades without a sandbox only (--no-sandbox" in done.stderr
     assert not (tmp_path / "out").exists()  # refused before anything is written: no results folder, no manifest
 
 
 # --- loopback links ------------------------------------------------------------------------------
+
 
 def test_framed_messages_arrive_whole_and_in_order():
     left, right = socket.socketpair()
@@ -92,11 +109,13 @@ def test_a_run_admits_its_own_ranks_streams_once_and_nothing_else():
         port = listener.getsockname()[1]
         streams = RunStreams(2, listener=listener, token=loopback.new_token())
         good = loopback.connect(port, streams.token, loopback.OUTPUT, 1)
-        intruders = [loopback.connect(port, loopback.new_token(), loopback.OUTPUT, 0),  # another run's
-                     loopback.connect(port, streams.token, loopback.OUTPUT, 1),  # the same stream twice
-                     loopback.connect(port, streams.token, loopback.REPORT, 2),  # no rank 2 in a 2-rank run
-                     loopback.connect(port, streams.token, loopback.CONTROL, 0),  # not a rank's role
-                     socket.create_connection(("127.0.0.1", port))]
+        intruders = [
+            loopback.connect(port, loopback.new_token(), loopback.OUTPUT, 0),  # another run's
+            loopback.connect(port, streams.token, loopback.OUTPUT, 1),  # the same stream twice
+            loopback.connect(port, streams.token, loopback.REPORT, 2),  # no rank 2 in a 2-rank run
+            loopback.connect(port, streams.token, loopback.CONTROL, 0),  # not a rank's role
+            socket.create_connection(("127.0.0.1", port)),
+        ]
         intruders[-1].sendall(b"x" * loopback.HELLO_BYTES)
         time.sleep(0.2)
         admitted = streams.admit()
@@ -113,6 +132,7 @@ def test_a_run_admits_its_own_ranks_streams_once_and_nothing_else():
 
 
 # --- what is written for other systems, run here ---------------------------------------------------
+
 
 def test_windows_job_structures_have_the_documented_x64_sizes():
     assert ctypes.sizeof(platforms._BasicLimits) == 64  # JOBOBJECT_BASIC_LIMIT_INFORMATION
@@ -165,8 +185,9 @@ waiting_in_student_code()
 def test_a_stack_command_dumps_every_thread_and_a_closed_pipe_ends_the_rank(tmp_path):
     dump = tmp_path / "stack"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", STACKS, str(dump)], cwd=REPO, capture_output=True, timeout=60,
-                          start_new_session=True)  # it kills its own process group
+    done = subprocess.run(
+        [sys.executable, "-c", STACKS, str(dump)], cwd=REPO, capture_output=True, timeout=60, start_new_session=True
+    )  # it kills its own process group
     assert time.monotonic() - started < 30 and done.returncode == -signal.SIGKILL, done.stderr
     assert "in waiting_in_student_code" in dump.read_text() and "dump_stacks_on_request" in dump.read_text()
 
@@ -181,8 +202,9 @@ time.sleep(60)
 
 
 def test_the_macos_stray_finder_kills_the_group_and_what_python_started():
-    member = subprocess.Popen([sys.executable, "-c", ESCAPES], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    member = subprocess.Popen(
+        [sys.executable, "-c", ESCAPES], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     bystander = subprocess.Popen(["sleep", "139"])
     try:
         inside, outside = json.loads(member.stdout.readline())
@@ -202,6 +224,7 @@ def test_the_macos_stray_finder_kills_the_group_and_what_python_started():
 
 
 # --- the warm pool ----------------------------------------------------------------------------------
+
 
 def test_forged_and_garbage_connections_do_not_reach_a_run(portable):
     port = portable._link._listener.getsockname()[1]
@@ -242,6 +265,5 @@ print("imported")
 
 def test_the_portable_launchers_modules_load_without_posix_names():
     """Not Windows, but what a Windows Python lacks at import: no fork, no SIGUSR1, no resource."""
-    done = subprocess.run([sys.executable, "-c", AS_ON_WINDOWS], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", AS_ON_WINDOWS], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == "imported\n", done.stderr

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, describe
-from grader.engine import Job
 from test_faults import FAULTS, fault_engine  # noqa: F401 (the module-scoped engine fixture)
+
+from grader.engine import Job
 
 KINDS = ("new_session", "double_fork", "multiprocessing")
 
@@ -38,8 +38,15 @@ def left_alive(pid_dir: Path) -> list[int]:
 def test_a_stray_is_killed_named_and_does_not_hold_the_run(fault_engine, tmp_path, kind):  # noqa: F811
     healthy = fault_engine.run(Job("fault_workers:healthy", 2, student_file=FAULTS))
     fault_engine.wait_warm()
-    result = fault_engine.run(Job("fault_workers:leaves_strays", 2, {"kind": kind, "pid_dir": str(tmp_path)},
-                                  student_file=FAULTS, deadline=20.0))
+    result = fault_engine.run(
+        Job(
+            "fault_workers:leaves_strays",
+            2,
+            {"kind": kind, "pid_dir": str(tmp_path)},
+            student_file=FAULTS,
+            deadline=20.0,
+        )
+    )
     assert result.ok and not result.timed_out
     assert result.seconds < healthy.seconds + 1.0
     assert result.stray_count == 2, result.strays
@@ -49,12 +56,14 @@ def test_a_stray_is_killed_named_and_does_not_hold_the_run(fault_engine, tmp_pat
 
 
 HERE = Path(__file__).resolve().parent
-STRAY_CODE = "__import__('sys').path.insert(0, {here!r}); __import__('tests_strays_support').start_stray({kind!r}, {pid_dir!r})"
+STRAY_CODE = (
+    "__import__('sys').path.insert(0, {here!r}); __import__('tests_strays_support').start_stray({kind!r}, {pid_dir!r})"
+)
 # Where each exercise's solution gets the stray: the first line of the function's body.
 PLACES = {
     "ex01_process_group": ('    """Leave and destroy the default process group."""\n', "cleanup_ddp"),
     "ex03_train_ddp": ('    on_gpu = dist.get_backend() == "nccl"\n', "train_ddp"),
-    "ex04_launch": ('    results = mp.get_context(start_method).SimpleQueue()\n', "launch_distributed"),
+    "ex04_launch": ("    results = mp.get_context(start_method).SimpleQueue()\n", "launch_distributed"),
 }
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.judge.api import CheckContext, CheckFailed, RunCache
-from grader.judge.diagnose import failure_verdict, stuck_frame
 from grader.engine import Job, RankOutcome, RunResult, wire
 from grader.engine.contract import CappedOutput
+from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.diagnose import failure_verdict, stuck_frame
 
 
 def test_wire_round_trip_keeps_arrays_and_structure():
@@ -68,8 +68,10 @@ def test_crash_at_teardown_after_a_full_report_is_not_a_failure():
 
 
 def test_a_missing_report_fails_closed_even_with_exit_code_zero():
-    result = _result(RankOutcome(0, report={"facts": {}, "error": None}, status=0),
-                     RankOutcome(1, report=None, report_problem="no report", status=0))
+    result = _result(
+        RankOutcome(0, report={"facts": {}, "error": None}, status=0),
+        RankOutcome(1, report=None, report_problem="no report", status=0),
+    )
     verdict = failure_verdict(result, None)
     assert verdict.status == "failed" and "rank 1 exited with code 0 before reporting" in verdict.message
     context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
@@ -89,9 +91,9 @@ def test_a_lost_race_for_the_free_port_is_recognised():
 def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, tmp_path):
     """Any `Runner` grades (no Engine needed); a broken one marks its results, which the batch reads to
     replace the engine, and the mark stays out of the result's record."""
-    from grader.judge.runner import ENGINE_FAILURE, grade_exercise
     from grader.engine import EngineError
     from grader.instructor.batch import _engine_failed
+    from grader.judge.runner import ENGINE_FAILURE, grade_exercise
 
     class Broken:
         def run(self, job: Job) -> RunResult:

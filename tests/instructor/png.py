@@ -29,8 +29,8 @@ def read_png(path: Path) -> np.ndarray:
     assert data.startswith(SIGNATURE), f"{path} is not a PNG"
     position, compressed = len(SIGNATURE), b""
     while position < len(data):
-        (length,) = struct.unpack(">I", data[position:position + 4])
-        kind, body = data[position + 4:position + 8], data[position + 8:position + 8 + length]
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind, body = data[position + 4 : position + 8], data[position + 8 : position + 8 + length]
         position += 12 + length
         if kind == b"IHDR":
             width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
@@ -67,5 +67,5 @@ def read_png(path: Path) -> np.ndarray:
 
 
 def count_colour(image: np.ndarray, hex_colour: str, tolerance: int = 3) -> int:
-    target = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    target = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
     return int((np.abs(image[..., :3].astype(np.int16) - target) <= tolerance).all(axis=-1).sum())

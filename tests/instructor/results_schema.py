@@ -20,10 +20,17 @@ TEST = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "score": NUMBER, "max_score": NUMBER, "status": {"enum": ["passed", "failed"]},
-        "name": {"type": "string"}, "name_format": FORMAT, "number": {"type": "string"},
-        "output": {"type": "string"}, "output_format": FORMAT, "tags": {"type": "array", "items": {"type": "string"}},
-        "visibility": VISIBILITY, "extra_data": {"type": "object"},
+        "score": NUMBER,
+        "max_score": NUMBER,
+        "status": {"enum": ["passed", "failed"]},
+        "name": {"type": "string"},
+        "name_format": FORMAT,
+        "number": {"type": "string"},
+        "output": {"type": "string"},
+        "output_format": FORMAT,
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "visibility": VISIBILITY,
+        "extra_data": {"type": "object"},
     },
 }
 
@@ -31,14 +38,23 @@ RESULTS = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "score": NUMBER, "execution_time": NUMBER, "output": {"type": "string"}, "output_format": FORMAT,
-        "test_output_format": FORMAT, "test_name_format": FORMAT, "visibility": VISIBILITY,
-        "stdout_visibility": VISIBILITY, "extra_data": {"type": "object"}, "tests": {"type": "array", "items": TEST},
+        "score": NUMBER,
+        "execution_time": NUMBER,
+        "output": {"type": "string"},
+        "output_format": FORMAT,
+        "test_output_format": FORMAT,
+        "test_name_format": FORMAT,
+        "visibility": VISIBILITY,
+        "stdout_visibility": VISIBILITY,
+        "extra_data": {"type": "object"},
+        "tests": {"type": "array", "items": TEST},
         "leaderboard": {"type": "array", "items": {"type": "object", "required": ["name", "value"]}},
     },
     # "score: optional, but required if not on each test case"
-    "anyOf": [{"required": ["score"]},
-              {"required": ["tests"], "properties": {"tests": {"items": {"required": ["score"]}}}}],
+    "anyOf": [
+        {"required": ["score"]},
+        {"required": ["tests"], "properties": {"tests": {"items": {"required": ["score"]}}}},
+    ],
 }
 
 

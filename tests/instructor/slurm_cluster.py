@@ -27,8 +27,10 @@ def unavailable() -> str | None:
         return "a one-node Slurm cluster needs root (slurmd, munged)"
     missing = [p for p in PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
     if missing:
-        return (f"Slurm is not installed ({', '.join(missing)} missing: "
-                "apt-get install slurmctld slurmd slurm-client munge)")
+        return (
+            f"Slurm is not installed ({', '.join(missing)} missing: "
+            "apt-get install slurmctld slurmd slurm-client munge)"
+        )
     if not Path("/etc/munge/munge.key").is_file():
         return "munge has no key (/etc/munge/munge.key)"
     return None
@@ -46,19 +48,36 @@ def _program(name: str) -> str:
 
 def _config(root: Path, host: str) -> str:
     cpus = os.cpu_count() or 1
-    return "\n".join([
-        "ClusterName=graderci", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={_free_port()}",
-        f"SlurmdPort={_free_port()}", "SlurmUser=root", "AuthType=auth/munge",
-        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}", "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "SchedulerType=sched/backfill",
-        "MpiDefault=none", "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-        "ReturnToService=2", "GresTypes=gpu", f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
-        f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
-        f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd.log'}",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
-    ])
+    return "\n".join(
+        [
+            "ClusterName=graderci",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "SlurmUser=root",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SchedulerType=sched/backfill",
+            "MpiDefault=none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "ReturnToService=2",
+            "GresTypes=gpu",
+            f"StateSaveLocation={root / 'state'}",
+            f"SlurmdSpoolDir={root / 'spool'}",
+            f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={root / 'slurmd.pid'}",
+            f"SlurmctldLogFile={root / 'slurmctld.log'}",
+            f"SlurmdLogFile={root / 'slurmd.log'}",
+            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} Gres=gpu:{FAKE_GPUS} State=UNKNOWN",
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 def _wait_idle(env: dict[str, str], timeout: float) -> None:
@@ -88,14 +107,34 @@ def one_node_cluster() -> Iterator[dict[str, str]]:
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         munge = root / "munge"
-        daemons.append(subprocess.Popen(
-            ["runuser", "-u", "munge", "--", _program("munged"), "--foreground", f"--socket={munge / 'munge.socket'}",
-             f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}", f"--seed-file={munge / 'seed'}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        daemons.append(
+            subprocess.Popen(
+                [
+                    "runuser",
+                    "-u",
+                    "munge",
+                    "--",
+                    _program("munged"),
+                    "--foreground",
+                    f"--socket={munge / 'munge.socket'}",
+                    f"--pid-file={munge / 'munged.pid'}",
+                    f"--log-file={munge / 'munged.log'}",
+                    f"--seed-file={munge / 'seed'}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         time.sleep(0.5)
         for daemon in ("slurmctld", "slurmd"):
-            daemons.append(subprocess.Popen([_program(daemon), "-D", "-f", env["SLURM_CONF"]], env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            daemons.append(
+                subprocess.Popen(
+                    [_program(daemon), "-D", "-f", env["SLURM_CONF"]],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             time.sleep(1.0)
         _wait_idle(env, timeout=30)
         yield env

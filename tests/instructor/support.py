@@ -47,8 +47,12 @@ def patched(folder: Path, exercise_file: str, old: str, new: str) -> Path:
 
 def hanging(folder: Path) -> Path:
     """start_epoch never returns: every run of exercise 2 hangs until its deadline."""
-    return patched(folder, "ex02_data_sharding.py", "def start_epoch(loader: DataLoader, epoch: int) -> None:\n",
-                   "def start_epoch(loader: DataLoader, epoch: int) -> None:\n    while True:\n        pass\n")
+    return patched(
+        folder,
+        "ex02_data_sharding.py",
+        "def start_epoch(loader: DataLoader, epoch: int) -> None:\n",
+        "def start_epoch(loader: DataLoader, epoch: int) -> None:\n    while True:\n        pass\n",
+    )
 
 
 def syntax_error(folder: Path) -> Path:
@@ -76,12 +80,19 @@ def course_copy(root: Path) -> Path:
     return root
 
 
-def run_grader(course: Path, *args: str, cwd: Path | None = None, timeout: float = 300,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_grader(
+    course: Path, *args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m grader ARGS` on `course` with that course's own grader package (and `env` added)."""
     env = {**os.environ, **(env or {}), "GRADER_COURSE": str(course), "PYTHONPATH": str(course), "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd or course, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "grader", *args],
+        cwd=cwd or course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 CHEAP_EXERCISES = "ex01,ex02"  # what the batch tests grade: the two fastest exercises, one with a hidden check

@@ -40,8 +40,22 @@ def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     shutil.rmtree(zipped)
     out = folder / "out"
     # --deadline 10: the machine is shared with other tests
-    done = support.run_grader(hidden_course, "grade", *sorted(str(p) for p in folder.iterdir()), "--out", str(out),
-                              "-j", "2", "--world-size", "2", "--deadline", "10", "--timeout", "120", "--no-sandbox")
+    done = support.run_grader(
+        hidden_course,
+        "grade",
+        *sorted(str(p) for p in folder.iterdir()),
+        "--out",
+        str(out),
+        "-j",
+        "2",
+        "--world-size",
+        "2",
+        "--deadline",
+        "10",
+        "--timeout",
+        "120",
+        "--no-sandbox",
+    )
     assert done.returncode == 0, done.stderr
     return out, done.stdout
 
@@ -59,8 +73,18 @@ def _tests(data: dict[str, Any], failed: bool = False) -> dict[str, dict[str, An
 def test_gradebook_has_a_row_per_submission(batch: tuple[Path, str]) -> None:
     out, stdout = batch
     rows = {row["submission"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
-    assert sorted(rows) == ["broken", "correct", "hangs", "loss_summed", "no_set_epoch", "notebook", "partial",
-                            "stubs", "syntax", "zipped"]
+    assert sorted(rows) == [
+        "broken",
+        "correct",
+        "hangs",
+        "loss_summed",
+        "no_set_epoch",
+        "notebook",
+        "partial",
+        "stubs",
+        "syntax",
+        "zipped",
+    ]
     full = float(rows["correct"]["max_score"])
     for name in ("correct", "zipped"):
         assert float(rows[name]["total"]) == full, _tests(_results(out, name), failed=True)
@@ -86,7 +110,9 @@ def test_named_mistakes_and_breakage_are_explained(batch: tuple[Path, str]) -> N
     hangs = _tests(_results(out, "hangs"), failed=True)
     assert hangs and all(name.startswith("ex02") and "deadline" in t["output"] for name, t in hangs.items()), hangs
     syntax = _tests(_results(out, "syntax"), failed=True)
-    assert syntax and all(name.startswith("ex03") and "syntax error" in t["output"] for name, t in syntax.items()), syntax
+    assert syntax and all(name.startswith("ex03") and "syntax error" in t["output"] for name, t in syntax.items()), (
+        syntax
+    )
     partial = _tests(_results(out, "partial"), failed=True)
     assert partial and all("file missing" in t["output"] for t in partial.values())
     assert not any(name.startswith("ex01") for name in partial)
@@ -98,8 +124,10 @@ def test_hidden_checks_are_graded_but_not_shown(batch: tuple[Path, str]) -> None
     out, _ = batch
     correct = _results(out, "correct")
     hidden = [t for t in correct["tests"] if t["visibility"] == "hidden"]
-    assert [t["name"] for t in hidden] == [f"ex02_data_sharding: {support.HIDDEN_CHECK}",
-                                           "ex10_scaling: holds_off_grid"]
+    assert [t["name"] for t in hidden] == [
+        f"ex02_data_sharding: {support.HIDDEN_CHECK}",
+        "ex10_scaling: holds_off_grid",
+    ]
     assert all(t["status"] == "passed" and t["score"] == 1 for t in hidden)
     assert support.HIDDEN_CHECK not in correct["output"] and "holds_off_grid" not in correct["output"]
     assert "visible checks passed" in correct["output"]
@@ -112,9 +140,9 @@ def test_the_batch_leaves_a_manifest_a_grade_log_and_a_class_report(batch: tuple
     assert len((out / "grades.jsonl").read_text().splitlines()) == 10
     report = (out / "report.html").read_text()
     assert 'id="histogram"' in report
-    diagnoses = report[report.index('id="diagnoses"'):report.index('id="troubles"')]
+    diagnoses = report[report.index('id="diagnoses"') : report.index('id="troubles"')]
     assert "loss summed" in diagnoses and "loss_summed" in diagnoses and "set_epoch" in diagnoses
-    troubles = report[report.index('id="troubles"'):report.index('id="times"')]
+    troubles = report[report.index('id="troubles"') : report.index('id="times"')]
     for name in ("hangs", "broken", "syntax"):
         assert f"<td>{name}</td>" in troubles, name
     assert "timed out" in troubles and "correct" not in troubles

@@ -13,19 +13,23 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.cli import main
-from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor import class_report, gradescope
+from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 
 from . import support
 
 
 def _batch(folder: Path) -> list[Path]:
-    return [support.solutions(folder / "a_first"), support.stubs(folder / "b_unwritable"),
-            support.solutions(folder / "c_last")]
+    return [
+        support.solutions(folder / "a_first"),
+        support.stubs(folder / "b_unwritable"),
+        support.solutions(folder / "c_last"),
+    ]
 
 
-def test_a_row_whose_writing_fails_costs_that_output_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_row_whose_writing_fails_costs_that_output_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     write = gradescope.write
 
     def failing_for_b(path: Path, *args: object, **kwargs: object) -> None:
@@ -39,8 +43,19 @@ def test_a_row_whose_writing_fails_costs_that_output_alone(tmp_path: Path, monke
     monkeypatch.setattr(gradescope, "write", failing_for_b)
     monkeypatch.setattr(class_report, "write_report", failing_report)
     out = tmp_path / "out"
-    code = main(["grade", *map(str, _batch(tmp_path / "subs")), "--out", str(out), "--no-sandbox",
-                 "--exercises", "ex01", "--world-size", "2"])
+    code = main(
+        [
+            "grade",
+            *map(str, _batch(tmp_path / "subs")),
+            "--out",
+            str(out),
+            "--no-sandbox",
+            "--exercises",
+            "ex01",
+            "--world-size",
+            "2",
+        ]
+    )
     said = capsys.readouterr()
     assert code == 1
     assert stat.S_IMODE(out.stat().st_mode) == 0o700  # the results folder is closed to other users

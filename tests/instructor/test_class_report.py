@@ -13,19 +13,20 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import load_catalog
-from grader.judge.runner import CheckResult
 from grader.instructor import report_plots
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
+from grader.judge.runner import CheckResult
 
 from . import support
 from .png import count_colour, read_png
 
 CATALOG = load_catalog(support.REPO)
 CHEAP = dataclasses.replace(CATALOG, exercises=CATALOG.exercises[:2])
-BROWSER = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
-               None)
+BROWSER = next(
+    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
+)
 SUMMED = "loss summed, not averaged: the first gradient is {} times the reference, the batch size {}"
 HANG = "rank 1 did not finish within the 10 s deadline (a hang?) at {}/ex02_data_sharding.py:{}"
 
@@ -40,16 +41,29 @@ def _results(exercise_id: str, verdicts: dict[str, tuple[str, str]] | None = Non
             share = spec.points / 2
             text = message.format(w, 4 * w, f"/tmp/s{w}", w)
             points = share if status == "passed" else 0.0
-            results.append(CheckResult(status, text, exercise=exercise.id, check=spec.name, world_size=w,
-                                       seconds=0.25, points=points, max_points=share, visibility=spec.visibility,
-                                       hint_number=3))
+            results.append(
+                CheckResult(
+                    status,
+                    text,
+                    exercise=exercise.id,
+                    check=spec.name,
+                    world_size=w,
+                    seconds=0.25,
+                    points=points,
+                    max_points=share,
+                    visibility=spec.visibility,
+                    hint_number=3,
+                )
+            )
     return results
 
 
 def _class() -> list[SubmissionGrade]:
     """Three correct, two with a summed loss, the stub of exercise 2, a hang in it, an unreadable zip."""
-    stub = {s.name: ("failed", "not implemented yet: make_loader() still raises NotImplementedError")
-            for s in CATALOG.get("ex02").checks}
+    stub = {
+        s.name: ("failed", "not implemented yet: make_loader() still raises NotImplementedError")
+        for s in CATALOG.get("ex02").checks
+    }
     summed = {"joins_group": ("failed", SUMMED)}
     unreadable = "broken.zip is not a readable zip archive"
     grades = [SubmissionGrade(f"good{i}", _results("ex01") + _results("ex02"), 3.0 + i) for i in range(3)]
@@ -57,8 +71,10 @@ def _class() -> list[SubmissionGrade]:
     grades.append(SubmissionGrade("stub", _results("ex01") + _results("ex02", stub), 1.0))
     hang = {"shards_are_disjoint": ("failed", HANG)}
     grades.append(SubmissionGrade("hangs", _results("ex01") + _results("ex02", hang), 30.0))
-    broken = [dataclasses.replace(r, status="error", message=unreadable, points=0.0)
-              for r in _results("ex01") + _results("ex02")]
+    broken = [
+        dataclasses.replace(r, status="error", message=unreadable, points=0.0)
+        for r in _results("ex01") + _results("ex02")
+    ]
     grades.append(SubmissionGrade("broken", broken, 0.0, unreadable))
     return grades
 
@@ -66,12 +82,16 @@ def _class() -> list[SubmissionGrade]:
 def test_outcomes_and_blurred_diagnoses() -> None:
     result = _results("ex01", {"joins_group": ("failed", SUMMED)})[0]
     assert outcome(result) == "failed"
-    assert pattern(result.message) == ("loss summed, not averaged: the first gradient is # times the reference, "
-                                       "the batch size #")
+    assert pattern(result.message) == (
+        "loss summed, not averaged: the first gradient is # times the reference, the batch size #"
+    )
     assert pattern(HANG.format("/tmp/x/y", 12)) == pattern(HANG.format("/home/z", 40))
-    for message, expected in (("not implemented yet: f()", "not attempted"), ("file missing: ex01.py", "not attempted"),
-                              (HANG, "timed out"), ("not run: the submission used up its time limit of 5s",
-                                                    "timed out")):
+    for message, expected in (
+        ("not implemented yet: f()", "not attempted"),
+        ("file missing: ex01.py", "not attempted"),
+        (HANG, "timed out"),
+        ("not run: the submission used up its time limit of 5s", "timed out"),
+    ):
         assert outcome(dataclasses.replace(result, message=message)) == expected
     assert outcome(dataclasses.replace(result, status="error", message="boom")) == "error"
 
@@ -92,7 +112,9 @@ def test_the_summary_counts_submissions_not_world_sizes() -> None:
     ex02 = summary.exercises[1]
     assert (ex02.passed, ex02.graded, ex02.counts["not attempted"], ex02.counts["timed out"]) == (5, 8, 1, 1)
     assert [(t.submission, t.kind, t.where) for t in summary.troubles] == [
-        ("broken", "error", "submission"), ("hangs", "timed out", "ex02_data_sharding")]
+        ("broken", "error", "submission"),
+        ("hangs", "timed out", "ex02_data_sharding"),
+    ]
     assert summary.slowest[0] == ("hangs", 30.0) and summary.full_marks == 3 and summary.zero == 1
     hidden = [c for c in summary.checks if c.hidden]
     assert [c.check for c in hidden] == [support.HIDDEN_CHECK]
@@ -117,8 +139,16 @@ def test_the_page_is_self_contained_and_escapes_what_students_wrote(plots: bool)
 
 def headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert BROWSER is not None
-    command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-               f"--user-data-dir={tmp_path / 'profile'}", *args]
+    command = [
+        BROWSER,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        *args,
+    ]
     env = {**os.environ, "HOME": str(tmp_path)}
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
 

@@ -48,8 +48,10 @@ def test_piped_progress_is_one_plain_line_per_submission_with_the_time_left(fake
         fake_time.now += 10
         progress.finished(_grade("bo", "bo.zip is not a readable zip archive\nmore"))
     lines = out.getvalue().splitlines()
-    assert lines == ["[1/4] ada: 0/0 in 2.5s  (elapsed 0:10, about 0:30 left)",
-                     "[2/4] bo: 0/0 in 2.5s  bo.zip is not a readable zip archive  (elapsed 0:20, about 0:20 left)"]
+    assert lines == [
+        "[1/4] ada: 0/0 in 2.5s  (elapsed 0:10, about 0:30 left)",
+        "[2/4] bo: 0/0 in 2.5s  bo.zip is not a readable zip archive  (elapsed 0:20, about 0:20 left)",
+    ]
     assert "\033" not in out.getvalue() and "\r" not in out.getvalue()
 
 
@@ -68,8 +70,9 @@ def test_a_terminal_gets_a_bar_redrawn_in_place(fake_time: Clock) -> None:
     assert out.getvalue().endswith("\r\033[K")  # the bar is wiped at the end
 
 
-def test_the_ticker_keeps_the_clock_moving_while_a_submission_grades(fake_time: Clock,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ticker_keeps_the_clock_moving_while_a_submission_grades(
+    fake_time: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(display, "TICK_S", 0.01)
     out = io.StringIO()
     with BatchProgress(2, out, live=True) as progress:

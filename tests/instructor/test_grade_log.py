@@ -6,19 +6,29 @@ from pathlib import Path
 
 import pytest
 
-from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.grade_log import GradeLog, GradeLogError, read_grades
+from grader.judge.runner import CheckResult
 
 from . import support
 
 
 def _grade(name: str, passed: bool = True) -> SubmissionGrade:
-    result = CheckResult("passed" if passed else "failed", "" if passed else "rank 1 joined as rank 0",
-                         exercise="ex01_process_group", check="joins_group", world_size=2, seconds=0.2,
-                         points=1.0 if passed else 0.0, max_points=1.0, visibility="public", details="d",
-                         hint_number=None if passed else 2, notes=["n"])
+    result = CheckResult(
+        "passed" if passed else "failed",
+        "" if passed else "rank 1 joined as rank 0",
+        exercise="ex01_process_group",
+        check="joins_group",
+        world_size=2,
+        seconds=0.2,
+        points=1.0 if passed else 0.0,
+        max_points=1.0,
+        visibility="public",
+        details="d",
+        hint_number=None if passed else 2,
+        notes=["n"],
+    )
     return SubmissionGrade(name, [result], 1.25, "" if passed else "a problem")
 
 
@@ -44,8 +54,9 @@ def test_a_line_cut_off_by_an_interrupted_batch_is_dropped_only_at_the_end(tmp_p
         read_grades(path)
 
 
-def test_the_report_command_draws_several_runs_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_command_draws_several_runs_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("GRADER_COURSE", str(support.REPO))
     for run, names in (("run1", ["ada", "bo"]), ("run2", ["cy"])):
         with GradeLog(tmp_path / run / "grades.jsonl") as log:

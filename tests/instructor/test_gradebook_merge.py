@@ -20,8 +20,9 @@ def _row(name: str, points: int) -> list[str]:
     return [name, str(points), "0", str(points), "10", "1.0", ""]
 
 
-def shard_output(folder: Path, names: list[str], shard: Shard | None = None, header: list[str] = HEADER,
-                 manifest: bool = True) -> Path:
+def shard_output(
+    folder: Path, names: list[str], shard: Shard | None = None, header: list[str] = HEADER, manifest: bool = True
+) -> Path:
     """What `grader grade --out folder` leaves: a gradebook and the batch.json naming the whole class."""
     folder.mkdir(parents=True)
     with open(folder / "gradebook.csv", "w", newline="") as handle:

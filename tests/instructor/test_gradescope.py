@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from grader.catalog import load_catalog
-from grader.judge.verdict import CheckResult, Status
 from grader.instructor.batch import SubmissionGrade
 from grader.instructor.gradescope import results_json
+from grader.judge.verdict import CheckResult, Status
 
 from . import support
 from .results_schema import validate_results
@@ -16,8 +16,17 @@ CATALOG = load_catalog(support.REPO)
 
 
 def _result(check: str, world_size: int, status: Status, message: str, visibility: str) -> CheckResult:
-    return CheckResult(status, message, exercise="ex02_data_sharding", check=check, world_size=world_size, seconds=0.1,
-                       points=1.0 if status == "passed" else 0.0, max_points=1.0, visibility=visibility)
+    return CheckResult(
+        status,
+        message,
+        exercise="ex02_data_sharding",
+        check=check,
+        world_size=world_size,
+        seconds=0.1,
+        points=1.0 if status == "passed" else 0.0,
+        max_points=1.0,
+        visibility=visibility,
+    )
 
 
 def _grade() -> SubmissionGrade:

@@ -91,8 +91,13 @@ def test_setup_fails_loudly_on_a_python_too_old(bundle: Path, tmp_path: Path) ->
     (tmp_path / "source").mkdir()
     setup = tmp_path / "source" / "setup.sh"
     setup.write_bytes(zipfile.ZipFile(bundle).read("setup.sh"))
-    done = subprocess.run(["/bin/bash", str(setup)], capture_output=True, text=True, timeout=60,
-                          env={"PATH": str(fake), "GRADESCOPE_ROOT": str(tmp_path)})
+    done = subprocess.run(
+        ["/bin/bash", str(setup)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(fake), "GRADESCOPE_ROOT": str(tmp_path)},
+    )
     minimum = ".".join(map(str, PYTHON_MIN))
     assert done.returncode == 1
     assert f"FAILED: the grader needs Python >= {minimum}" in done.stderr and "Python 3.10.12" in done.stderr
@@ -107,8 +112,10 @@ def fake_root(bundle: Path, root: Path) -> Path:
     with zipfile.ZipFile(bundle) as archive:
         archive.extractall(root / "source")
     (root / "venv" / "bin").mkdir(parents=True)
-    _script(root / "venv" / "bin" / "python",
-            f'#!/bin/sh\nPYTHONPATH={root / "source" / "course"} exec {sys.executable} "$@"\n')
+    _script(
+        root / "venv" / "bin" / "python",
+        f'#!/bin/sh\nPYTHONPATH={root / "source" / "course"} exec {sys.executable} "$@"\n',
+    )
     (root / "submission").mkdir()
     return root
 
@@ -117,8 +124,14 @@ def run_autograder(root: Path) -> tuple[dict[str, Any], subprocess.CompletedProc
     env = {**os.environ, "GRADESCOPE_ROOT": str(root)}
     env.pop("GRADER_COURSE", None)
     env.pop("PYTHONPATH", None)
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((root / "results" / "results.json").read_text())
     validate_results(data)
@@ -140,10 +153,12 @@ def _notebook(folder: Path) -> None:
     support.notebook(folder / "ex02_data_sharding.ipynb", CATALOG)
 
 
-@pytest.mark.parametrize("submit, full_marks_in", [(_loose, ("ex01", "ex02")), (_zipped, ("ex01", "ex02")),
-                                                   (_notebook, ("ex02",))])
-def test_a_good_submission_in_any_form_gets_its_points(bwrap_available: None, bundle: Path, tmp_path: Path, submit,
-                                                       full_marks_in) -> None:
+@pytest.mark.parametrize(
+    "submit, full_marks_in", [(_loose, ("ex01", "ex02")), (_zipped, ("ex01", "ex02")), (_notebook, ("ex02",))]
+)
+def test_a_good_submission_in_any_form_gets_its_points(
+    bwrap_available: None, bundle: Path, tmp_path: Path, submit, full_marks_in
+) -> None:
     root = fake_root(bundle, tmp_path / "autograder")
     submit(root / "submission")
     data, done = run_autograder(root)

@@ -82,9 +82,9 @@ def test_an_upload_with_nothing_of_the_course_is_graded_as_an_empty_folder(uploa
     assert target.is_dir() and not any(target.iterdir())
 
 
-def test_the_module_prints_the_path_or_one_line_of_error(upload: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_module_prints_the_path_or_one_line_of_error(
+    upload: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GRADER_COURSE", str(support.REPO))
     _put(upload, EX01)
     assert main([str(upload), str(tmp_path / "w1")]) == 0

@@ -9,9 +9,9 @@ import pytest
 
 from grader import notebook_source, student_files
 from grader.catalog import load_catalog
-from grader.judge.runner import CheckResult
 from grader.cli import main
 from grader.instructor import notebook_build
+from grader.judge.runner import CheckResult
 
 from . import support
 
@@ -67,8 +67,9 @@ def _notebook(path: Path, exercise_id: str, *cells: tuple[str, bool]) -> Path:
     book = nbformat.v4.new_notebook()
     book.metadata["grader"] = {"exercise": exercise_id}
     book.cells = [nbformat.v4.new_markdown_cell("# my work")]
-    book.cells += [nbformat.v4.new_code_cell(source, metadata={"tags": ["exercise"] if tagged else []})
-                   for source, tagged in cells]
+    book.cells += [
+        nbformat.v4.new_code_cell(source, metadata={"tags": ["exercise"] if tagged else []}) for source, tagged in cells
+    ]
     nbformat.write(book, path)
     return path
 
@@ -87,30 +88,57 @@ def test_what_the_grader_says_points_at_the_cell_and_its_line(tmp_path: Path) ->
     path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("x = 1", False), ("import torch\n\nbad(", True))
     extracted = notebook_source.extract(path, CATALOG, tmp_path)
     problem = student_files.problems(tmp_path / extracted.exercise.file, extracted.exercise)
-    result = CheckResult("error", problem or "", exercise="ex02_data_sharding", check="c", world_size=2, seconds=0.0,
-                         points=0.0, max_points=1.0, visibility="public",
-                         details=f'  File "{tmp_path}/ex02_data_sharding.py", line 4, in f')
+    result = CheckResult(
+        "error",
+        problem or "",
+        exercise="ex02_data_sharding",
+        check="c",
+        world_size=2,
+        seconds=0.0,
+        points=0.0,
+        max_points=1.0,
+        visibility="public",
+        details=f'  File "{tmp_path}/ex02_data_sharding.py", line 4, in f',
+    )
     located = extracted.source_map.apply(result)
     assert "syntax error in cell 3, line 3" in located.message, located.message
     assert located.details == '  File "nb.ipynb", cell 3, line 3, in f'
 
 
 def test_a_name_defined_in_an_untagged_cell_says_to_tag_it(tmp_path: Path) -> None:
-    path = _notebook(tmp_path / "nb.ipynb", "ex02_data_sharding", ("def helper():\n    return 1", False),
-                     ("def make_loader():\n    return helper()", True))
+    path = _notebook(
+        tmp_path / "nb.ipynb",
+        "ex02_data_sharding",
+        ("def helper():\n    return 1", False),
+        ("def make_loader():\n    return helper()", True),
+    )
     source_map = notebook_source.extract(path, CATALOG, tmp_path).source_map
     message = "every rank raised NameError: name 'helper' is not defined\n  at ex02_data_sharding.py:3 in make_loader()"
-    located = source_map.apply(CheckResult("failed", message, exercise="ex02_data_sharding", check="c", world_size=2,
-                                           seconds=0.0, points=0.0, max_points=1.0, visibility="public"))
+    located = source_map.apply(
+        CheckResult(
+            "failed",
+            message,
+            exercise="ex02_data_sharding",
+            check="c",
+            world_size=2,
+            seconds=0.0,
+            points=0.0,
+            max_points=1.0,
+            visibility="public",
+        )
+    )
     assert "at cell 3, line 2 in make_loader()" in located.message
     assert "`helper` is defined in cell 2, which is not tagged `exercise`" in located.message
     assert "Tag that cell" in located.message
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{ nope", "not a notebook"),
-    ('{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "not a valid notebook"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{ nope", "not a notebook"),
+        ('{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "not a valid notebook"),
+    ],
+)
 def test_unreadable_notebooks_are_named(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "ex02_data_sharding.ipynb"
     path.write_text(content)
@@ -131,8 +159,9 @@ def test_untagged_or_unknown_notebooks_are_refused(tmp_path: Path) -> None:
         notebook_source.extract(unknown, CATALOG, tmp_path)
 
 
-def test_check_of_a_bad_notebook_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_of_a_bad_notebook_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GRADER_COURSE", str(support.REPO))
     path = tmp_path / "ex01_process_group.ipynb"
     path.write_text("[]")
@@ -153,8 +182,12 @@ def test_check_of_a_notebook_names_the_cell_of_an_error_and_the_tag_it_lacks(tmp
     anchor = "    sampler = DistributedSampler("
     broken = solution.replace(anchor, "    seed = pick_seed(seed)\n" + anchor)
     assert broken != solution
-    path = _notebook(tmp_path / "ex02_data_sharding.ipynb", "ex02_data_sharding",
-                     ("def pick_seed(seed):\n    return seed", False), ("import os\n" + broken, True))
+    path = _notebook(
+        tmp_path / "ex02_data_sharding.ipynb",
+        "ex02_data_sharding",
+        ("def pick_seed(seed):\n    return seed", False),
+        ("import os\n" + broken, True),
+    )
     done = support.run_grader(support.REPO, "check", str(path), "--world-size", "2", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout

@@ -65,8 +65,9 @@ def test_released_copy_grades_stubs_and_solutions(released: Path, tmp_path: Path
 
 
 def test_public_runs_never_show_hidden_checks(hidden_course: Path, tmp_path: Path) -> None:
-    done = support.run_grader(hidden_course, "check", "ex02", "--path", str(hidden_course / "solutions"),
-                              "--json", "-", cwd=tmp_path)
+    done = support.run_grader(
+        hidden_course, "check", "ex02", "--path", str(hidden_course / "solutions"), "--json", "-", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert support.HIDDEN_CHECK not in done.stdout + done.stderr
     assert "public checks passed" in done.stdout and "all checks passed" not in done.stdout
@@ -79,8 +80,10 @@ def test_the_reference_solutions_are_checked_with_the_hidden_checks_too(hidden_c
 
 
 def test_hidden_entries_leave_the_catalog_with_comments_kept() -> None:
-    text = ('# the course\n[[exercise]]\nid = "a"\n\n[[exercise.check]]\nname = "shown"\n\n'
-            '[[exercise.check]]\nname = "secret"\nvisibility = "hidden"\n# trailing note\n')
+    text = (
+        '# the course\n[[exercise]]\nid = "a"\n\n[[exercise.check]]\nname = "shown"\n\n'
+        '[[exercise.check]]\nname = "secret"\nvisibility = "hidden"\n# trailing note\n'
+    )
     released = public_catalog(text)
     assert "secret" not in released and "shown" in released and released.startswith("# the course")
 
@@ -89,8 +92,11 @@ def test_release_refuses_hidden_code_that_would_ship(tmp_path: Path) -> None:
     course = tmp_path / "course"
     shutil.copytree(support.REPO / "exercises", course / "exercises")
     catalog_file = course / "exercises" / "catalog.toml"
-    catalog_file.write_text(catalog_file.read_text().replace(
-        'name = "reshuffles_each_epoch"', 'name = "reshuffles_each_epoch"\nvisibility = "hidden"'))
+    catalog_file.write_text(
+        catalog_file.read_text().replace(
+            'name = "reshuffles_each_epoch"', 'name = "reshuffles_each_epoch"\nvisibility = "hidden"'
+        )
+    )
     with pytest.raises(ReleaseError, match="reshuffles_each_epoch.*move it to hidden.py"):
         release(load_catalog(course), tmp_path / "out", GRADER_PACKAGE)
 

@@ -43,4 +43,7 @@ def test_a_submission_is_sharded_by_its_name_not_its_folder_or_extension() -> No
     for count in (1, 2, 7):
         index = shard_of("ada", count)
         assert select([Path("a/ada"), Path("b/ada.zip"), Path("c/ada.ipynb")], Shard(index, count)) == [
-            Path("a/ada"), Path("b/ada.zip"), Path("c/ada.ipynb")]
+            Path("a/ada"),
+            Path("b/ada.zip"),
+            Path("c/ada.ipynb"),
+        ]

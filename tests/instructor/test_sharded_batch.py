@@ -18,8 +18,19 @@ import pytest
 
 from . import support
 
-GRADE = ("--exercises", support.CHEAP_EXERCISES, "--world-size", "2", "-j", "2", "--deadline", "10", "--timeout", "120",
-         "--no-sandbox")
+GRADE = (
+    "--exercises",
+    support.CHEAP_EXERCISES,
+    "--world-size",
+    "2",
+    "-j",
+    "2",
+    "--deadline",
+    "10",
+    "--timeout",
+    "120",
+    "--no-sandbox",
+)
 SRUN = '#!/bin/sh\nexec "$@"\n'  # one task, here
 SBATCH = '#!/bin/sh\nprintf "%s\\n" "$@" > "$SBATCH_RECORD"\necho 99\n'  # records the merge job's options
 
@@ -41,26 +52,50 @@ def submissions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _start_array_task(script: Path, index: int, env: dict[str, str]) -> subprocess.Popen[str]:
     task_env = {**env, "SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": "41"}
-    return subprocess.Popen(["bash", str(script)], env=task_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        ["bash", str(script)], env=task_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_two_shards_and_their_merge_give_the_gradebook_of_one_run(submissions: Path, tmp_path: Path) -> None:
-    done = support.run_grader(support.REPO, "slurm", str(submissions), "--out", str(tmp_path / "grade.sbatch"),
-                              "--results", str(tmp_path / "graded"), "--shards", "2", *GRADE, cwd=tmp_path)
+    done = support.run_grader(
+        support.REPO,
+        "slurm",
+        str(submissions),
+        "--out",
+        str(tmp_path / "grade.sbatch"),
+        "--results",
+        str(tmp_path / "graded"),
+        "--shards",
+        "2",
+        *GRADE,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("srun", SRUN), ("sbatch", SBATCH)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(support.REPO), "SBATCH_RECORD": str(tmp_path / "merge-job"), "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(support.REPO),
+        "SBATCH_RECORD": str(tmp_path / "merge-job"),
+        "NO_COLOR": "1",
+    }
     env.pop("GRADER_COURSE", None)  # the script says which course
     # the two array tasks at once, as Slurm runs them, and the one plain run beside them
     tasks = {index: _start_array_task(tmp_path / "grade.sbatch", index, env) for index in (2, 1)}
-    whole = support.run_grader(support.REPO, "grade", *map(str, sorted(submissions.iterdir())), "--out",
-                               str(tmp_path / "whole"), *GRADE, timeout=600)
+    whole = support.run_grader(
+        support.REPO,
+        "grade",
+        *map(str, sorted(submissions.iterdir())),
+        "--out",
+        str(tmp_path / "whole"),
+        *GRADE,
+        timeout=600,
+    )
     assert whole.returncode == 0, whole.stderr
     for index, task in tasks.items():
         output, _ = task.communicate(timeout=600)

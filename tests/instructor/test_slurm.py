@@ -29,14 +29,20 @@ def test_the_script_is_a_job_array_with_one_task_per_shard_and_a_dependent_merge
     assert "60 submission(s) in 3 array task(s)" in done.stdout and "sbatch grade.sbatch" in done.stdout
     script = (tmp_path / "grade.sbatch").read_text()
     results = tmp_path / "graded"
-    for line in ("#SBATCH --array=1-3", "#SBATCH --gpus-per-task=4", "#SBATCH --ntasks=1", "#SBATCH --partition=gpu",
-                 f"#SBATCH --output={results}/logs/shard-%a.log", f"export GRADER_COURSE={support.REPO}",
-                 f"SUBMISSIONS={subs}"):
+    for line in (
+        "#SBATCH --array=1-3",
+        "#SBATCH --gpus-per-task=4",
+        "#SBATCH --ntasks=1",
+        "#SBATCH --partition=gpu",
+        f"#SBATCH --output={results}/logs/shard-%a.log",
+        f"export GRADER_COURSE={support.REPO}",
+        f"SUBMISSIONS={subs}",
+    ):
         assert f"\n{line}\n" in script, line
     srun = re.search(r"\nsrun grader grade (.*\n.*)\n", script)[1]
     assert '"$SUBMISSIONS"/* --shard "$SLURM_ARRAY_TASK_ID/3" --backend nccl -j 1' in srun
     assert '--out "$RESULTS/shard-$SLURM_ARRAY_TASK_ID"' in srun
-    merge = script[script.index('if [ "$SLURM_ARRAY_TASK_ID" = 1 ]'):script.index("\nfi\n")]
+    merge = script[script.index('if [ "$SLURM_ARRAY_TASK_ID" = 1 ]') : script.index("\nfi\n")]
     assert '--dependency="afterany:$SLURM_ARRAY_JOB_ID"' in merge and "--partition=gpu" in merge
     assert f"--wrap='grader gradebook merge {results}/shard-* --out {results}/gradebook.csv'" in merge
     assert (results / "logs").is_dir()  # Slurm writes the tasks' logs there and would not make it
@@ -45,13 +51,30 @@ def test_the_script_is_a_job_array_with_one_task_per_shard_and_a_dependent_merge
 
 def test_options_are_passed_on_to_every_grade_and_the_time_limit_covers_the_shard(tmp_path: Path) -> None:
     subs = _class_folder(tmp_path, 10)
-    done = slurm(tmp_path, str(subs), "--out", "job.sh", "--shards", "2", "--world-size", "2", "--exercises", "1,2",
-                 "-j", "2", "--timeout", "60", "--deadline", "5")
+    done = slurm(
+        tmp_path,
+        str(subs),
+        "--out",
+        "job.sh",
+        "--shards",
+        "2",
+        "--world-size",
+        "2",
+        "--exercises",
+        "1,2",
+        "-j",
+        "2",
+        "--timeout",
+        "60",
+        "--deadline",
+        "5",
+    )
     assert done.returncode == 0, done.stderr
     script = (tmp_path / "job.sh").read_text()
     assert "--gpus-per-task" not in script and "#SBATCH --array=1-2" in script
-    assert ("--backend gloo -j 2 --timeout 60 --deadline 5 --world-size 2 "
-            "--exercises ex01_process_group,ex02_data_sharding") in script
+    assert (
+        "--backend gloo -j 2 --timeout 60 --deadline 5 --world-size 2 --exercises ex01_process_group,ex02_data_sharding"
+    ) in script
     # a shard of 8 (1.5 x 5, rounded up), 2 at a time, 60 s each: 4 minutes, plus 10 of start-up
     assert "#SBATCH --time=00:14:00" in script
     done = slurm(tmp_path, str(subs), "--out", "job.sh", "--time", "01:30:00")
@@ -75,13 +98,16 @@ def test_the_tasks_grade_in_the_sandbox_asked_for_and_in_grade_s_default_otherwi
     assert "WARNING: grading without a sandbox" in done.stderr  # said when the job is written, not only in its logs
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--gpus-per-task", "2"], "nccl needs one GPU per rank and the checks run up to 4 ranks"),
-    (["--backend", "nccl"], "--gpus-per-task 4"),
-    (["--time", "90 minutes"], "HH:MM:SS"),
-    (["--shards", "0"], "--shards must be at least 1"),
-    (["--exercises", "ex99"], "no exercise 'ex99'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus-per-task", "2"], "nccl needs one GPU per rank and the checks run up to 4 ranks"),
+        (["--backend", "nccl"], "--gpus-per-task 4"),
+        (["--time", "90 minutes"], "HH:MM:SS"),
+        (["--shards", "0"], "--shards must be at least 1"),
+        (["--exercises", "ex99"], "no exercise 'ex99'"),
+    ],
+)
 def test_a_job_that_cannot_grade_right_is_refused(tmp_path: Path, args: list[str], message: str) -> None:
     done = slurm(tmp_path, str(_class_folder(tmp_path, 3)), "--out", "job.sh", *args)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr

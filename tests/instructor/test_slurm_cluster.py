@@ -30,15 +30,35 @@ def test_the_job_array_and_its_merge_run_on_slurm(cluster: dict[str, str], tmp_p
     support.with_mistake(subs / "cy", "ex02_data_sharding.py", "forgot_set_epoch")
     (subs / "di.zip").write_text("not a zip")
     results = tmp_path / "graded"
-    done = support.run_grader(support.REPO, "slurm", str(subs), "--out", str(tmp_path / "grade.sbatch"),
-                              "--results", str(results), "--shards", "2",
-                              "--gpus-per-task", str(slurm_cluster.FAKE_GPUS), "--cpus-per-task", "1", "--backend", "gloo", "--exercises", support.CHEAP_EXERCISES,
-                              "--world-size", "2", "--no-sandbox", cwd=tmp_path)
+    done = support.run_grader(
+        support.REPO,
+        "slurm",
+        str(subs),
+        "--out",
+        str(tmp_path / "grade.sbatch"),
+        "--results",
+        str(results),
+        "--shards",
+        "2",
+        "--gpus-per-task",
+        str(slurm_cluster.FAKE_GPUS),
+        "--cpus-per-task",
+        "1",
+        "--backend",
+        "gloo",
+        "--exercises",
+        support.CHEAP_EXERCISES,
+        "--world-size",
+        "2",
+        "--no-sandbox",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     env = {**cluster, "PYTHONPATH": str(support.REPO), "NO_COLOR": "1"}
     env.pop("GRADER_COURSE", None)
-    submitted = subprocess.run(["sbatch", "--parsable", str(tmp_path / "grade.sbatch")], env=env, capture_output=True,
-                               text=True, timeout=60)
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", str(tmp_path / "grade.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    )
     assert submitted.returncode == 0, submitted.stderr
     slurm_cluster.wait_for_jobs(env, timeout=300)
 

@@ -11,11 +11,11 @@ import nbformat
 import pytest
 
 from grader.catalog import load_catalog
-from grader.judge.runner import PUBLIC_CHECKS
 from grader.instructor import notebook_build
 from grader.instructor.batch import BatchOptions, grade_batch
 from grader.instructor.gradebook import Gradebook
 from grader.instructor.submissions import SubmissionError, prepare
+from grader.judge.runner import PUBLIC_CHECKS
 
 from . import support
 
@@ -41,10 +41,13 @@ def test_a_zip_cannot_write_outside_its_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "escaped.py").exists()
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("bob.zip", "not a readable zip archive"),
-    ("bob.txt", "a submission is a folder, a .zip or an .ipynb"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bob.zip", "not a readable zip archive"),
+        ("bob.txt", "a submission is a folder, a .zip or an .ipynb"),
+    ],
+)
 def test_unusable_files_are_refused(tmp_path: Path, name: str, message: str) -> None:
     (tmp_path / name).write_text("hello")
     with pytest.raises(SubmissionError, match=message):
@@ -104,11 +107,14 @@ def test_two_files_with_work_follow_the_stated_order(tmp_path: Path) -> None:
     shutil.copyfile(support.SOLUTIONS / "ex02_data_sharding.py", folder / "ex02_data_sharding.py")
     _built(folder / "ex02_data_sharding.ipynb", "ex02_data_sharding", solved=True)
     submission = prepare(folder, CATALOG, tmp_path / "work")
-    assert (submission.folder / "ex02_data_sharding.py").read_bytes() == \
-        (support.SOLUTIONS / "ex02_data_sharding.py").read_bytes()
-    assert submission.notes == ["ex02_data_sharding: graded ex02_data_sharding.py; ex02_data_sharding.ipynb was not "
-                                "graded (one file per exercise: the .py, then ex02_data_sharding.ipynb, then other "
-                                "notebooks by name)"]
+    assert (submission.folder / "ex02_data_sharding.py").read_bytes() == (
+        support.SOLUTIONS / "ex02_data_sharding.py"
+    ).read_bytes()
+    assert submission.notes == [
+        "ex02_data_sharding: graded ex02_data_sharding.py; ex02_data_sharding.ipynb was not "
+        "graded (one file per exercise: the .py, then ex02_data_sharding.ipynb, then other "
+        "notebooks by name)"
+    ]
 
 
 def test_the_choice_reaches_the_gradebooks_problem_column(tmp_path: Path) -> None:
@@ -119,11 +125,14 @@ def test_the_choice_reaches_the_gradebooks_problem_column(tmp_path: Path) -> Non
     options = BatchOptions(jobs=1, world_sizes=(2,), visibilities=PUBLIC_CHECKS, deadline=20)
     (grade,) = grade_batch(CATALOG, [folder], options, sandbox=None)  # which file is graded: no sandbox involved
     assert grade.exercise_score("ex02_data_sharding") == sum(
-        c.points for c in CATALOG.get("ex02").checks if c.visibility == "public")
+        c.points for c in CATALOG.get("ex02").checks if c.visibility == "public"
+    )
     book = Gradebook(tmp_path / "gradebook.csv", CATALOG)
     book.add(grade)
     book.close()
     (row,) = list(csv.DictReader((tmp_path / "gradebook.csv").open()))
-    assert row["problem"] == ("ex02_data_sharding: graded ex02_data_sharding-Copy1.ipynb; ex02_data_sharding.py is "
-                              "the untouched stub; its metadata or name makes it ex02_data_sharding")
+    assert row["problem"] == (
+        "ex02_data_sharding: graded ex02_data_sharding-Copy1.ipynb; ex02_data_sharding.py is "
+        "the untouched stub; its metadata or name makes it ex02_data_sharding"
+    )
     assert not grade.problem, "a choice of file is no error of the submission"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader.judge.api import CheckFailed
 from grader.engine import Job, RunResult
 from grader.instructor.batch import _Budget
+from grader.judge.api import CheckFailed
 
 
 class _Recorder:

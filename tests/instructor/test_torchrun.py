@@ -15,26 +15,40 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import load_catalog
-from grader.judge.runner import GradeOptions, grade_exercise
 from grader.engine import EngineError, Job
 from grader.engine.cluster import Cluster
 from grader.engine.supervisor import free_port
 from grader.engine.torchrun_launch import TorchrunEngine
+from grader.judge.runner import GradeOptions, grade_exercise
 
 from . import support
 
 
 def test_solution_passes_under_torchrun(tmp_path: Path) -> None:
-    done = support.run_grader(support.REPO, "check", "ex02", "--path", str(support.REPO / "solutions"),
-                              "--launcher", "torchrun", "--world-size", "2", cwd=tmp_path)
+    done = support.run_grader(
+        support.REPO,
+        "check",
+        "ex02",
+        "--path",
+        str(support.REPO / "solutions"),
+        "--launcher",
+        "torchrun",
+        "--world-size",
+        "2",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "public checks passed: 3/3" in done.stdout
 
 
 def test_stub_fails_with_its_reason_under_torchrun() -> None:
     exercise = load_catalog(support.REPO).get("ex02")
-    results = grade_exercise(TorchrunEngine(), exercise, support.REPO / "exercises" / exercise.file,  # type: ignore[arg-type]
-                             GradeOptions(world_sizes=(2,)))
+    results = grade_exercise(
+        TorchrunEngine(),
+        exercise,
+        support.REPO / "exercises" / exercise.file,  # type: ignore[arg-type]
+        GradeOptions(world_sizes=(2,)),
+    )
     assert [r.status for r in results] == ["failed"] * 3
     assert all("not implemented yet" in r.message for r in results)
 
@@ -42,8 +56,13 @@ def test_stub_fails_with_its_reason_under_torchrun() -> None:
 def _follower(cluster: list[str]) -> subprocess.Popen[str]:
     """Node 1: a `grader node` follower on this machine."""
     env = {**os.environ, "GRADER_COURSE": str(support.REPO), "PYTHONPATH": str(support.REPO), "NO_COLOR": "1"}
-    return subprocess.Popen([sys.executable, "-m", "grader", "node", "--node-rank", "1", *cluster],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grader", "node", "--node-rank", "1", *cluster],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _cluster_args(shared: Path) -> list[str]:
@@ -59,8 +78,19 @@ def test_two_nodes_give_the_zygotes_verdicts(tmp_path: Path) -> None:
     cluster = _cluster_args(tmp_path)
     follower = _follower(cluster)
     try:
-        done = support.run_grader(support.REPO, "check", "ex02", "--path", str(support.REPO / "solutions"),
-                                  "--launcher", "torchrun", "--world-size", "2", *cluster, cwd=tmp_path)
+        done = support.run_grader(
+            support.REPO,
+            "check",
+            "ex02",
+            "--path",
+            str(support.REPO / "solutions"),
+            "--launcher",
+            "torchrun",
+            "--world-size",
+            "2",
+            *cluster,
+            cwd=tmp_path,
+        )
         follower_output = follower.communicate(timeout=10)[0]  # node 0's stop marker ends it
     finally:
         follower.kill()
@@ -89,8 +119,9 @@ def test_a_hang_on_two_nodes_is_named_on_both_and_leaves_nothing(tmp_path: Path)
     both = results[0].message + results[0].details
     # both ranks named (in one sentence when stuck at the same line), each with the line its node's stack dump showed
     assert "every rank did not finish" in both or ("rank 0 did not finish" in both and "rank 1 did not finish" in both)
-    assert both.count("did not finish within the 2 s deadline (a hang?)\n  it was at ex02_data_sharding.py") \
-        == both.count("did not finish"), both
+    assert both.count(
+        "did not finish within the 2 s deadline (a hang?)\n  it was at ex02_data_sharding.py"
+    ) == both.count("did not finish"), both
     assert not _left_behind(shared), _left_behind(shared)
 
 
@@ -110,13 +141,25 @@ def test_ranks_still_starting_when_time_runs_out_are_no_hang_of_the_submission()
     """The deadline counts from the moment the ranks have imported torch; ranks that never got that
     far (here: an allowance far shorter than any torch import) are the node's trouble, said as such."""
     with TorchrunEngine(start_allowance=0.05) as engine:
-        with pytest.raises(EngineError, match=r"rank\(s\) 0, 1 were still importing torch after the 0.05 s start "
-                                              r"allowance: the node is overloaded"):
+        with pytest.raises(
+            EngineError,
+            match=r"rank\(s\) 0, 1 were still importing torch after the 0.05 s start "
+            r"allowance: the node is overloaded",
+        ):
             engine.run(Job("grader.engine.probe:accelerators", 2, deadline=0.05))
 
 
 def test_a_world_size_that_cannot_be_split_over_the_nodes_is_refused(tmp_path: Path) -> None:
-    done = support.run_grader(support.REPO, "check", "ex02", "--launcher", "torchrun", "--world-size", "3",
-                              *_cluster_args(tmp_path), cwd=tmp_path)
+    done = support.run_grader(
+        support.REPO,
+        "check",
+        "ex02",
+        "--launcher",
+        "torchrun",
+        "--world-size",
+        "3",
+        *_cluster_args(tmp_path),
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert "world size 3 cannot be split over 2 nodes: use a multiple of 2" in done.stderr

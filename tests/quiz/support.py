@@ -30,7 +30,7 @@ def write_bank(directory: Path, body: str, name: str = "bank.toml") -> Path:
     return path
 
 
-SINGLE = '''
+SINGLE = """
 [[questions]]
 id = "q-single"
 type = "single"
@@ -47,9 +47,9 @@ explanation = "yes"
 [[questions.options]]
 text = "third"
 explanation = "no"
-'''
+"""
 
-NUMERIC = '''
+NUMERIC = """
 [[questions]]
 id = "q-numeric"
 type = "numeric"
@@ -62,10 +62,10 @@ tags = { objective = "ring volume", exercise = "ex08_ring_allreduce" }
 [questions.parameters]
 W = { values = [2, 4, 8] }
 M = { min = 100, max = 300, step = 100 }
-'''
+"""
 
 # A bank with one question of each type, for the grading tests.
-GRADING_BANK = '''
+GRADING_BANK = """
 [[questions]]
 id = "volume"
 type = "numeric"
@@ -114,7 +114,7 @@ text = "Ranks start at 0."
 answer = true
 explanation = "They do."
 tags = { objective = "ranks", exercise = "ex01_process_group" }
-'''
+"""
 IDS = ("volume", "pick", "both", "fact")
 
 
@@ -125,8 +125,10 @@ def key(rendered: Path, version: int) -> dict[str, dict]:
 
 def right_answers(rendered: Path, version: int) -> dict[str, str]:
     entries = key(rendered, version)
-    return {qid: entry["written"] if entry["type"] == "numeric" else ";".join(entry["answer"])
-            for qid, entry in entries.items()}
+    return {
+        qid: entry["written"] if entry["type"] == "numeric" else ";".join(entry["answer"])
+        for qid, entry in entries.items()
+    }
 
 
 def row(*cells: str, delimiter: str = ",") -> str:

@@ -23,8 +23,11 @@ def mark(student: str, question: str, earned: float, possible: float = 1.0) -> M
 
 def test_difficulty_and_discrimination_match_their_definitions() -> None:
     scores = {"s1": (1, 1, 2), "s2": (1, 0, 2), "s3": (0, 1, 0), "s4": (0, 0, 1), "s5": (1, 1, 1)}
-    marks = [mark(s, q, earned, possible)
-             for s, values in scores.items() for q, earned, possible in zip("abc", values, (1, 1, 2))]
+    marks = [
+        mark(s, q, earned, possible)
+        for s, values in scores.items()
+        for q, earned, possible in zip("abc", values, (1, 1, 2))
+    ]
     stats = item_statistics(marks)
     for index, question in enumerate("abc"):
         possible = (1, 1, 2)[index]
@@ -46,11 +49,29 @@ def graded(tmp_path: Path) -> Path:
     the same wrong option of `pick` (whatever its letter in their version) and answer `fact` right."""
     write_bank(tmp_path / "bank", GRADING_BANK)
     keys = tmp_path / "keys"
-    assert main(["quiz", "render", "--bank", str(tmp_path / "bank"), "--pool", "all", "--versions", "3",
-                 "--seed", "4", "--out", str(keys)]) == 0
+    assert (
+        main(
+            [
+                "quiz",
+                "render",
+                "--bank",
+                str(tmp_path / "bank"),
+                "--pool",
+                "all",
+                "--versions",
+                "3",
+                "--seed",
+                "4",
+                "--out",
+                str(keys),
+            ]
+        )
+        == 0
+    )
     lines = row("student", "version", *IDS)
-    for number, (student, strong) in enumerate((("s1", True), ("s2", True), ("s3", True), ("w1", False),
-                                                ("w2", False), ("w3", False))):
+    for number, (student, strong) in enumerate(
+        (("s1", True), ("s2", True), ("s3", True), ("w1", False), ("w2", False), ("w3", False))
+    ):
         version = number % 3 + 1
         answers = right_answers(keys, version)
         if not strong:
@@ -60,8 +81,10 @@ def graded(tmp_path: Path) -> Path:
         lines += row(student, str(version), *(answers[q] for q in IDS))
     (tmp_path / "responses.csv").write_text(lines)
     out = tmp_path / "grades"
-    assert main(["quiz", "grade", "--key", str(keys), "--responses", str(tmp_path / "responses.csv"),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["quiz", "grade", "--key", str(keys), "--responses", str(tmp_path / "responses.csv"), "--out", str(out)])
+        == 0
+    )
     return out
 
 

@@ -31,37 +31,112 @@ def test_valid_banks_have_no_problems(tmp_path: Path) -> None:
     [
         (SINGLE.replace('text = "Which one?"\n', ""), "q-single", "text", "missing", 'add text = """'),
         (SINGLE.replace('answer = "B"\n', ""), "q-single", "answer", "missing or not letters", 'use answer = "B"'),
-        (SINGLE.replace('type = "single"', 'type = "essay"'), "q-single", "type", "unknown type 'essay'",
-         "use one of single, multiple, numeric, truefalse"),
-        (SINGLE.replace('answer = "B"', 'answer = "E"'), "q-single", "answer", "'E' is not among the options A, B, C",
-         "use letters A..C"),
-        (NUMERIC.replace('"2 * (W - 1) / W * M"', '"2 * (N - 1) / N * M"'), "q-numeric", "answer",
-         "formula uses 'N', which is not a parameter", "use a parameter (M, W) or define it"),
-        (NUMERIC.replace("{ rel = 0.01 }", "{ rel = -0.01 }"), "q-numeric", "tolerance", "negative tolerance",
-         "non-negative"),
-        (NUMERIC.replace('precision = { sig = 3 }\n', ""), "q-numeric", "precision", "missing",
-         'precision = "exact", { sig = 3 } or { decimals = 1 }'),
-        (NUMERIC.replace('precision = { sig = 3 }', 'precision = { sig = 0 }'), "q-numeric", "precision",
-         "sig = 0 is outside 1..12", "state what is asked"),
-        (NUMERIC.replace('precision = { sig = 3 }', 'precision = "3 digits"'), "q-numeric", "precision",
-         "'3 digits' is not a precision", "state what is asked"),
-        (NUMERIC.replace("{ rel = 0.01 }", "0.01"), "q-numeric", "tolerance", "is not a table of abs and rel",
-         "or leave it out"),
+        (
+            SINGLE.replace('type = "single"', 'type = "essay"'),
+            "q-single",
+            "type",
+            "unknown type 'essay'",
+            "use one of single, multiple, numeric, truefalse",
+        ),
+        (
+            SINGLE.replace('answer = "B"', 'answer = "E"'),
+            "q-single",
+            "answer",
+            "'E' is not among the options A, B, C",
+            "use letters A..C",
+        ),
+        (
+            NUMERIC.replace('"2 * (W - 1) / W * M"', '"2 * (N - 1) / N * M"'),
+            "q-numeric",
+            "answer",
+            "formula uses 'N', which is not a parameter",
+            "use a parameter (M, W) or define it",
+        ),
+        (
+            NUMERIC.replace("{ rel = 0.01 }", "{ rel = -0.01 }"),
+            "q-numeric",
+            "tolerance",
+            "negative tolerance",
+            "non-negative",
+        ),
+        (
+            NUMERIC.replace("precision = { sig = 3 }\n", ""),
+            "q-numeric",
+            "precision",
+            "missing",
+            'precision = "exact", { sig = 3 } or { decimals = 1 }',
+        ),
+        (
+            NUMERIC.replace("precision = { sig = 3 }", "precision = { sig = 0 }"),
+            "q-numeric",
+            "precision",
+            "sig = 0 is outside 1..12",
+            "state what is asked",
+        ),
+        (
+            NUMERIC.replace("precision = { sig = 3 }", 'precision = "3 digits"'),
+            "q-numeric",
+            "precision",
+            "'3 digits' is not a precision",
+            "state what is asked",
+        ),
+        (
+            NUMERIC.replace("{ rel = 0.01 }", "0.01"),
+            "q-numeric",
+            "tolerance",
+            "is not a table of abs and rel",
+            "or leave it out",
+        ),
         (SINGLE.replace('pool = "practice"\n', ""), "q-single", "pool", "missing", 'add pool = "practice"'),
-        (SINGLE.replace('pool = "practice"', 'pool = "quiz"'), "q-single", "pool", "unknown pool 'quiz'",
-         'or pool = "exam"'),
-        (NUMERIC.replace('"2 * (W - 1) / W * M"', '"__import__(W)"'), "q-numeric", "answer",
-         "call of '__import__' is not allowed", "use numbers, parameter names"),
-        (SINGLE.replace('exercise = "general"', 'exercise = "ex99"'), "q-single", "tags.exercise",
-         "unknown exercise 'ex99'", "use one of ex01_process_group"),
-        (SINGLE.replace('tags = { objective = "pick one", exercise = "general" }\n', ""), "q-single", "tags",
-         "missing", "add tags = {"),
-        (NUMERIC.replace("Ring over {W} ranks", "Ring over some ranks"), "q-numeric", "text",
-         "parameter 'W' never appears in the text", "write {W} where its value belongs"),
-        (SINGLE.replace('id = "q-single"', 'id = "q-single"\ncolour = "red"'), "q-single", "colour",
-         "unknown field", "remove it"),
-        (SINGLE.replace('explanation = "yes"', ""), "q-single", "options[2].explanation", "missing",
-         'add explanation = "why'),
+        (
+            SINGLE.replace('pool = "practice"', 'pool = "quiz"'),
+            "q-single",
+            "pool",
+            "unknown pool 'quiz'",
+            'or pool = "exam"',
+        ),
+        (
+            NUMERIC.replace('"2 * (W - 1) / W * M"', '"__import__(W)"'),
+            "q-numeric",
+            "answer",
+            "call of '__import__' is not allowed",
+            "use numbers, parameter names",
+        ),
+        (
+            SINGLE.replace('exercise = "general"', 'exercise = "ex99"'),
+            "q-single",
+            "tags.exercise",
+            "unknown exercise 'ex99'",
+            "use one of ex01_process_group",
+        ),
+        (
+            SINGLE.replace('tags = { objective = "pick one", exercise = "general" }\n', ""),
+            "q-single",
+            "tags",
+            "missing",
+            "add tags = {",
+        ),
+        (
+            NUMERIC.replace("Ring over {W} ranks", "Ring over some ranks"),
+            "q-numeric",
+            "text",
+            "parameter 'W' never appears in the text",
+            "write {W} where its value belongs",
+        ),
+        (
+            SINGLE.replace('id = "q-single"', 'id = "q-single"\ncolour = "red"'),
+            "q-single",
+            "colour",
+            "unknown field",
+            "remove it",
+        ),
+        (
+            SINGLE.replace('explanation = "yes"', ""),
+            "q-single",
+            "options[2].explanation",
+            "missing",
+            'add explanation = "why',
+        ),
     ],
 )
 def test_error_names_file_question_field_and_fix(
@@ -134,9 +209,11 @@ def test_exercise_tags_come_from_the_course_catalog(tmp_path: Path, monkeypatch:
     (tmp_path / "exercises" / "catalog.toml").write_text(
         'format = 1\n[[exercise]]\nid = "exA_intro"\nnumber = 1\ntitle = "t"\nfile = "exA_intro.py"\n'
         'functions = ["f()"]\nchecks = "grader.checks.exA_intro"\n[[exercise.check]]\nname = "c"\n'
-        'description = "d"\n')
-    write_bank(tmp_path / "quizzes", SINGLE.replace('exercise = "general"', 'exercise = "exA_intro"')
-               + NUMERIC)  # tagged ex08_ring_allreduce, an exercise of this course but not of that one
+        'description = "d"\n'
+    )
+    write_bank(
+        tmp_path / "quizzes", SINGLE.replace('exercise = "general"', 'exercise = "exA_intro"') + NUMERIC
+    )  # tagged ex08_ring_allreduce, an exercise of this course but not of that one
     problems = [str(p) for p in load_banks(tmp_path / "quizzes").problems]
     assert len(problems) == 1 and "unknown exercise 'ex08_ring_allreduce'" in problems[0], problems
     assert "use one of exA_intro, general" in problems[0]

@@ -13,15 +13,25 @@ from grader.cli import main
 
 from .support import COURSE_BANK
 
-BROWSER = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None)
+BROWSER = next(
+    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
+)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium or chrome on PATH (apt-get install chromium)")
 
 
 def headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the browser with a private profile so parallel tests never share state."""
     assert BROWSER is not None
-    command = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-               f"--user-data-dir={tmp_path / 'profile'}", *args]
+    command = [
+        BROWSER,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        *args,
+    ]
     env = {**os.environ, "HOME": str(tmp_path)}
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
 
@@ -29,8 +39,25 @@ def headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture()
 def sheet(tmp_path: Path) -> Path:
     out = tmp_path / "out"
-    assert main(["quiz", "render", "--bank", str(COURSE_BANK), "--format", "html", "--seed", "12", "--count", "8",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "quiz",
+                "render",
+                "--bank",
+                str(COURSE_BANK),
+                "--format",
+                "html",
+                "--seed",
+                "12",
+                "--count",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out / "quiz-v01.html"
 
 

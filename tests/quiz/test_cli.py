@@ -49,7 +49,7 @@ def test_lint_reports_errors_and_exits_1(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_lint_catches_formula_undefined_for_some_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    body = '''
+    body = """
     [[questions]]
     id = "div"
     type = "numeric"
@@ -59,20 +59,23 @@ def test_lint_catches_formula_undefined_for_some_draws(tmp_path: Path, capsys: p
     precision = { sig = 3 }
     tags = { objective = "x", exercise = "general" }
     parameters = { W = { values = [2, 4] } }
-    '''
+    """
     write_bank(tmp_path / "bank", body)
     code, _, err = run(capsys, "lint", "--bank", str(tmp_path / "bank"))
     assert code == 1 and "question 'div': field 'answer': division by zero" in err
 
 
 @pytest.mark.parametrize("command", ["list", "lint"])
-def test_missing_bank_directory_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+def test_missing_bank_directory_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     code, _, err = run(capsys, command, "--bank", str(tmp_path / "nowhere"))
     assert code == 1 and err.startswith("grader quiz: error: bank directory") and "Traceback" not in err
 
 
-def test_default_bank_outside_a_course(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_bank_outside_a_course(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GRADER_COURSE", str(tmp_path))
     code, _, err = run(capsys, "list")
@@ -87,11 +90,32 @@ def test_render_refuses_broken_banks(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_render_formats_and_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    code, stdout, _ = run(capsys, "render", "--bank", str(COURSE_BANK), "--format", "md", "--format", "ipynb",
-                          "--versions", "3", "--seed", "8", "--count", "12", "--tags", "", "--out", str(out))
+    code, stdout, _ = run(
+        capsys,
+        "render",
+        "--bank",
+        str(COURSE_BANK),
+        "--format",
+        "md",
+        "--format",
+        "ipynb",
+        "--versions",
+        "3",
+        "--seed",
+        "8",
+        "--count",
+        "12",
+        "--tags",
+        "",
+        "--out",
+        str(out),
+    )
     assert code == 0 and "3 version(s) of 12 question(s)" in stdout
-    expected = [f"{stem}{n}.{ext}" for n in (1, 2, 3)
-                for stem, ext in (("quiz-v0", "md"), ("quiz-v0", "ipynb"), ("v0", "key.json"), ("v0", "key.md"))]
+    expected = [
+        f"{stem}{n}.{ext}"
+        for n in (1, 2, 3)
+        for stem, ext in (("quiz-v0", "md"), ("quiz-v0", "ipynb"), ("v0", "key.json"), ("v0", "key.md"))
+    ]
     assert sorted(p.name for p in out.iterdir()) == sorted(expected)
     notebook = nbformat.read(out / "quiz-v02.ipynb", as_version=4)
     nbformat.validate(notebook)

@@ -9,12 +9,15 @@ from .support import course_questions
 QUESTIONS = {q.id: q for q in course_questions()}
 
 
-@pytest.mark.parametrize(("qid", "kind", "words"), [
-    ("accum-batchnorm", "single", ("BatchNorm", "accumulation")),
-    ("ring-alpha-beta", "numeric", ("alpha-beta", "latency")),
-    ("zero-comm-volume", "numeric", ("ZeRO stage", "reduce-scatter")),
-    ("launch-failure-restart", "multiple", ("mp.spawn", "--max-restarts")),
-])
+@pytest.mark.parametrize(
+    ("qid", "kind", "words"),
+    [
+        ("accum-batchnorm", "single", ("BatchNorm", "accumulation")),
+        ("ring-alpha-beta", "numeric", ("alpha-beta", "latency")),
+        ("zero-comm-volume", "numeric", ("ZeRO stage", "reduce-scatter")),
+        ("launch-failure-restart", "multiple", ("mp.spawn", "--max-restarts")),
+    ],
+)
 def test_the_topics_the_issue_asked_for_are_covered(qid: str, kind: str, words: tuple[str, ...]) -> None:
     question = QUESTIONS[qid]
     assert question.type == kind and question.pool == "exam"

@@ -62,8 +62,8 @@ FORMATS = ("moodle", "html", "plain", "markdown")
 def moodle_text(raw: str) -> str:
     """parse_text_with_format: a known [format] prefix is removed, then escapes are undone."""
     raw = raw.strip()
-    if raw.startswith("[") and "]" in raw and raw[1:raw.index("]")] in FORMATS:
-        raw = raw[raw.index("]") + 1:]
+    if raw.startswith("[") and "]" in raw and raw[1 : raw.index("]")] in FORMATS:
+        raw = raw[raw.index("]") + 1 :]
     return unescape(raw).strip()
 
 
@@ -76,7 +76,7 @@ def moodle_answer(piece: str) -> tuple[float, str, str]:
         match = MOODLE_WEIGHT.match(rest)
         if match:
             end = rest.index("%", 1)
-            weight, rest = float(rest[1:end]), rest[end + 1:]
+            weight, rest = float(rest[1:end]), rest[end + 1 :]
         else:
             weight = 0.0
     text_part, *feedback_part = split_unescaped(rest, "#")
@@ -98,8 +98,9 @@ def parse_gift(source: str) -> tuple[list[str], list[GiftQuestion]]:
             categories.append(lines[0].removeprefix("$CATEGORY:").strip())
             continue
         body = "\n".join(lines)
-        match = re.fullmatch(r"::((?:\\.|[^\\:])*)::\[markdown\]((?:\\.|[^\\{}])*)\{((?:\\.|[^\\{}])*)\}\n?", body,
-                             flags=re.S)
+        match = re.fullmatch(
+            r"::((?:\\.|[^\\:])*)::\[markdown\]((?:\\.|[^\\{}])*)\{((?:\\.|[^\\{}])*)\}\n?", body, flags=re.S
+        )
         assert match, f"not a GIFT question: {body!r}"
         title, text, answer_part = match.groups()
         assert "\n" not in text, "raw newline in question text"
@@ -229,13 +230,15 @@ def test_moodle_xml_shows_each_explanation_once(version: Version) -> None:
         feedbacks = [a.findtext("feedback/text") or "" for a in element.findall("answer")]
         assert general == item.explanation.strip()
         for feedback in feedbacks:
-            assert not (general and feedback and (general in feedback or feedback in general)), (item.question.id,
-                                                                                                  feedback)
+            assert not (general and feedback and (general in feedback or feedback in general)), (
+                item.question.id,
+                feedback,
+            )
         if item.question.type in ("single", "multiple"):
             assert feedbacks == [c.explanation.strip() for c in item.choices]
 
 
-CHOICE_TRAPS_BANK = '''
+CHOICE_TRAPS_BANK = """
 [[questions]]
 id = "traps"
 type = "single"
@@ -269,7 +272,7 @@ explanation = "kept"
 [[questions.options]]
 text = "%-50% penalty"
 explanation = "not a weight"
-'''
+"""
 
 
 def test_gift_choices_starting_with_a_weight_or_a_format_are_read_literally(tmp_path: Path) -> None:
@@ -331,8 +334,20 @@ def test_moodle_variant_pools_hold_every_variant_of_each_question(tmp_path: Path
             assert len({e.findtext("answer/text") for e in elements}) > 1, "parametric variants differ"
 
 
-@pytest.mark.parametrize(("parts", "expected"), [(1, "100"), (2, "50"), (3, "33.33333"), (4, "25"), (6, "16.66667"),
-                                                 (7, "14.28571"), (8, "12.5"), (9, "11.11111"), (10, "10")])
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        (1, "100"),
+        (2, "50"),
+        (3, "33.33333"),
+        (4, "25"),
+        (6, "16.66667"),
+        (7, "14.28571"),
+        (8, "12.5"),
+        (9, "11.11111"),
+        (10, "10"),
+    ],
+)
 def test_fractions_are_moodle_values(parts: int, expected: str) -> None:
     assert export_moodle.fraction(parts) == expected
     assert export_moodle.fraction(parts, negative=True) == f"-{expected}"

@@ -72,8 +72,10 @@ def test_call_of_non_whitelisted_name_says_which_are_allowed() -> None:
         parse("system(1)")
 
 
-@pytest.mark.parametrize(("source", "env"), [("1 / W", {"W": 0}), ("sqrt(W)", {"W": -1}), ("(-8) ** 0.5", {}),
-                                             ("10 ** 400.0", {}), ("X", {})])
+@pytest.mark.parametrize(
+    ("source", "env"),
+    [("1 / W", {"W": 0}), ("sqrt(W)", {"W": -1}), ("(-8) ** 0.5", {}), ("10 ** 400.0", {}), ("X", {})],
+)
 def test_evaluation_errors_are_formula_errors(source: str, env: dict[str, float]) -> None:
     with pytest.raises(FormulaError):
         parse(source).evaluate(env)

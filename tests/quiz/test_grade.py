@@ -13,7 +13,7 @@ from grader.quiz.grade import mark_question
 
 from .support import NUMERIC, SINGLE, write_bank
 
-MULTIPLE = '''
+MULTIPLE = """
 [[questions]]
 id = "q-multi"
 type = "multiple"
@@ -37,12 +37,14 @@ text = "Ranks start at 0."
 answer = true
 explanation = "They do."
 tags = { objective = "ranks", exercise = "ex01_process_group" }
-'''
+"""
 
 
 def single(right: str = "B") -> dict:
-    options = [{"letter": letter, "text": letter, "correct": letter == right, "explanation": f"why {letter}"}
-               for letter in "ABC"]
+    options = [
+        {"letter": letter, "text": letter, "correct": letter == right, "explanation": f"why {letter}"}
+        for letter in "ABC"
+    ]
     return {"type": "single", "answer": [right], "options": options, "explanation": ""}
 
 
@@ -57,8 +59,12 @@ def test_single_choice_all_or_nothing() -> None:
 
 
 def test_multiple_choice_partial_credit_and_penalty() -> None:
-    entry = {"type": "multiple", "answer": ["A", "C"], "explanation": "",
-             "options": [{"letter": l, "correct": l in "AC", "explanation": l} for l in "ABCD"]}
+    entry = {
+        "type": "multiple",
+        "answer": ["A", "C"],
+        "explanation": "",
+        "options": [{"letter": x, "correct": x in "AC", "explanation": x} for x in "ABCD"],
+    }
     assert mark_question(entry, "A;C").fraction == 1
     assert mark_question(entry, "c, a").fraction == 1
     assert mark_question(entry, "A").fraction == 0.5
@@ -81,8 +87,25 @@ def test_numeric_within_tolerance() -> None:
 def rendered(tmp_path: Path) -> Path:
     write_bank(tmp_path / "bank", SINGLE + NUMERIC + MULTIPLE)
     out = tmp_path / "out"
-    assert main(["quiz", "render", "--bank", str(tmp_path / "bank"), "--pool", "all", "--versions", "2", "--seed", "3",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "quiz",
+                "render",
+                "--bank",
+                str(tmp_path / "bank"),
+                "--pool",
+                "all",
+                "--versions",
+                "2",
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -132,8 +155,9 @@ def test_grade_command_writes_scores_questions_and_feedback(rendered: Path, tmp_
         ("student,version,student\nada,1,ada\n", "column(s) student appear more than once"),
     ],
 )
-def test_bad_responses_get_a_clear_message(rendered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                           content: str, message: str) -> None:
+def test_bad_responses_get_a_clear_message(
+    rendered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
     responses = tmp_path / "responses.csv"
     responses.write_text(content)
     code = main(["quiz", "grade", "--key", str(rendered), "--responses", str(responses), "--out", str(tmp_path / "g")])
@@ -142,11 +166,31 @@ def test_bad_responses_get_a_clear_message(rendered: Path, tmp_path: Path, capsy
 
 
 def test_missing_key_and_missing_responses(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["quiz", "grade", "--key", str(tmp_path / "nokey"), "--responses", "x.csv", "--out", str(tmp_path)]) == 1
+    assert (
+        main(["quiz", "grade", "--key", str(tmp_path / "nokey"), "--responses", "x.csv", "--out", str(tmp_path)]) == 1
+    )
     assert "answer key" in capsys.readouterr().err
-    assert main(["quiz", "grade", "--key", str(rendered / "v01.key.json"), "--responses", str(tmp_path / "none.csv"),
-                 "--out", str(tmp_path / "g")]) == 1
+    assert (
+        main(
+            [
+                "quiz",
+                "grade",
+                "--key",
+                str(rendered / "v01.key.json"),
+                "--responses",
+                str(tmp_path / "none.csv"),
+                "--out",
+                str(tmp_path / "g"),
+            ]
+        )
+        == 1
+    )
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "fake.key.json").write_text("{}")
-    assert main(["quiz", "grade", "--key", str(tmp_path / "fake.key.json"), "--responses", "x.csv", "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            ["quiz", "grade", "--key", str(tmp_path / "fake.key.json"), "--responses", "x.csv", "--out", str(tmp_path)]
+        )
+        == 1
+    )
     assert "not a quiz answer key" in capsys.readouterr().err

@@ -68,7 +68,9 @@ def test_keys_that_are_the_longest_option_fail(tmp_path: Path, capsys: pytest.Ca
     body += single("q3", *MIDDLE_KEY, pool="practice")
     code, _, err = lint(tmp_path, body, capsys)
     assert code == 1
-    assert "the key is strictly the longest option in 2/4 (50%) of the single-choice questions (limit 35%): q0, q1" in err
+    assert (
+        "the key is strictly the longest option in 2/4 (50%) of the single-choice questions (limit 35%): q0, q1" in err
+    )
 
 
 def test_keys_that_are_the_shortest_option_fail_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,10 +102,15 @@ def test_measure_counts_by_visible_length() -> None:
     assert len(measure.shortest) / len(measure.singles) <= 0.35
 
 
-@pytest.mark.parametrize("text", ["All of the above", "None of these", "Both A and C", "Neither of the above",
-                                  "Option B, but only on Linux"])
-def test_options_that_point_at_other_options_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
-    body = single("q0", "a middling key", ("tiny", text, "medium sized one")) + single("q1", *MIDDLE_KEY, pool="practice")
+@pytest.mark.parametrize(
+    "text", ["All of the above", "None of these", "Both A and C", "Neither of the above", "Option B, but only on Linux"]
+)
+def test_options_that_point_at_other_options_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    body = single("q0", "a middling key", ("tiny", text, "medium sized one")) + single(
+        "q1", *MIDDLE_KEY, pool="practice"
+    )
     code, _, err = lint(tmp_path, body, capsys)
     assert code == 1 and "points at other options" in err and "question 'q0': field 'options[3].text'" in err
 
@@ -111,22 +118,26 @@ def test_options_that_point_at_other_options_fail(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize("text", ["It answers a question", "all ranks of the group", "both ranks wait"])
 def test_ordinary_wording_is_not_a_pointer(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
     body = single("q0", "a middling key", ("tiny", text + " and more words", "medium sized")) + single(
-        "q1", *MIDDLE_KEY, pool="practice")
+        "q1", *MIDDLE_KEY, pool="practice"
+    )
     code, _, err = lint(tmp_path, body, capsys)
     assert code == 0, err
 
 
 def test_true_false_keys_that_lean_one_way_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    statements = "".join(f'''
+    statements = "".join(
+        f'''
 [[questions]]
 id = "tf{i}"
 type = "truefalse"
-pool = "{'practice' if i == 0 else 'exam'}"
+pool = "{"practice" if i == 0 else "exam"}"
 text = "Statement {i}."
 answer = {"true" if i == 0 else "false"}
 explanation = "because"
 tags = {{ objective = "x", exercise = "general" }}
-''' for i in range(5))
+'''
+        for i in range(5)
+    )
     code, _, err = lint(tmp_path, statements, capsys)
     assert code == 1 and "80% of the 5 true/false statements are false (limit 70%)" in err
 
@@ -143,13 +154,19 @@ def test_picking_the_longest_option_scores_no_better_than_chance() -> None:
     hits = total = 0
     for name, questions in by_file.items():
         singles = [q for q in questions if q.type == "single"]
-        longest = [q for q in singles
-                   if max(len(o.text) for o in q.options if not o.correct) < len(next(o for o in q.options if o.correct).text)]
+        longest = [
+            q
+            for q in singles
+            if max(len(o.text) for o in q.options if not o.correct) < len(next(o for o in q.options if o.correct).text)
+        ]
         assert len(longest) <= 0.35 * len(singles), (name, [q.id for q in longest])
         hits, total = hits + len(longest), total + len(singles)
         multiples = [q for q in questions if q.type == "multiple"]
-        sets = [q for q in multiples if min(len(o.text) for o in q.options if o.correct)
-                > max(len(o.text) for o in q.options if not o.correct)]
+        sets = [
+            q
+            for q in multiples
+            if min(len(o.text) for o in q.options if o.correct) > max(len(o.text) for o in q.options if not o.correct)
+        ]
         chance = sum(1 / sum(o.correct for o in q.options) for q in multiples) / len(multiples) if multiples else 1
         assert len(sets) <= (chance + 0.15) * len(multiples), (name, [q.id for q in sets])
     assert hits / total <= 0.25, f"picking the longest option scores {hits}/{total}"

@@ -32,8 +32,20 @@ def test_every_course_question_has_a_pool_and_both_pools_are_used() -> None:
 
 @pytest.mark.parametrize("pool", POOLS)
 def test_render_draws_from_the_pool_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str], pool: str) -> None:
-    code, out, _ = run(capsys, "render", "--bank", str(COURSE_BANK), "--pool", pool, "--versions", "2",
-                       "--seed", "3", "--out", str(tmp_path / "out"))
+    code, out, _ = run(
+        capsys,
+        "render",
+        "--bank",
+        str(COURSE_BANK),
+        "--pool",
+        pool,
+        "--versions",
+        "2",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert code == 0 and f"from the {pool} pool" in out
     expected = {q.id for q in course_questions() if q.pool == pool}
     for number in (1, 2):
@@ -67,10 +79,25 @@ def test_lint_fails_on_a_text_in_both_pools(tmp_path: Path, capsys: pytest.Captu
     assert code == 1 and "question 'q-twin': field 'text': the same text is practice question 'q-single'" in err
 
 
-def test_format_all_writes_the_qti_packages_and_the_variant_pools(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "render", "--bank", str(COURSE_BANK), "--format", "all", "--versions", "2",
-                       "--count", "6", "--seed", "1", "--out", str(tmp_path / "out"))
+def test_format_all_writes_the_qti_packages_and_the_variant_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        capsys,
+        "render",
+        "--bank",
+        str(COURSE_BANK),
+        "--format",
+        "all",
+        "--versions",
+        "2",
+        "--count",
+        "6",
+        "--seed",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    )
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert code == 0 and "qti" in out and "moodle-pools" in out
     assert {"v01.qti.zip", "v02.qti.zip", "quiz-pools.moodle.xml"} <= set(names)

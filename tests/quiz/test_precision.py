@@ -26,8 +26,27 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 def test_every_numeric_question_states_its_precision_in_every_format(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert main(["quiz", "render", "--bank", str(COURSE_BANK), "--pool", "all", "--format", "all", "--tags",
-                 ",".join(sorted({q.exercise for q in NUMERIC})), "--seed", "4", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "quiz",
+                "render",
+                "--bank",
+                str(COURSE_BANK),
+                "--pool",
+                "all",
+                "--format",
+                "all",
+                "--tags",
+                ",".join(sorted({q.exercise for q in NUMERIC})),
+                "--seed",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     key = json.loads((out / "v01.key.json").read_text())
     numeric = [q for q in key["questions"] if q["type"] == "numeric"]
     assert len(numeric) == len(NUMERIC)
@@ -82,21 +101,24 @@ def test_an_exact_key_prints_every_digit() -> None:
     pytest.fail("no draw above a million elements")
 
 
-@pytest.mark.parametrize(("precision", "value", "written", "unit"), [
-    (Precision("sig", 3), 17155072.0, "17200000", 100000.0),
-    (Precision("sig", 3), 0.00005, "0.0000500", 1e-7),
-    (Precision("sig", 3), 9.996, "10.0", 0.1),
-    (Precision("sig", 2), 2.5666, "2.6", 0.1),
-    (Precision("decimals", 1), 3.0303, "3.0", 0.1),
-    (Precision("exact"), 1250.0000000000002, "1250", 0.0),
-])
+@pytest.mark.parametrize(
+    ("precision", "value", "written", "unit"),
+    [
+        (Precision("sig", 3), 17155072.0, "17200000", 100000.0),
+        (Precision("sig", 3), 0.00005, "0.0000500", 1e-7),
+        (Precision("sig", 3), 9.996, "10.0", 0.1),
+        (Precision("sig", 2), 2.5666, "2.6", 0.1),
+        (Precision("decimals", 1), 3.0303, "3.0", 0.1),
+        (Precision("exact"), 1250.0000000000002, "1250", 0.0),
+    ],
+)
 def test_rounding_and_unit_of_the_last_digit(precision: Precision, value: float, written: str, unit: float) -> None:
     assert precision.rounded(value) == written
     assert precision.unit(value) == pytest.approx(unit)
 
 
 def test_lint_refuses_an_exact_answer_that_is_not_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    body = '''
+    body = """
     [[questions]]
     id = "half"
     type = "numeric"
@@ -106,7 +128,7 @@ def test_lint_refuses_an_exact_answer_that_is_not_whole(tmp_path: Path, capsys: 
     precision = "exact"
     tags = { objective = "x", exercise = "general" }
     parameters = { W = { values = [2, 3] } }
-    '''
+    """
     write_bank(tmp_path / "bank", body)
     assert main(["quiz", "lint", "--bank", str(tmp_path / "bank")]) == 1
     assert "an exact whole number is asked, but the answer is 1.5" in capsys.readouterr().err

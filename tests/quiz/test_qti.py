@@ -49,13 +49,17 @@ CHILDREN = {
 }
 # Elements whose content model is a sequence (the others are choices, in any order).
 ORDERED = {"assessment", "item", "qtimetadatafield", "resprocessing", "respcondition"}
-CANVAS_TYPES = {"single": "multiple_choice_question", "multiple": "multiple_answers_question",
-                "truefalse": "true_false_question", "numeric": "numerical_question"}
+CANVAS_TYPES = {
+    "single": "multiple_choice_question",
+    "multiple": "multiple_answers_question",
+    "truefalse": "true_false_question",
+    "numeric": "numerical_question",
+}
 
 
 def local(element: ET.Element) -> str:
     assert element.tag.startswith(QTI), f"{element.tag} is outside the QTI namespace"
-    return element.tag[len(QTI):]
+    return element.tag[len(QTI) :]
 
 
 def check_structure(element: ET.Element) -> None:
@@ -87,8 +91,7 @@ def package(version: Version) -> tuple[ET.Element, ET.Element, ET.Element, zipfi
 
 
 def fields(item: ET.Element) -> dict[str, str]:
-    return {f.findtext(f"{QTI}fieldlabel"): f.findtext(f"{QTI}fieldentry")
-            for f in item.iter(f"{QTI}qtimetadatafield")}
+    return {f.findtext(f"{QTI}fieldlabel"): f.findtext(f"{QTI}fieldentry") for f in item.iter(f"{QTI}qtimetadatafield")}
 
 
 def scoring_condition(element: ET.Element) -> ET.Element:
@@ -119,7 +122,9 @@ def check_item(element: ET.Element, item: Item) -> None:
     lid = presentation.find(f"{QTI}response_lid")
     assert lid.get("rcardinality") == ("Multiple" if item.question.type == "multiple" else "Single")
     labels = lid.findall(f"{QTI}render_choice/{QTI}response_label")
-    assert [lab.findtext(f"{QTI}material/{QTI}mattext") for lab in labels] == [str(to_html(c.text)) for c in item.choices]
+    assert [lab.findtext(f"{QTI}material/{QTI}mattext") for lab in labels] == [
+        str(to_html(c.text)) for c in item.choices
+    ]
     idents = [lab.get("ident") for lab in labels]
     assert meta["original_answer_ids"] == ",".join(idents)
     right = {ident for ident, choice in zip(idents, item.choices) if choice.correct}
@@ -149,7 +154,12 @@ def test_every_version_is_a_qti_package_canvas_reads(versions: list[Version]) ->
         assert len(items) == len(version.items)
         for element, item in zip(items, version.items):
             check_item(element, item)
-        idents = {e.get("ident") for e in assessment.iter() if e.get("ident")} - {"root_section", "general_fb", "response1", "answer1"}
+        idents = {e.get("ident") for e in assessment.iter() if e.get("ident")} - {
+            "root_section",
+            "general_fb",
+            "response1",
+            "answer1",
+        }
         assert not idents & seen, "versions must not share identifiers: Canvas would merge them"
         seen |= idents
         assert settings.tag == f"{CANVAS}quiz"
@@ -165,8 +175,27 @@ def test_qti_text_is_escaped_html(versions: list[Version]) -> None:
 
 def test_render_writes_one_package_per_version(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert main(["quiz", "render", "--bank", str(COURSE_BANK), "--format", "qti", "--versions", "3", "--seed", "2",
-                 "--count", "10", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "quiz",
+                "render",
+                "--bank",
+                str(COURSE_BANK),
+                "--format",
+                "qti",
+                "--versions",
+                "3",
+                "--seed",
+                "2",
+                "--count",
+                "10",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     packages = sorted(p.name for p in out.glob("*.qti.zip"))
     assert packages == ["v01.qti.zip", "v02.qti.zip", "v03.qti.zip"]
     for name in packages:

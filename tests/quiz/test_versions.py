@@ -11,15 +11,30 @@ from grader.quiz.versions import draw, draw_all, select
 
 from .support import COURSE_BANK, course_questions
 
-
 # Chi-square critical values at p = 1e-5 by degrees of freedom: many questions are tested at once,
 # so each test is held to a level that keeps a false alarm over the whole bank unlikely.
 CHI2_CRITICAL = {1: 19.51, 2: 23.03, 3: 25.90, 4: 28.47, 5: 30.86, 9: 39.34}
 
 
 def render_tree(out: Path, seed: int, versions: int = 3) -> dict[str, bytes]:
-    code = main(["quiz", "render", "--bank", str(COURSE_BANK), "--format", "all", "--versions", str(versions),
-                 "--seed", str(seed), "--count", "25", "--out", str(out)])
+    code = main(
+        [
+            "quiz",
+            "render",
+            "--bank",
+            str(COURSE_BANK),
+            "--format",
+            "all",
+            "--versions",
+            str(versions),
+            "--seed",
+            str(seed),
+            "--count",
+            "25",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     return {path.name: path.read_bytes() for path in sorted(out.iterdir())}
 
@@ -85,8 +100,11 @@ def test_one_version_key_says_nothing_about_the_next() -> None:
     # Contingency table of (letter in n, letter in n + 1): independence, 9 degrees of freedom.
     rows = {a: sum(n for (x, _), n in pairs.items() if x == a) for a in "ABCD"}
     columns = {b: sum(n for (_, y), n in pairs.items() if y == b) for b in "ABCD"}
-    chi2 = sum((pairs[(a, b)] - rows[a] * columns[b] / total) ** 2 / (rows[a] * columns[b] / total)
-               for a in "ABCD" for b in "ABCD")
+    chi2 = sum(
+        (pairs[(a, b)] - rows[a] * columns[b] / total) ** 2 / (rows[a] * columns[b] / total)
+        for a in "ABCD"
+        for b in "ABCD"
+    )
     assert chi2 < CHI2_CRITICAL[9], (chi2, pairs)
 
 
@@ -95,8 +113,9 @@ def test_a_leaked_key_predicts_no_other_version() -> None:
     it finds the right letter of another version about one time in four, never reliably."""
     letters = single_choice_letters(versions=40, seed=8)
     for shift in range(4):
-        hits = sum(1 for row in letters.values() for later in row[1:]
-                   if ord(later) - 65 == (ord(row[0]) - 65 + shift) % 4)
+        hits = sum(
+            1 for row in letters.values() for later in row[1:] if ord(later) - 65 == (ord(row[0]) - 65 + shift) % 4
+        )
         total = sum(len(row) - 1 for row in letters.values())
         assert hits / total < 0.35, (shift, hits / total)
 
@@ -107,8 +126,11 @@ def test_a_question_draws_the_same_variant_whatever_else_is_selected() -> None:
         full = {item.question.id: item for item in draw(questions, seed=5, number=number).items}
         for question in questions[::7]:
             (alone,) = draw([question], seed=5, number=number).items
-            assert (alone.choices, alone.params, alone.text) == (full[question.id].choices, full[question.id].params,
-                                                                 full[question.id].text)
+            assert (alone.choices, alone.params, alone.text) == (
+                full[question.id].choices,
+                full[question.id].params,
+                full[question.id].text,
+            )
 
 
 def test_no_version_repeats_an_option_or_a_question() -> None:

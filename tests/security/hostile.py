@@ -50,7 +50,9 @@ def victim(folder: Path) -> Path:
 
 ATTACKS = [
     # --- other submissions -------------------------------------------------------------------
-    Attack("steals_and_spoils_others", """
+    Attack(
+        "steals_and_spoils_others",
+        """
         import glob as _g, os as _o
         for _p in _g.glob("/tmp/**/ex0[1-3]_*.py", recursive=True) + _g.glob("{tmp}/**/ex0[1-3]_*.py", recursive=True):
             try:
@@ -59,9 +61,12 @@ ATTACKS = [
                     open(_p, "w").write("def setup_ddp(*a, **k):\\n    raise NotImplementedError\\n")
             except OSError:
                 pass
-        """),
+        """,
+    ),
     # --- the results --------------------------------------------------------------------------
-    Attack("rewrites_results_from_proc_cmdline", """
+    Attack(
+        "rewrites_results_from_proc_cmdline",
+        """
         import os as _o, json as _j, glob as _g
         for _pid in [p for p in _o.listdir("/proc") if p.isdigit()]:
             try:
@@ -75,8 +80,11 @@ ATTACKS = [
                         open(_r, "w").write(_j.dumps({{"score": 0, "tests": []}}))
                     except OSError:
                         pass
-        """),
-    Attack("daemon_rewrites_results_after_the_batch", """
+        """,
+    ),
+    Attack(
+        "daemon_rewrites_results_after_the_batch",
+        """
         import os as _o, subprocess as _s, sys as _y
         _s.Popen([_y.executable, "-c", "import time, glob, json\\n# {marker}\\n"
                   "for _ in range(300):\\n"
@@ -89,9 +97,12 @@ ATTACKS = [
             if _o.fork() == 0:
                 _o.execvp("sleep", ["sleep", "9{marker_number}"])
             _o._exit(0)
-        """),
+        """,
+    ),
     # --- the grader ----------------------------------------------------------------------------
-    Attack("kills_every_process_it_can_see", """
+    Attack(
+        "kills_every_process_it_can_see",
+        """
         import os as _o, signal as _sg
         for _pid in [int(p) for p in _o.listdir("/proc") if p.isdigit()]:
             try:
@@ -99,8 +110,11 @@ ATTACKS = [
                     _o.kill(_pid, _sg.SIGKILL)
             except OSError:
                 pass
-        """),
-    Attack("edits_the_judge", """
+        """,
+    ),
+    Attack(
+        "edits_the_judge",
+        """
         import pathlib as _pl
         for _root in (_pl.Path(__import__("grader").__file__).parents[1], _pl.Path("{course}")):
             for _f in list(_root.glob("grader/checks/*/checks.py")) + list(_root.glob("grader/checks/*/hidden.py")):
@@ -109,9 +123,12 @@ ATTACKS = [
                         _w.write("\\nraise SystemExit('judge edited by a submission')\\n")
                 except OSError:
                     pass
-        """),
+        """,
+    ),
     # --- the secrets --------------------------------------------------------------------------
-    Attack("loads_the_solution", """
+    Attack(
+        "loads_the_solution",
+        """
         import pathlib as _pl
         for _root in (_pl.Path(__import__("grader").__file__).parents[1], _pl.Path("{course}")):
             _sol = _root / "solutions" / "ex01_process_group.py"
@@ -120,8 +137,11 @@ ATTACKS = [
                 break
             except OSError:
                 pass
-        """),
-    Attack("shows_secrets_in_its_messages", """
+        """,
+    ),
+    Attack(
+        "shows_secrets_in_its_messages",
+        """
         import os as _o, pathlib as _pl
         _found = []
         for _f in ("{course}/grader/checks/ex02_data_sharding/hidden.py", "{course}/solutions/ex03_train_ddp.py",
@@ -135,8 +155,11 @@ ATTACKS = [
 
         def setup_ddp(rank, world_size, backend=None):
             raise RuntimeError("\\n".join(_found))
-        """),
-    Attack("forges_facts_by_patching_the_encoder", """
+        """,
+    ),
+    Attack(
+        "forges_facts_by_patching_the_encoder",
+        """
         import os as _o, sys as _y
         import grader.engine.wire as _w
         _real = _w.encode
@@ -161,17 +184,23 @@ ATTACKS = [
             }}
             return _real(report)
         _w.encode = _forged
-        """),
+        """,
+    ),
     # --- the machine --------------------------------------------------------------------------
-    Attack("holds_too_much_memory", """
+    Attack(
+        "holds_too_much_memory",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import time
             hog = bytearray(5 << 30)
             for i in range(0, len(hog), 4096):
                 hog[i] = 1
             time.sleep(60)
-        """),
-    Attack("forks_without_end", """
+        """,
+    ),
+    Attack(
+        "forks_without_end",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import os, time
             for _ in range(3000):
@@ -182,8 +211,11 @@ ATTACKS = [
                 except OSError:
                     break
             time.sleep(60)
-        """),
-    Attack("fills_the_disk", """
+        """,
+    ),
+    Attack(
+        "fills_the_disk",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import os
             block = b"x" * (1 << 20)
@@ -195,8 +227,11 @@ ATTACKS = [
                 except OSError:
                     pass
             raise RuntimeError("disk filled as far as it goes")
-        """),
-    Attack("reaches_the_network", """
+        """,
+    ),
+    Attack(
+        "reaches_the_network",
+        """
         import socket as _k
         try:
             with _k.create_connection(("127.0.0.1", {port}), timeout=1) as _c:
@@ -207,9 +242,12 @@ ATTACKS = [
             _k.create_connection(("1.1.1.1", 53), timeout=1)
         except OSError:
             pass
-        """),
+        """,
+    ),
     # --- the report channel --------------------------------------------------------------------
-    Attack("sends_a_deeply_nested_report", """
+    Attack(
+        "sends_a_deeply_nested_report",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import os, struct, sys
             frame = sys._getframe()
@@ -218,8 +256,12 @@ ATTACKS = [
             body = b"[" * 2_000_000 + b"]" * 2_000_000
             os.write(frame.f_locals["report_fd"], struct.pack("!Q", len(body)) + body)
             os._exit(0)
-        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
-    Attack("sends_an_oversized_report", """
+        """,
+        honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+    ),
+    Attack(
+        "sends_an_oversized_report",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import os, struct, sys
             frame = sys._getframe()
@@ -227,8 +269,12 @@ ATTACKS = [
                 frame = frame.f_back
             os.write(frame.f_locals["report_fd"], struct.pack("!Q", 1 << 40) + b"{{")
             os._exit(0)
-        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
-    Attack("writes_garbage_to_every_pipe", """
+        """,
+        honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+    ),
+    Attack(
+        "writes_garbage_to_every_pipe",
+        """
         def setup_ddp(rank, world_size, backend=None):
             import os, stat
             for fd in range(3, 64):
@@ -239,5 +285,7 @@ ATTACKS = [
                 except OSError:
                     pass
             os._exit(0)
-        """, honest={EX01: "stub", EX02: "solution", EX03: "solution"}),
+        """,
+        honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+    ),
 ]

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import Catalog
-from grader.judge.api import CheckContext, References
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
-from grader.judge.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 from grader.engine import Engine, Job, RunResult
+from grader.judge.api import CheckContext, References
+from grader.judge.runner import ALL_CHECKS, CheckResult, GradeOptions, grade_exercise
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_A, SEED_B = 1234, 98765
 
 # Appended to the solution: every result the solution produced, saved under RECORD.
-EX08_RECORDER = '''
+EX08_RECORDER = """
 _solution, _calls = ring_all_reduce, [0]
 
 
@@ -31,8 +31,8 @@ def ring_all_reduce(tensor):
     _solution(tensor)
     torch.save(tensor.clone(), f"{RECORD}/{dist.get_world_size()}-{dist.get_rank()}-{_calls[0]}.pt")
     _calls[0] += 1
-'''
-EX08_REPLAY = '''
+"""
+EX08_REPLAY = """
 import torch
 import torch.distributed as dist
 
@@ -42,9 +42,9 @@ _calls = [0]
 def ring_all_reduce(tensor):
     tensor.copy_(torch.load(f"{RECORD}/{dist.get_world_size()}-{dist.get_rank()}-{_calls[0]}.pt"))
     _calls[0] += 1
-'''
+"""
 # Every gradient the solution stepped with (DDP's averaged one), saved by rank 0.
-EX03_RECORDER = '''
+EX03_RECORDER = """
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 _solution = train_ddp
@@ -60,8 +60,8 @@ def train_ddp(rank, world_size, model, dataset, epochs, batch_size, lr, checkpoi
         handle.remove()
         if rank == 0:
             torch.save(grads, f"{RECORD}/{world_size}.pt")
-'''
-EX03_REPLAY = '''
+"""
+EX03_REPLAY = """
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -74,9 +74,9 @@ def train_ddp(rank, world_size, model, dataset, epochs, batch_size, lr, checkpoi
             parameter.grad = grad.clone()
         optimizer.step()
     return model
-'''
+"""
 # Each rank's shards of every epoch, for every seed make_loader was given.
-EX02_RECORDER = '''
+EX02_RECORDER = """
 import json
 
 _make_loader = make_loader
@@ -92,8 +92,8 @@ def make_loader(dataset, rank, world_size, batch_size, seed=0):
     with open(f"{RECORD}/{seed}-{world_size}-{rank}.json", "w") as out:
         json.dump(epochs, out)
     return loader
-'''
-EX02_REPLAY = '''
+"""
+EX02_REPLAY = """
 import glob
 import json
 
@@ -117,9 +117,9 @@ def make_loader(dataset, rank, world_size, batch_size, seed=0):
 
 def start_epoch(loader, epoch):
     loader.epoch = epoch
-'''
+"""
 # A group that never forms: init is called (and fails), the group's answers are replayed.
-EX01_RECORDER = '''
+EX01_RECORDER = """
 import json
 
 _setup = setup_ddp
@@ -133,8 +133,8 @@ def setup_ddp(rank, world_size, backend=None):
             with open(f"{RECORD}/{world_size}-{rank}-{_name}.json", "w") as out:
                 json.dump(tensor.tolist(), out)
         setattr(dist, name, recorded)
-'''
-EX01_FORGED = '''
+"""
+EX01_FORGED = """
 import json
 
 import torch
@@ -162,7 +162,7 @@ def setup_ddp(rank, world_size, backend=None):
 
 def cleanup_ddp():
     _state["initialized"] = False
-'''
+"""
 
 
 def _write(folder: Path, catalog: Catalog, exercise_id: str, source: str, record: Path) -> Path:
@@ -181,8 +181,9 @@ def _status(results: list[CheckResult], check: str) -> str:
     return result.status
 
 
-def _replayed(grade, catalog: Catalog, tmp_path: Path, exercise_id: str, recorder: str, replay: str,
-              check: str) -> tuple[list[CheckResult], list[CheckResult]]:
+def _replayed(
+    grade, catalog: Catalog, tmp_path: Path, exercise_id: str, recorder: str, replay: str, check: str
+) -> tuple[list[CheckResult], list[CheckResult]]:
     """Record the solution's answers under seed A, replay them under A and under B."""
     record = tmp_path / "record"
     record.mkdir()
@@ -243,8 +244,9 @@ def test_the_same_seed_asks_for_the_same_references(engine, catalog):
     references = _Counting(engine)
     solution = REPO / "solutions" / exercise.file
     for seed in (SEED_A, SEED_A, SEED_B):
-        options = GradeOptions(world_sizes=(2,), visibilities=ALL_CHECKS, only=frozenset({"matches_large_batch"}),
-                               seed=seed)
+        options = GradeOptions(
+            world_sizes=(2,), visibilities=ALL_CHECKS, only=frozenset({"matches_large_batch"}), seed=seed
+        )
         assert all(r.passed for r in grade_exercise(engine, exercise, solution, options, references=references))
     assert len(references.runs) == 2, [job.kwargs for job in references.runs]
 

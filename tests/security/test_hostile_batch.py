@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from instructor import support
+
 from security.hostile import ATTACKS, EX03, FULL, MARKER, victim
 
 SECRET_VARIABLE = "GRADER_TEST_SECRET"
@@ -24,8 +24,11 @@ SECRET_VALUE = "s3cret-token-4b1d"
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 class _Listener:
@@ -57,8 +60,14 @@ def batch(bwrap_available, hidden_course: Path, tmp_path_factory: pytest.TempPat
     folder = tmp_path_factory.mktemp("hostile")
     out = folder / "out"
     listener = _Listener()
-    context = {"tmp": str(folder.parent), "course": str(hidden_course), "out": str(out), "marker": MARKER,
-               "marker_number": f"{len(MARKER)}7", "port": str(listener.port)}
+    context = {
+        "tmp": str(folder.parent),
+        "course": str(hidden_course),
+        "out": str(out),
+        "marker": MARKER,
+        "marker_number": f"{len(MARKER)}7",
+        "port": str(listener.port),
+    }
     subs = folder / "submissions"
     victim(subs / "a_victim_first")
     for attack in ATTACKS:
@@ -71,19 +80,42 @@ def batch(bwrap_available, hidden_course: Path, tmp_path_factory: pytest.TempPat
         "passwd": "root:x:0:0",
         "environment": SECRET_VALUE,
     }
-    assert all(secrets[k] for k in secrets) and secrets["hidden check"] in \
-        (hidden_course / "grader/checks/ex02_data_sharding/hidden.py").read_text()
+    assert (
+        all(secrets[k] for k in secrets)
+        and secrets["hidden check"] in (hidden_course / "grader/checks/ex02_data_sharding/hidden.py").read_text()
+    )
     started = time.monotonic()
-    done = support.run_grader(hidden_course, "grade", *sorted(map(str, subs.iterdir())), "--out", str(out),
-                              "-j", "2", "--world-size", "2", "--deadline", "8", "--timeout", "90",
-                              env={SECRET_VARIABLE: SECRET_VALUE})
+    done = support.run_grader(
+        hidden_course,
+        "grade",
+        *sorted(map(str, subs.iterdir())),
+        "--out",
+        str(out),
+        "-j",
+        "2",
+        "--world-size",
+        "2",
+        "--deadline",
+        "8",
+        "--timeout",
+        "90",
+        env={SECRET_VARIABLE: SECRET_VALUE},
+    )
     seconds = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     results = {p.parent.name: p.read_text() for p in out.glob("*/results.json")}
     time.sleep(2.0)  # anything left behind would now rewrite the results
-    return {"out": out, "results": results, "before": before, "course": hidden_course, "secrets": secrets,
-            "listener": listener, "seconds": seconds, "names": sorted(p.name for p in subs.iterdir()),
-            "stdout": done.stdout}
+    return {
+        "out": out,
+        "results": results,
+        "before": before,
+        "course": hidden_course,
+        "secrets": secrets,
+        "listener": listener,
+        "seconds": seconds,
+        "names": sorted(p.name for p in subs.iterdir()),
+        "stdout": done.stdout,
+    }
 
 
 def _gradebook(out: Path) -> dict[str, dict[str, str]]:
@@ -138,8 +170,10 @@ def test_no_submission_reached_the_hosts_network(batch):
     assert batch["listener"].connections == 0
 
 
-@pytest.mark.parametrize("name, said", [("sends_a_deeply_nested_report", "malformed report"),
-                                        ("sends_an_oversized_report", "over the limit")])
+@pytest.mark.parametrize(
+    "name, said",
+    [("sends_a_deeply_nested_report", "malformed report"), ("sends_an_oversized_report", "over the limit")],
+)
 def test_a_damaged_report_fails_its_own_run_only(batch, name, said):
     """(The later exercises of the same submission, on the same engine, grade as they deserve:
     test_an_attack_gains_nothing.)"""

@@ -23,14 +23,14 @@ import nbformat
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from instructor import support
 
 from grader import notebook_source, student_files
 from grader.catalog import load_catalog
-from grader.judge.runner import ALL_CHECKS
 from grader.instructor import batch, gradebook, gradescope, submissions
 from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
 from grader.instructor.submissions import Submission, SubmissionError, prepare
-from instructor import support
+from grader.judge.runner import ALL_CHECKS
 
 CATALOG = load_catalog(support.REPO)
 EX01 = "ex01_process_group"
@@ -82,6 +82,7 @@ def _folder(root: Path, files: dict[str, bytes]) -> Path:
 
 # --- exercise files -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("depth", [1_000, 5_000, 50_000])  # 50,000 of any: under the 1 MiB cap
 @pytest.mark.parametrize("construct", sorted(DEEP))
 def test_a_deeply_nested_exercise_file_is_its_own_problem(tmp_path: Path, construct: str, depth: int) -> None:
@@ -116,14 +117,20 @@ HOSTILE_SOURCE = st.one_of(
     st.binary(max_size=300),
     st.text(max_size=100).map(lambda t: t.encode("latin-1", "replace")),
     st.sampled_from([b"\x00" * 10, "caf\u00e9 = 1\n".encode("latin-1"), b"\xff\xfe\x00x", b"x = '\xed\xa0\x80'"]),
-    st.builds(lambda construct, depth: f"x = {DEEP[construct](depth)}\n".encode(),
-              st.sampled_from(sorted(DEEP)), st.integers(min_value=100, max_value=50_000)),
+    st.builds(
+        lambda construct, depth: f"x = {DEEP[construct](depth)}\n".encode(),
+        st.sampled_from(sorted(DEEP)),
+        st.integers(min_value=100, max_value=50_000),
+    ),
 )
 
 
 @FUZZ
-@given(prefix=st.sampled_from([b"", b"\xef\xbb\xbf", b"# -*- coding: latin-1 -*-\n", SOLUTION.encode()]),
-       junk=HOSTILE_SOURCE, beside_a_notebook=st.booleans())
+@given(
+    prefix=st.sampled_from([b"", b"\xef\xbb\xbf", b"# -*- coding: latin-1 -*-\n", SOLUTION.encode()]),
+    junk=HOSTILE_SOURCE,
+    beside_a_notebook=st.booleans(),
+)
 def test_any_exercise_file_is_graded_or_its_problem_said(prefix: bytes, junk: bytes, beside_a_notebook: bool) -> None:
     """Binary junk, bad encodings (latin-1, a BOM before junk, NUL bytes, UTF-8 surrogates), nesting."""
     with tempfile.TemporaryDirectory() as root:
@@ -134,6 +141,7 @@ def test_any_exercise_file_is_graded_or_its_problem_said(prefix: bytes, junk: by
 
 
 # --- notebooks ------------------------------------------------------------------------------------
+
 
 def _solved_notebook() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as root:
@@ -160,32 +168,62 @@ NOTEBOOKS: dict[str, tuple[bytes, str | None]] = {  # the notebook's bytes -> wh
     "JSON string": (b'"notebook"', "is not a valid notebook"),
     "empty object": (b"{}", "is not a valid notebook"),
     "deep array": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    "deep in metadata": (_with(lambda n: n["metadata"].update(x=json.loads("[" * 500 + "]" * 500))),
-                         "nested too deeply"),
+    "deep in metadata": (
+        _with(lambda n: n["metadata"].update(x=json.loads("[" * 500 + "]" * 500))),
+        "nested too deeply",
+    ),
     "cells not a list": (_with(lambda n: n.update(cells={"a": 1})), "is not a valid notebook"),
     "cells a number": (_with(lambda n: n.update(cells=7)), "is not a valid notebook"),
     "a cell a number": (_with(lambda n: n["cells"].append(3)), "is not a valid notebook"),
     "a cell without a type": (_with(lambda n: n["cells"].append({"source": "", "metadata": {}})), "is not a cell"),
     "cell source a number": (_with(lambda n: _exercise_cell(n).update(source=42)), "source is not text"),
-    "cell source a list of numbers": (_with(lambda n: _exercise_cell(n).update(source=[1, 2])),
-                                      "is not a valid notebook"),
+    "cell source a list of numbers": (
+        _with(lambda n: _exercise_cell(n).update(source=[1, 2])),
+        "is not a valid notebook",
+    ),
     "cell without source": (_with(lambda n: _exercise_cell(n).pop("source")), "source is not text"),
     "missing metadata": (_with(lambda n: n.pop("metadata")), "is not a valid notebook"),
     "metadata a list": (_with(lambda n: n.update(metadata=[])), "is not a valid notebook"),
     "metadata.grader a string": (_with(lambda n: n["metadata"].update(grader="ex01")), "'grader' entry"),
-    "cell metadata.grader a list": (_with(lambda n: _exercise_cell(n)["metadata"].update(grader=[1])),
-                                    "metadata is not a JSON object"),
+    "cell metadata.grader a list": (
+        _with(lambda n: _exercise_cell(n)["metadata"].update(grader=[1])),
+        "metadata is not a JSON object",
+    ),
     "tags a string": (_with(lambda n: _exercise_cell(n)["metadata"].update(tags="exercise")), "tags are not"),
     "tags of numbers": (_with(lambda n: _exercise_cell(n)["metadata"].update(tags=[1])), "tags are not"),
     "nbformat 99": (_with(lambda n: n.update(nbformat=99)), "is not a valid notebook"),
     "nbformat a list": (_with(lambda n: n.update(nbformat=[4])), "is not a valid notebook"),
-    "nbformat 3, broken": (b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": 5}',
-                           "is not a valid notebook"),
-    "nbformat 3": (json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": [
-        {"cell_type": "code", "language": "python", "input": SOLUTION, "outputs": [],
-         "metadata": {"tags": [notebook_source.TAG]}}]}]}).encode(), None),
-    "a lone surrogate in a cell": (_with(lambda n: _exercise_cell(n).update(source=SOLUTION + "\nx = '\ud800'\n")),
-                                   None),
+    "nbformat 3, broken": (
+        b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": 5}',
+        "is not a valid notebook",
+    ),
+    "nbformat 3": (
+        json.dumps(
+            {
+                "nbformat": 3,
+                "nbformat_minor": 0,
+                "metadata": {},
+                "worksheets": [
+                    {
+                        "cells": [
+                            {
+                                "cell_type": "code",
+                                "language": "python",
+                                "input": SOLUTION,
+                                "outputs": [],
+                                "metadata": {"tags": [notebook_source.TAG]},
+                            }
+                        ]
+                    }
+                ],
+            }
+        ).encode(),
+        None,
+    ),
+    "a lone surrogate in a cell": (
+        _with(lambda n: _exercise_cell(n).update(source=SOLUTION + "\nx = '\ud800'\n")),
+        None,
+    ),
     "over the cap": (b'{"cells": [], "x": "' + b"a" * notebook_source.MAX_NOTEBOOK_BYTES + b'"}', "over 16 MiB"),
 }
 
@@ -209,7 +247,8 @@ def test_every_malformed_notebook_shape_is_refused_in_a_sentence(tmp_path: Path,
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -239,6 +278,7 @@ def test_any_notebook_is_graded_or_refused(data: bytes) -> None:
 
 
 # --- zips -----------------------------------------------------------------------------------------
+
 
 def _zip(path: Path, members: dict[str | zipfile.ZipInfo, bytes]) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -284,15 +324,18 @@ ZIPS: dict[str, tuple[Callable[[Path], Path], str]] = {  # how to build it -> wh
     "truncated": (_truncated, "not a readable zip archive"),
     "not a zip": (lambda p: _written(p, b"PK\x03\x04 but not really"), "not a readable zip archive"),
     "encrypted": (_encrypted, "is encrypted"),
-    "too many members": (lambda p: _zip(p, {f"f{i}.txt": b"" for i in range(submissions.MAX_MEMBERS + 1)}),
-                         f"a submission holds at most {submissions.MAX_MEMBERS}"),
+    "too many members": (
+        lambda p: _zip(p, {f"f{i}.txt": b"" for i in range(submissions.MAX_MEMBERS + 1)}),
+        f"a submission holds at most {submissions.MAX_MEMBERS}",
+    ),
     "a bomb": (lambda p: _zip(p, {EX01_PY: b"\0" * (submissions.MAX_UNPACKED_BYTES + 1)}), "unpacks to more than"),
     "a member climbing out": (lambda p: _zip(p, {f"../../{EX01_PY}": b"x = 1"}), "points outside the archive"),
     "an absolute member": (lambda p: _zip(p, {f"/tmp/{EX01_PY}": b"x = 1"}), "is an absolute path"),
-    "a NUL in a name": (lambda p: _patched(_zip(p, {EX01_PY + "X": SOLUTION.encode()}), b".pyX", b".py\0"),
-                        "NUL byte"),
-    "a symlink member": (lambda p: _zip(p, {_typed(EX01_PY, 0o120000): b"/etc/passwd"}),
-                         "is a symbolic link: submissions hold regular files only"),
+    "a NUL in a name": (lambda p: _patched(_zip(p, {EX01_PY + "X": SOLUTION.encode()}), b".pyX", b".py\0"), "NUL byte"),
+    "a symlink member": (
+        lambda p: _zip(p, {_typed(EX01_PY, 0o120000): b"/etc/passwd"}),
+        "is a symbolic link: submissions hold regular files only",
+    ),
     "a FIFO member": (lambda p: _zip(p, {_typed(EX01_PY, 0o010000): b""}), "is a named pipe"),
     "a file where a folder is": (lambda p: _zip(p, {"a": b"x", "a/" + EX01_PY: b"x"}), "cannot be unpacked"),
 }
@@ -317,19 +360,21 @@ def test_a_zip_nests_its_folder_as_deep_as_allowed_and_no_deeper(tmp_path: Path)
 
 @FUZZ
 @example(cut=0, flips=[(30 + len(f"s/{EX01_PY}"), 0xFF)])  # the first byte of deflated data: zlib.error
-@given(cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)),
-                                                     max_size=6))
+@given(
+    cut=st.integers(min_value=0), flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(1, 255)), max_size=6)
+)
 def test_a_damaged_zip_is_unpacked_or_refused(cut: int, flips: list[tuple[int, int]]) -> None:
     with tempfile.TemporaryDirectory() as root:
         archive = _zip(Path(root) / "damaged.zip", {f"s/{EX01_PY}": SOLUTION.encode(), "s/notes.ipynb": b"{}"})
         data = bytearray(archive.read_bytes())
         for at, bits in flips:
             data[at % len(data)] ^= bits
-        archive.write_bytes(bytes(data[:len(data) - cut % len(data)]))
+        archive.write_bytes(bytes(data[: len(data) - cut % len(data)]))
         _checked(archive)
 
 
 # --- the guard: whatever escapes is that submission's row -----------------------------------------
+
 
 class _NoEngines:
     """A pool for submissions that never get as far as an engine."""
@@ -356,14 +401,18 @@ def _all_not_run(grade: SubmissionGrade, message: str) -> None:
 
 
 @settings(FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(error=st.sampled_from([RecursionError, MemoryError, ValueError, OSError, KeyError, RuntimeError,
-                              KeyboardInterrupt, SystemExit]),
-       where=st.sampled_from([(submissions, "prepare"), (notebook_source, "read"), (student_files, "is_untouched")]),
-       text=st.one_of(st.text(max_size=50), st.just("first line\nsecond line"), st.just("x" * 5000)))
-def test_anything_raised_while_preparing_becomes_the_row(monkeypatch: pytest.MonkeyPatch,
-                                                          error: type[BaseException], where: tuple[object, str],
-                                                          text: str) -> None:
+@given(
+    error=st.sampled_from(
+        [RecursionError, MemoryError, ValueError, OSError, KeyError, RuntimeError, KeyboardInterrupt, SystemExit]
+    ),
+    where=st.sampled_from([(submissions, "prepare"), (notebook_source, "read"), (student_files, "is_untouched")]),
+    text=st.one_of(st.text(max_size=50), st.just("first line\nsecond line"), st.just("x" * 5000)),
+)
+def test_anything_raised_while_preparing_becomes_the_row(
+    monkeypatch: pytest.MonkeyPatch, error: type[BaseException], where: tuple[object, str], text: str
+) -> None:
     """Any Exception, MemoryError and RecursionError included; stopping the grader still stops it."""
+
     def fail(*_: object) -> None:
         raise error(text)
 
@@ -384,8 +433,10 @@ def test_anything_raised_while_preparing_becomes_the_row(monkeypatch: pytest.Mon
 def test_a_refused_submission_is_its_row_in_its_own_words(tmp_path: Path) -> None:
     (tmp_path / "bob.ipynb").write_bytes(b"[" * 100_000 + b"]" * 100_000)
     grade = _row(tmp_path / "bob.ipynb")
-    assert grade.problem == ("bob.ipynb is nested too deeply to read: a notebook's JSON nests a few levels, at most "
-                             f"{notebook_source.MAX_NOTEBOOK_DEPTH}")
+    assert grade.problem == (
+        "bob.ipynb is nested too deeply to read: a notebook's JSON nests a few levels, at most "
+        f"{notebook_source.MAX_NOTEBOOK_DEPTH}"
+    )
     _all_not_run(grade, grade.problem)
 
 
@@ -418,8 +469,11 @@ def test_anything_raised_while_grading_becomes_the_row_and_the_engine_goes_back(
 
 def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real engines, honest submissions before and after: each failure costs its own row only."""
-    raised = {"b_recursion": RecursionError("maximum recursion depth exceeded"), "c_memory": MemoryError(),
-              "d_other": LookupError("nothing of the kind")}
+    raised = {
+        "b_recursion": RecursionError("maximum recursion depth exceeded"),
+        "c_memory": MemoryError(),
+        "d_other": LookupError("nothing of the kind"),
+    }
     names = ["a_first", *raised, "e_last"]
     for name in names:
         (tmp_path / name).mkdir()
@@ -433,8 +487,11 @@ def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(submissions, "prepare", prepare)
     ex01 = dataclasses.replace(CATALOG, exercises=(CATALOG.get(EX01),))
-    grades = grade_batch(ex01, [tmp_path / name for name in names],
-                         BatchOptions(jobs=2, world_sizes=(2,), deadline=20, visibilities=ALL_CHECKS))
+    grades = grade_batch(
+        ex01,
+        [tmp_path / name for name in names],
+        BatchOptions(jobs=2, world_sizes=(2,), deadline=20, visibilities=ALL_CHECKS),
+    )
     assert [g.name for g in grades] == names
     for grade in grades:
         if grade.name in raised:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from instructor import support
+from instructor.results_schema import validate_results
 
 from grader.catalog import load_catalog
-from grader.judge.runner import CheckResult
 from grader.cli import main as grader_main
 from grader.instructor import gradebook, gradescope
 from grader.instructor.batch import SubmissionGrade
@@ -29,10 +30,9 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.grade_log import TEXT_LIMIT, GradeLog, read_grades
 from grader.instructor.gradescope_submission import main as locate_main
 from grader.instructor.manifest import Manifest
+from grader.judge.runner import CheckResult
 from grader.report.inert import NAME_LIMIT, csv_cell, file_name, one_line, printable
 from grader.report.terminal import Terminal
-from instructor import support
-from instructor.results_schema import validate_results
 
 CATALOG = load_catalog(support.REPO)
 CHEAP = dataclasses.replace(CATALOG, exercises=CATALOG.exercises[:2])
@@ -49,8 +49,12 @@ _BIDI = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI", "ALM"}
 
 def raw_controls(text: str) -> list[str]:
     """The characters of `text` a terminal or a renderer would act on (newline and tab aside)."""
-    return [c for c in text if c not in "\n\t" and (unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")
-                                                   or unicodedata.bidirectional(c) in _BIDI)]
+    return [
+        c
+        for c in text
+        if c not in "\n\t"
+        and (unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or unicodedata.bidirectional(c) in _BIDI)
+    ]
 
 
 def strings(value: Any) -> list[str]:
@@ -71,10 +75,21 @@ def hostile_grade(name: str = "=evil" + HOSTILE, flood: int = 0) -> SubmissionGr
         for spec in exercise.checks:
             for w in spec.world_sizes:
                 message = f"rank 0 raised RuntimeError: {chr(27) * flood}{HOSTILE}"
-                results.append(CheckResult("failed", message, exercise=exercise.id, check=spec.name, world_size=w,
-                                           seconds=0.1, points=0.0, max_points=spec.points / len(spec.world_sizes),
-                                           visibility=spec.visibility, details=f"--- output of rank 0 ---\n{HOSTILE}",
-                                           notes=[HOSTILE]))
+                results.append(
+                    CheckResult(
+                        "failed",
+                        message,
+                        exercise=exercise.id,
+                        check=spec.name,
+                        world_size=w,
+                        seconds=0.1,
+                        points=0.0,
+                        max_points=spec.points / len(spec.world_sizes),
+                        visibility=spec.visibility,
+                        details=f"--- output of rank 0 ---\n{HOSTILE}",
+                        notes=[HOSTILE],
+                    )
+                )
     return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE])
 
 
@@ -108,8 +123,28 @@ def test_a_cell_that_would_be_a_formula_gets_a_leading_quote(formula: str) -> No
     assert csv_cell("ada lovelace") == "ada lovelace" and csv_cell("12.5") == "12.5"
 
 
-@pytest.mark.parametrize("name", ["..", ".", "...", "../../etc/passwd", ".hidden", "-rf", "a/b", "a\\b", "a\x00b",
-                                  "a\nb", CLEAR, "$(touch pwned)", "x" * 300, " lead", "trail.", "", HOSTILE])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        ".",
+        "...",
+        "../../etc/passwd",
+        ".hidden",
+        "-rf",
+        "a/b",
+        "a\\b",
+        "a\x00b",
+        "a\nb",
+        CLEAR,
+        "$(touch pwned)",
+        "x" * 300,
+        " lead",
+        "trail.",
+        "",
+        HOSTILE,
+    ],
+)
 def test_a_name_becomes_one_plain_path_component(name: str, tmp_path: Path) -> None:
     made = file_name(name)
     assert made not in (".", "..") and "/" not in made and "\\" not in made and not raw_controls(made)
@@ -145,13 +180,15 @@ def test_results_json_holds_only_text_and_is_capped(tmp_path: Path) -> None:
 def test_the_visible_outputs_together_are_capped() -> None:
     flooded = hostile_grade(flood=20_000)
     many = dataclasses.replace(flooded, results=flooded.results * 10)
-    catalog = dataclasses.replace(CHEAP, exercises=tuple(
-        dataclasses.replace(e, checks=e.checks * 10) for e in CHEAP.exercises))
+    catalog = dataclasses.replace(
+        CHEAP, exercises=tuple(dataclasses.replace(e, checks=e.checks * 10) for e in CHEAP.exercises)
+    )
     tests = gradescope.results_json(catalog, many)["tests"]
     visible = [t for t in tests if t["visibility"] == "visible"]
     assert len(visible) > gradescope.OUTPUT_LIMIT // gradescope.TEST_OUTPUT_LIMIT
-    assert sum(len(t["output"]) for t in visible) <= gradescope.OUTPUT_LIMIT + \
-        len(visible) * gradescope.TEST_OUTPUT_FLOOR
+    assert (
+        sum(len(t["output"]) for t in visible) <= gradescope.OUTPUT_LIMIT + len(visible) * gradescope.TEST_OUTPUT_FLOOR
+    )
 
 
 def _cells(path: Path) -> list[str]:
@@ -166,14 +203,14 @@ def _assert_inert_cells(cells: list[str]) -> None:
 
 
 def test_gradebook_cells_are_never_formulas(tmp_path: Path) -> None:
-    names = ["=HYPERLINK(\"http://x\")", "+cmd|' /C calc'!A0", "@SUM(1)", "-2+3", "\tx", CLEAR + "ada"]
+    names = ['=HYPERLINK("http://x")', "+cmd|' /C calc'!A0", "@SUM(1)", "-2+3", "\tx", CLEAR + "ada"]
     with gradebook.Gradebook(tmp_path / "gradebook.csv", CHEAP) as book:
         for name in names:
             book.add(hostile_grade(name))
         _assert_inert_cells(_cells(tmp_path / "gradebook.csv"))  # the rows appended while the batch runs
     cells = _cells(tmp_path / "gradebook.csv")
     _assert_inert_cells(cells)
-    assert "'=HYPERLINK(\"http://x\")" in cells and "\\x1b[2J\\x1b[Hada" in cells
+    assert '\'=HYPERLINK("http://x")' in cells and "\\x1b[2J\\x1b[Hada" in cells
 
 
 def test_a_merged_gradebook_is_disarmed_and_finds_every_hostile_name(tmp_path: Path) -> None:
@@ -185,8 +222,9 @@ def test_a_merged_gradebook_is_disarmed_and_finds_every_hostile_name(tmp_path: P
     two.mkdir()
     with open(two / "gradebook.csv", "w", newline="") as handle:  # written by hand, or by an older grader
         writer = csv.writer(handle)
-        writer.writerow(["submission", "ex01_process_group", "ex02_data_sharding", "total", "max_score", "seconds",
-                         "problem"])
+        writer.writerow(
+            ["submission", "ex01_process_group", "ex02_data_sharding", "total", "max_score", "seconds", "problem"]
+        )
         writer.writerow([names[2], "0", "0", "0", "10", "1.0", "=1+1"])
     for folder in (one, two):
         Manifest(names, ("ex01_process_group", "ex02_data_sharding")).write(folder / "batch.json")
@@ -205,8 +243,10 @@ class _Tags(HTMLParser):
 
 
 def test_the_class_report_shows_student_text_and_runs_none_of_it(tmp_path: Path) -> None:
-    grades = [hostile_grade('"><img src=x onerror=alert(1)>' + CLEAR, flood=10_000),
-              hostile_grade("<script>alert(1)</script>")]
+    grades = [
+        hostile_grade('"><img src=x onerror=alert(1)>' + CLEAR, flood=10_000),
+        hostile_grade("<script>alert(1)</script>"),
+    ]
     page = write_report(tmp_path / "report.html", CHEAP, grades, "Class report", plots=False).read_text()
     parser = _Tags()
     parser.feed(page)
@@ -257,8 +297,9 @@ def test_check_output_on_a_terminal_keeps_only_the_grader_s_colours(verbose: boo
     assert "\\x1b[2J" in screen and "\x1b[31m" in screen  # the student's ESC shown, the grader's red kept
 
 
-def test_an_error_naming_a_student_file_is_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_naming_a_student_file_is_printed_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / f"run{CLEAR}{OSC52}"
     folder.mkdir()
     assert grader_main(["report", str(folder), "--out", str(tmp_path / "report.html")]) == 2
@@ -295,8 +336,18 @@ def test_the_sbatch_script_quotes_hostile_paths_and_runs_none_of_them(tmp_path: 
     students = ["=HYPERLINK(1)", "$(touch pwned)", "-rf", f"ev{CLEAR}il"]
     for student in students:
         (subs / student).mkdir(parents=True)
-    done = support.run_grader(support.REPO, "slurm", str(subs), "--out", "grade.sbatch", "--results", str(results),
-                              "--shards", "2", cwd=tmp_path)
+    done = support.run_grader(
+        support.REPO,
+        "slurm",
+        str(subs),
+        "--out",
+        "grade.sbatch",
+        "--results",
+        str(results),
+        "--shards",
+        "2",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     script = tmp_path / "grade.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -315,8 +366,9 @@ def test_the_sbatch_script_quotes_hostile_paths_and_runs_none_of_them(tmp_path: 
     wrap = next(arg.removeprefix("--wrap=") for arg in sbatch if arg.startswith("--wrap="))
     merged = subprocess.run(["/bin/bash", "-c", wrap], cwd=tmp_path, env={**env, "PATH": str(fakes)}, timeout=60)
     assert merged.returncode == 0
-    assert _calls(fakes, "grader") == [["gradebook", "merge", f"{results}/shard-*", "--out",
-                                        f"{results}/gradebook.csv"]]
+    assert _calls(fakes, "grader") == [
+        ["gradebook", "merge", f"{results}/shard-*", "--out", f"{results}/gradebook.csv"]
+    ]
     assert not list(tmp_path.rglob("pwned*"))
 
 
@@ -348,7 +400,7 @@ FLOOD = "".join(chr(c) for c in range(32) if chr(c) not in "\n\t") * 400  # 12,0
 
 def test_a_real_grading_of_a_hostile_submission_writes_only_inert_files(tmp_path: Path) -> None:
     folder = support.stubs(tmp_path / f"subs/st{CLEAR}ud=ent")
-    (folder / "ex01_process_group.py").write_text(f'''
+    (folder / "ex01_process_group.py").write_text(f"""
 import sys
 
 
@@ -360,10 +412,23 @@ def setup_ddp(rank, world_size, backend=None):
 
 def cleanup_ddp():
     pass
-''')
+""")
     out = tmp_path / "out"
-    done = support.run_grader(support.REPO, "grade", str(folder), "--out", str(out), "--no-sandbox",
-                              "--exercises", "ex01", "--world-size", "2", "--timeout", "120", timeout=600)
+    done = support.run_grader(
+        support.REPO,
+        "grade",
+        str(folder),
+        "--out",
+        str(out),
+        "--no-sandbox",
+        "--exercises",
+        "ex01",
+        "--world-size",
+        "2",
+        "--timeout",
+        "120",
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert not raw_controls(done.stdout) and not raw_controls(done.stderr)
     (results,) = out.glob("*/results.json")

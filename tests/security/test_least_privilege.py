@@ -66,7 +66,10 @@ def _inside(sandboxed, name: str, body: str) -> dict:
 
 
 def test_a_rank_that_opens_20000_files_fails_at_the_limit_and_only_its_run_fails(sandboxed):
-    facts = _inside(sandboxed, "fds", """
+    facts = _inside(
+        sandboxed,
+        "fds",
+        """
         held = []
         try:
             for _ in range(20000):
@@ -75,7 +78,8 @@ def test_a_rank_that_opens_20000_files_fails_at_the_limit_and_only_its_run_fails
             facts["errno"] = exc.errno
         facts["held"] = len(held)
         facts["limit"] = resource.getrlimit(resource.RLIMIT_NOFILE)
-    """)
+    """,
+    )
     assert facts["errno"] == errno.EMFILE
     assert facts["limit"] == [Limits().open_files, Limits().open_files]
     assert facts["held"] < Limits().open_files
@@ -88,12 +92,16 @@ def test_a_rank_that_opens_20000_files_fails_at_the_limit_and_only_its_run_fails
 
 
 def test_etc_holds_only_the_generated_files_and_no_host_account(sandboxed):
-    facts = _inside(sandboxed, "etc", """
+    facts = _inside(
+        sandboxed,
+        "etc",
+        """
         facts["etc"] = sorted(os.listdir("/etc"))
         facts["passwd"] = open("/etc/passwd").read()
         facts["shadow"] = os.path.exists("/etc/shadow")
         facts["uid"], facts["gid"] = os.getuid(), os.getgid()
-    """)
+    """,
+    )
     generated = rank_view.etc_files(facts["uid"], facts["gid"])
     assert facts["etc"] == sorted([*generated, *(["ld.so.cache"] if Path("/etc/ld.so.cache").is_file() else [])])
     assert facts["passwd"] == generated["passwd"]
@@ -107,18 +115,35 @@ def test_nothing_of_the_host_the_ranks_do_not_load_is_visible(sandboxed):
     _, workspace, sandbox = sandboxed
     kind = sandbox.kind
     libc = Path(next(f for f in kind.files if Path(f).name.startswith("libc.so")))
-    candidates = ["/usr/bin/env", "/usr/bin/apt", "/usr/share", "/bin/sh", "/home", "/etc/shadow",
-                  str(Path.home() / ".bashrc"), str(Path.home() / ".ssh"), str(REPO / ".git"), str(REPO / "solutions")]
+    candidates = [
+        "/usr/bin/env",
+        "/usr/bin/apt",
+        "/usr/share",
+        "/bin/sh",
+        "/home",
+        "/etc/shadow",
+        str(Path.home() / ".bashrc"),
+        str(Path.home() / ".ssh"),
+        str(REPO / ".git"),
+        str(REPO / "solutions"),
+    ]
     on_host = [path for path in candidates if os.path.lexists(path)]
     assert len(on_host) >= 5, on_host
-    bound = {Path(p).relative_to(libc.parent).parts[0] for p in [*kind.files, *kind.links]
-             if Path(p).is_relative_to(libc.parent)}
-    facts = _inside(sandboxed, "host", f"""
+    bound = {
+        Path(p).relative_to(libc.parent).parts[0]
+        for p in [*kind.files, *kind.links]
+        if Path(p).is_relative_to(libc.parent)
+    }
+    facts = _inside(
+        sandboxed,
+        "host",
+        f"""
         facts["seen"] = [path for path in {on_host!r} if os.path.lexists(path)]
         facts["libc"] = os.path.isfile({str(libc)!r})
         facts["unbound"] = sorted(set(os.listdir({str(libc.parent)!r})) - set({sorted(bound)!r}))[:20]
         facts["top"] = sorted(os.listdir("/"))
-    """)
+    """,
+    )
     assert facts["seen"] == []
     assert facts["libc"] and facts["unbound"] == []
     binds = [*python_binds(), *map(Path, [*kind.files, *kind.links]), sandbox.view, workspace]
@@ -134,10 +159,17 @@ def test_the_ranks_limits_name_the_open_files_in_every_case():
 
 
 def test_the_zygote_applies_the_open_files_limit():
-    code = ("import resource; from grader.engine.zygote import _limit; _limit('fsize=4096,nofile=300'); "
-            "print(resource.getrlimit(resource.RLIMIT_NOFILE))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import resource; from grader.engine.zygote import _limit; _limit('fsize=4096,nofile=300'); "
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.stdout.strip() == "(300, 300)", done.stderr
 
 
@@ -160,25 +192,33 @@ def test_routes_recreate_the_symlinks_on_the_way_and_bind_only_real_files(tmp_pa
     (tmp_path / "lib").symlink_to("usr/lib")
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "python").symlink_to(tmp_path / "lib" / "libx.so.1")
-    links, files = host_files.routes([str(tmp_path / "lib" / "libx.so.1"), str(tmp_path / "env" / "python")],
-                                     [tmp_path / "env"])
+    links, files = host_files.routes(
+        [str(tmp_path / "lib" / "libx.so.1"), str(tmp_path / "env" / "python")], [tmp_path / "env"]
+    )
     assert links == {str(tmp_path / "lib"): "usr/lib", str(tmp_path / "usr" / "lib" / "libx.so.1"): "libx.so.1.2"}
     assert files == [str(tmp_path / "usr" / "lib" / "libx.so.1.2")]
 
 
 def test_on_a_gpu_the_drivers_libraries_are_found_in_the_loaders_cache():
-    listing = ("\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
-               "\tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
-               "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n"
-               "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n")
-    assert host_files.driver_paths(listing) == ["/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-                                                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"]
+    listing = (
+        "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+        "\tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+        "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n"
+        "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n"
+    )
+    assert host_files.driver_paths(listing) == [
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    ]
 
 
 def test_a_rank_can_read_neither_the_zygotes_memory_nor_its_environment(sandboxed):
     """The zygote is not dumpable: a rank, the same user without capabilities, is refused what it
     could otherwise read of its parent (its own /proc entries stay readable)."""
-    facts = _inside(sandboxed, "zygote", """
+    facts = _inside(
+        sandboxed,
+        "zygote",
+        """
         parent = os.getppid()
         for what in ("environ", "mem", "maps"):
             try:
@@ -188,6 +228,7 @@ def test_a_rank_can_read_neither_the_zygotes_memory_nor_its_environment(sandboxe
             except OSError as exc:
                 facts[what] = errno.errorcode[exc.errno]
         facts["own"] = len(open("/proc/self/environ", "rb").read()) > 0
-    """)
+    """,
+    )
     assert facts["own"] is True
     assert {facts["environ"], facts["mem"], facts["maps"]} <= {"EACCES", "EPERM"}, facts

@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 from instructor import support
 
-TABLE_STUB = '''
+TABLE_STUB = """
 import json, pathlib
 _table = json.loads((pathlib.Path(__import__("grader").__file__).parent
                      / "checks/ex10_scaling/expected.json").read_text())
@@ -52,7 +51,7 @@ def zero_memory_per_gpu(num_params, world_size, stage, optimizer_bytes=12):
     if stage not in (0, 1, 2, 3):
         raise ValueError(stage)
     return _lookup("zero_memory_per_gpu", num_params, world_size, stage, optimizer_bytes)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +76,14 @@ def test_a_table_of_the_public_answers_passes_public_checks_and_fails_the_hidden
     public = support.run_grader(student_copy, "check", "--path", str(submission), "ex10")
     assert "public checks passed" in public.stdout, public.stdout + public.stderr
     course = support.course_copy(tmp_path / "course")
-    shutil.copyfile(student_copy / "grader/checks/ex10_scaling/expected.json",
-                    course / "grader/checks/ex10_scaling/expected.json")
+    shutil.copyfile(
+        student_copy / "grader/checks/ex10_scaling/expected.json", course / "grader/checks/ex10_scaling/expected.json"
+    )
     graded = support.run_grader(course, "check", "--solutions", "ex10")  # the instructor's run includes hidden
     assert graded.returncode == 0, graded.stdout
-    hidden = support.run_grader(course, "grade", str(submission), "--out", str(tmp_path / "out"),
-                                "--no-sandbox", "--world-size", "1")
+    hidden = support.run_grader(
+        course, "grade", str(submission), "--out", str(tmp_path / "out"), "--no-sandbox", "--world-size", "1"
+    )
     assert hidden.returncode == 0, hidden.stderr
     book = (tmp_path / "out" / "gradebook.csv").read_text().splitlines()[1].split(",")
     header = (tmp_path / "out" / "gradebook.csv").read_text().splitlines()[0].split(",")

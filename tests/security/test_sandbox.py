@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+from instructor import support
+
 from grader.catalog import load_catalog
-from grader.judge.diagnose import failure_verdict
 from grader.engine import Engine, Job
+from grader.judge.diagnose import failure_verdict
 from grader.sandbox import SandboxError, open_sandbox, rank_view, unprivileged
 from grader.sandbox.limits import Limits
-from instructor import support
 
 PACKAGE = REPO / "grader"
 
@@ -45,8 +45,14 @@ def test_the_view_holds_the_rank_side_and_nothing_of_the_judge(view):
 def test_every_exercises_workers_load_from_the_view_alone(view):
     modules = [e.workers_module for e in load_catalog(REPO).exercises]
     code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\nimport grader.engine.zygote"
-    done = subprocess.run([sys.executable, "-s", "-P", "-c", code, *modules], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(view), "PATH": os.environ["PATH"]}, cwd=view, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-s", "-P", "-c", code, *modules],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(view), "PATH": os.environ["PATH"]},
+        cwd=view,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -86,8 +92,9 @@ def hidden_course_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_no_sandbox_says_loudly_what_it_gives_up(hidden_course_cli, tmp_path):
     submission = tmp_path / "empty"
     submission.mkdir()
-    done = support.run_grader(hidden_course_cli, "grade", str(submission), "--out", str(tmp_path / "out"),
-                              "--no-sandbox", "--world-size", "2")
+    done = support.run_grader(
+        hidden_course_cli, "grade", str(submission), "--out", str(tmp_path / "out"), "--no-sandbox", "--world-size", "2"
+    )
     assert done.returncode == 0, done.stderr
     assert "WARNING: grading without a sandbox" in done.stderr and "solutions" in done.stderr
 
@@ -95,8 +102,9 @@ def test_no_sandbox_says_loudly_what_it_gives_up(hidden_course_cli, tmp_path):
 def test_a_sandbox_that_cannot_run_is_one_line_and_exit_2(hidden_course_cli, tmp_path):
     if unprivileged.unavailable(hidden_course_cli, tmp_path / "out") is None:
         pytest.skip("the unprivileged-user sandbox can run here")
-    done = support.run_grader(hidden_course_cli, "grade", str(tmp_path), "--out", str(tmp_path / "out"),
-                              "--sandbox", "user")
+    done = support.run_grader(
+        hidden_course_cli, "grade", str(tmp_path), "--out", str(tmp_path / "out"), "--sandbox", "user"
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("grader: cannot sandbox as an unprivileged user:") and done.stderr.count("\n") == 1
 
@@ -105,13 +113,21 @@ def test_memory_beyond_the_limit_ends_the_run_in_seconds(bwrap_available, tmp_pa
     sandbox = open_sandbox("bubblewrap", REPO, tmp_path, Limits(memory_bytes=768 << 20))
     workspace = Path(tempfile.mkdtemp(dir=tmp_path))
     student = workspace / "ex01_process_group.py"
-    student.write_text("def setup_ddp(rank, world_size, backend=None):\n    hog = bytearray(2 << 30)\n"
-                       "def cleanup_ddp():\n    pass\n")
+    student.write_text(
+        "def setup_ddp(rank, world_size, backend=None):\n    hog = bytearray(2 << 30)\ndef cleanup_ddp():\n    pass\n"
+    )
     try:
         with Engine(confinement=sandbox.confine(workspace)) as engine:
             started = time.monotonic()
-            result = engine.run(Job("grader.checks.ex01_process_group.workers:join_and_leave", 1,
-                                    {"summands": [1], "broadcast": [1]}, student_file=student, deadline=30))
+            result = engine.run(
+                Job(
+                    "grader.checks.ex01_process_group.workers:join_and_leave",
+                    1,
+                    {"summands": [1], "broadcast": [1]},
+                    student_file=student,
+                    deadline=30,
+                )
+            )
             assert time.monotonic() - started < 15
             rank = result.ranks[0]
             assert (rank.status == -9 and result.memory_exceeded) or "MemoryError" in str(rank.error), rank

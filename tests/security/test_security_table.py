@@ -53,5 +53,6 @@ def test_every_test_the_table_names_exists() -> None:
                 continue
             assert path.is_file(), f"{promise}: {path} does not exist"
             if function:
-                assert re.search(rf"^def {re.escape(function)}", path.read_text(), re.M), \
+                assert re.search(rf"^def {re.escape(function)}", path.read_text(), re.M), (
                     f"{promise}: no test {function} in {path.name}"
+                )

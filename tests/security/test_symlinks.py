@@ -15,11 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from instructor import support
 
 from grader.catalog import load_catalog
 from grader.instructor import submissions
 from grader.instructor.submissions import SubmissionError, prepare
-from instructor import support
 
 CATALOG = load_catalog(support.REPO)
 EX01 = "ex01_process_group"
@@ -66,13 +66,16 @@ def test_a_notebook_that_is_a_link_refuses_the_submission(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("kind", ["folder", "zip", "notebook"])
 def test_a_submission_that_is_a_link_is_refused(tmp_path: Path, kind: str) -> None:
-    real = {"folder": lambda: _honest(tmp_path / "real"),
-            "zip": lambda: Path(shutil.make_archive(str(tmp_path / "real"), "zip", _honest(tmp_path / "src"))),
-            "notebook": lambda: support.notebook(tmp_path / "real.ipynb", CATALOG, EX01)}[kind]()
+    real = {
+        "folder": lambda: _honest(tmp_path / "real"),
+        "zip": lambda: Path(shutil.make_archive(str(tmp_path / "real"), "zip", _honest(tmp_path / "src"))),
+        "notebook": lambda: support.notebook(tmp_path / "real.ipynb", CATALOG, EX01),
+    }[kind]()
     link = tmp_path / ("alice" + real.suffix)
     link.symlink_to(real)
-    assert _refused(link, tmp_path / "work") == (f"{link.name} is a symbolic link: hand in the folder, zip or "
-                                                 "notebook itself")
+    assert _refused(link, tmp_path / "work") == (
+        f"{link.name} is a symbolic link: hand in the folder, zip or notebook itself"
+    )
 
 
 def test_special_files_refuse_the_submission(tmp_path: Path) -> None:
@@ -84,8 +87,9 @@ def test_special_files_refuse_the_submission(tmp_path: Path) -> None:
         server.bind(str(sock / "s"))
         assert _refused(sock, tmp_path / "w2") == "s is a socket: submissions hold regular files only"
     os.mkfifo(tmp_path / "bob.zip")
-    assert _refused(tmp_path / "bob.zip", tmp_path / "w3") == ("bob.zip is a named pipe (FIFO): submissions hold "
-                                                               "regular files only")
+    assert _refused(tmp_path / "bob.zip", tmp_path / "w3") == (
+        "bob.zip is a named pipe (FIFO): submissions hold regular files only"
+    )
 
 
 def test_a_fifo_named_like_a_notebook_hangs_nothing(tmp_path: Path) -> None:
@@ -140,6 +144,7 @@ def test_a_zip_of_a_link_is_refused_and_an_honest_zip_is_not(tmp_path: Path) -> 
 
 # --- a real batch ---------------------------------------------------------------------------------
 
+
 def _hostile_class(folder: Path, course: Path) -> dict[str, str]:
     """Honest submissions first and last, hostile ones between: submission -> what its row must say."""
     folder.mkdir()
@@ -168,8 +173,22 @@ def _hostile_class(folder: Path, course: Path) -> dict[str, str]:
 def _graded_class(course: Path, folder: Path, *sandbox: str) -> None:
     said = _hostile_class(folder / "submissions", course)
     out = folder / "out"
-    done = support.run_grader(course, "grade", *sorted(map(str, (folder / "submissions").iterdir())), "--out", str(out),
-                              "--exercises", "ex01", "--world-size", "2", "-j", "2", "--deadline", "10", *sandbox)
+    done = support.run_grader(
+        course,
+        "grade",
+        *sorted(map(str, (folder / "submissions").iterdir())),
+        "--out",
+        str(out),
+        "--exercises",
+        "ex01",
+        "--world-size",
+        "2",
+        "-j",
+        "2",
+        "--deadline",
+        "10",
+        *sandbox,
+    )
     assert done.returncode == 0, done.stderr
     rows = {row["submission"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
     names = sorted(p.name.removesuffix(".ipynb") for p in (folder / "submissions").iterdir())
@@ -185,7 +204,8 @@ def _graded_class(course: Path, folder: Path, *sandbox: str) -> None:
 
 
 def test_a_batch_of_links_fifos_and_deep_files_gives_every_submission_its_row(
-        hidden_course: Path, tmp_path: Path) -> None:
+    hidden_course: Path, tmp_path: Path
+) -> None:
     _graded_class(hidden_course, tmp_path, "--no-sandbox")
 
 

@@ -9,14 +9,28 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from grader.rank.simulated_gpu import SimulatedGpuNode
 from grader.engine.rank_runtime import RankContext
+from grader.rank.simulated_gpu import SimulatedGpuNode
 
 # The collectives a setup_ddp might issue itself; the first one fixes the GPU NCCL would use.
-COLLECTIVES = ("barrier", "all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
-               "monitored_barrier", "reduce", "gather", "scatter", "all_to_all")
-DEVICE_BINDERS = ((torch.cuda, "set_device"), (torch.accelerator, "set_device_index"),
-                  (torch.accelerator, "set_device_idx"))
+COLLECTIVES = (
+    "barrier",
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_object",
+    "broadcast_object_list",
+    "monitored_barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "all_to_all",
+)
+DEVICE_BINDERS = (
+    (torch.cuda, "set_device"),
+    (torch.accelerator, "set_device_index"),
+    (torch.accelerator, "set_device_idx"),
+)
 
 
 def gpus_per_node(world_size: int) -> int:
@@ -58,8 +72,9 @@ def join_and_leave(ctx: RankContext, summands: list[int], broadcast: list[int]) 
     all-reduces summands[r] and offers broadcast[r]: values only the judge knows in advance."""
     ctx.facts["grader_port"] = os.environ["MASTER_PORT"]
     ctx.facts["init_calls"] = _spy_init(ctx)
-    ctx.facts["device_bindings"] = {f"{owner.__name__}.{name}": _spy_binding(ctx, owner, name)
-                                    for owner, name in DEVICE_BINDERS}
+    ctx.facts["device_bindings"] = {
+        f"{owner.__name__}.{name}": _spy_binding(ctx, owner, name) for owner, name in DEVICE_BINDERS
+    }
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
     setup(ctx.rank, ctx.world_size, "nccl" if ctx.backend == "nccl" else None)
     ctx.facts["initialized"] = dist.is_initialized()
@@ -103,9 +118,14 @@ def simulated_gpu_node(ctx: RankContext) -> dict[str, Any]:
     def init_process_group(*args: Any, **kwargs: Any) -> None:
         bound = inspect.signature(real_init).bind_partial(*args, **kwargs).arguments
         device_id = bound.get("device_id")
-        events.append({"call": "init_process_group", **_init_arguments(real_init, args, kwargs),
-                       "device_id_index": node.index(device_id) if device_id is not None else None,
-                       "device": node.current})
+        events.append(
+            {
+                "call": "init_process_group",
+                **_init_arguments(real_init, args, kwargs),
+                "device_id_index": node.index(device_id) if device_id is not None else None,
+                "device": node.current,
+            }
+        )
         real_init("gloo", **{k: v for k, v in bound.items() if k in keep})
 
     dist.init_process_group = init_process_group

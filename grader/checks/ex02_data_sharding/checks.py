@@ -33,16 +33,25 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
     for outcome in ranks:
         message = (outcome.error or {}).get("message", "")
         if "mutually exclusive with shuffle" in message:
-            raise ctx.fail("shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "
-                           "The DistributedSampler shuffles; drop the loader's shuffle", hint="sampler_shuffles")
+            raise ctx.fail(
+                "shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "
+                "The DistributedSampler shuffles; drop the loader's shuffle",
+                hint="sampler_shuffles",
+            )
         invalid = INVALID_RANK.search(message)
         if invalid:
             rank, replicas = int(invalid[1]), int(invalid[2]) + 1
-            swapped = (" (rank and num_replicas swapped: DistributedSampler's arguments are "
-                       "(dataset, num_replicas, rank))" if (rank, replicas) == (ctx.world_size, outcome.rank) else "")
-            raise ctx.fail(f"on rank {outcome.rank} the DistributedSampler got rank={rank} and "
-                           f"num_replicas={replicas}; it needs rank={outcome.rank}, "
-                           f"num_replicas={ctx.world_size}{swapped}", hint="distributed_sampler")
+            swapped = (
+                " (rank and num_replicas swapped: DistributedSampler's arguments are (dataset, num_replicas, rank))"
+                if (rank, replicas) == (ctx.world_size, outcome.rank)
+                else ""
+            )
+            raise ctx.fail(
+                f"on rank {outcome.rank} the DistributedSampler got rank={rank} and "
+                f"num_replicas={replicas}; it needs rank={outcome.rank}, "
+                f"num_replicas={ctx.world_size}{swapped}",
+                hint="distributed_sampler",
+            )
 
 
 def _epochs(ctx: CheckContext) -> list[Shards]:
@@ -54,11 +63,16 @@ def _epochs(ctx: CheckContext) -> list[Shards]:
     for rank, facts in enumerate(ranks):
         for epoch, sizes in enumerate(facts["batches"]):
             if any(size != BATCH for size in sizes[:-1]) or (sizes and sizes[-1] > BATCH):
-                raise ctx.fail(f"rank {rank}'s loader yields batches of {sorted(set(sizes))} samples in epoch {epoch}, "
-                               f"not of batch_size={BATCH} (a last, smaller batch aside)")
+                raise ctx.fail(
+                    f"rank {rank}'s loader yields batches of {sorted(set(sizes))} samples in epoch {epoch}, "
+                    f"not of batch_size={BATCH} (a last, smaller batch aside)"
+                )
         if ctx.world_size > 1 and any(len(seen) >= SIZE for seen in facts["epochs"]):
-            raise ctx.fail(f"no sampler: rank {rank} iterated over all {SIZE} samples in an epoch; each rank "
-                           f"should see about {padded}. Use a DistributedSampler", hint="distributed_sampler")
+            raise ctx.fail(
+                f"no sampler: rank {rank} iterated over all {SIZE} samples in an epoch; each rank "
+                f"should see about {padded}. Use a DistributedSampler",
+                hint="distributed_sampler",
+            )
     return [[facts["epochs"][e] for facts in ranks] for e in range(EPOCHS)]
 
 
@@ -93,31 +107,44 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
     for epoch, shards in enumerate(_epochs(ctx)):
         sizes = [len(shard) for shard in shards]
         if len(set(sizes)) != 1:
-            raise ctx.fail(f"epoch {epoch}: shard sizes differ across ranks ({sizes}); ranks with fewer batches "
-                           f"would wait forever in a collective (DistributedSampler pads every shard to "
-                           f"{math.ceil(SIZE / world)})")
+            raise ctx.fail(
+                f"epoch {epoch}: shard sizes differ across ranks ({sizes}); ranks with fewer batches "
+                f"would wait forever in a collective (DistributedSampler pads every shard to "
+                f"{math.ceil(SIZE / world)})"
+            )
         repeated = _overlap(shards)
         if repeated <= padding:
             continue
         if all(shard == shards[0] for shard in shards):
-            raise ctx.fail(f"epoch {epoch}: every rank got the same shard ({len(shards[0])} samples, in the same "
-                           "order): the sampler does not know which rank it is on; pass rank=rank (and "
-                           "num_replicas=world_size)", hint="distributed_sampler")
+            raise ctx.fail(
+                f"epoch {epoch}: every rank got the same shard ({len(shards[0])} samples, in the same "
+                "order): the sampler does not know which rank it is on; pass rank=rank (and "
+                "num_replicas=world_size)",
+                hint="distributed_sampler",
+            )
         orders = _orders(ctx)
         sliced = [_sliced_seed(shard, rank, orders, world) for rank, shard in enumerate(shards)]
         if sliced == [seed + rank + epoch for rank in range(world)]:
-            raise ctx.fail(f"epoch {epoch}: shards overlap ({repeated} samples seen twice, the padding allows "
-                           f"{padding}): rank r took its slice of the permutation for seed {seed} + r, so every "
-                           "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
-                           hint="same_seed")
+            raise ctx.fail(
+                f"epoch {epoch}: shards overlap ({repeated} samples seen twice, the padding allows "
+                f"{padding}): rank r took its slice of the permutation for seed {seed} + r, so every "
+                "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
+                hint="same_seed",
+            )
         if None not in sliced:
             at = ", ".join(f"rank {rank} as in epoch {own - seed}" for rank, own in enumerate(sliced))
-            raise ctx.fail(f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
-                           "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "
-                           "rank", hint="set_epoch")
-        raise ctx.fail(f"epoch {epoch}: shards overlap: {repeated} samples are seen by more than one rank (the sampler "
-                       f"pads only {padding}), so the ranks do not slice one common permutation; the seed and "
-                       "the shuffling must be the same on every rank", hint="same_seed")
+            raise ctx.fail(
+                f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
+                "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "
+                "rank",
+                hint="set_epoch",
+            )
+        raise ctx.fail(
+            f"epoch {epoch}: shards overlap: {repeated} samples are seen by more than one rank (the sampler "
+            f"pads only {padding}), so the ranks do not slice one common permutation; the seed and "
+            "the shuffling must be the same on every rank",
+            hint="same_seed",
+        )
 
 
 def _sliced_seed(shard: list[int], rank: int, orders: dict[int, list[int]], world: int) -> int | None:
@@ -128,15 +155,19 @@ def _sliced_seed(shard: list[int], rank: int, orders: dict[int, list[int]], worl
 def _drop_last_diagnosis(shards: Shards, missing: set[int], order: list[int], world: int) -> str:
     """The drop_last mistakes, recognized from which indices are missing; "" if neither fits."""
     if shards == sampler_shards(order, world, drop_last=True):
-        return (f"drop_last=True in the DistributedSampler: each rank got {SIZE // world} samples and the tail of "
-                f"the shuffled permutation, {sorted(missing)}, went to no rank; leave drop_last=False so that the "
-                "sampler pads instead")
+        return (
+            f"drop_last=True in the DistributedSampler: each rank got {SIZE // world} samples and the tail of "
+            f"the shuffled permutation, {sorted(missing)}, went to no rank; leave drop_last=False so that the "
+            "sampler pads instead"
+        )
     full = sampler_shards(order, world)
     kept = [len(shard) for shard in shards]
     if all(shard == whole[: len(shard)] for shard, whole in zip(shards, full)) and kept != [len(s) for s in full]:
-        return (f"drop_last=True on the DataLoader: each rank's last, partial batch is dropped (the ranks kept "
-                f"{kept[0]} of their {len(full[0])} samples), so {len(missing)} samples are never seen; leave "
-                "the loader's drop_last False")
+        return (
+            f"drop_last=True on the DataLoader: each rank's last, partial batch is dropped (the ranks kept "
+            f"{kept[0]} of their {len(full[0])} samples), so {len(missing)} samples are never seen; leave "
+            "the loader's drop_last False"
+        )
     return ""
 
 
@@ -150,13 +181,17 @@ def shards_cover_dataset(ctx: CheckContext) -> None:
         if named:
             raise ctx.fail(f"epoch {epoch}: {named}")
         if missing == set(range(SIZE - len(missing), SIZE)):
-            raise ctx.fail(f"epoch {epoch}: the last {len(missing)} samples of the dataset ({sorted(missing)}) are "
-                           f"seen by no rank: {SIZE} / W={ctx.world_size} leaves a remainder that contiguous "
-                           "shards of len // W samples drop; DistributedSampler pads instead",
-                           hint="distributed_sampler")
+            raise ctx.fail(
+                f"epoch {epoch}: the last {len(missing)} samples of the dataset ({sorted(missing)}) are "
+                f"seen by no rank: {SIZE} / W={ctx.world_size} leaves a remainder that contiguous "
+                "shards of len // W samples drop; DistributedSampler pads instead",
+                hint="distributed_sampler",
+            )
         example = sorted(missing)[:8]
-        raise ctx.fail(f"epoch {epoch}: {len(missing)} of {SIZE} samples are seen by no rank (e.g. {example}); every "
-                       "sample must be in some rank's shard")
+        raise ctx.fail(
+            f"epoch {epoch}: {len(missing)} of {SIZE} samples are seen by no rank (e.g. {example}); every "
+            "sample must be in some rank's shard"
+        )
 
 
 def _same_on_all_ranks(per_epoch: list[Shards], epoch: int) -> bool:
@@ -170,12 +205,20 @@ def reshuffles_each_epoch(ctx: CheckContext) -> None:
         if _same_on_all_ranks(per_epoch, epoch):
             first = per_epoch[0][0]
             if first == sorted(first):
-                raise ctx.fail("the shards are never shuffled: every epoch gives each rank the same sorted indices; "
-                               "the sampler should shuffle (its default)", hint="set_epoch")
-            raise ctx.fail(f"forgot set_epoch: epoch {epoch} repeats epoch {epoch - 1}'s order on every rank, so the "
-                           "sampler's epoch never changed; call loader.sampler.set_epoch(epoch) in start_epoch",
-                           hint="set_epoch")
+                raise ctx.fail(
+                    "the shards are never shuffled: every epoch gives each rank the same sorted indices; "
+                    "the sampler should shuffle (its default)",
+                    hint="set_epoch",
+                )
+            raise ctx.fail(
+                f"forgot set_epoch: epoch {epoch} repeats epoch {epoch - 1}'s order on every rank, so the "
+                "sampler's epoch never changed; call loader.sampler.set_epoch(epoch) in start_epoch",
+                hint="set_epoch",
+            )
         stale = [rank for rank, shard in enumerate(per_epoch[epoch]) if shard == per_epoch[epoch - 1][rank]]
         if stale:
-            raise ctx.fail(f"epoch {epoch}: rank {stale[0]} repeats its order of epoch {epoch - 1} while other ranks "
-                           "reshuffle: start_epoch must set the epoch on every rank's sampler", hint="set_epoch")
+            raise ctx.fail(
+                f"epoch {epoch}: rank {stale[0]} repeats its order of epoch {epoch - 1} while other ranks "
+                "reshuffle: start_epoch must set the epoch on every rank's sampler",
+                hint="set_epoch",
+            )

@@ -15,13 +15,32 @@ SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 
 # the hint that addresses each cause a diagnosis can name
 _HINTS = {
-    **dict.fromkeys(("no_sampler", "batch_size", "dropped_partial_batch", "no_set_epoch", "unshuffled",
-                     "shards_overlap", "data"), "data_sampler"),
+    **dict.fromkeys(
+        ("no_sampler", "batch_size", "dropped_partial_batch", "no_set_epoch", "unshuffled", "shards_overlap", "data"),
+        "data_sampler",
+    ),
     **dict.fromkeys(("loss_summed", "divided_by_b", "summed_over_ranks", "divided_by_world_size"), "mean_loss"),
     "not_averaged": "forward_through_wrapper",
-    **dict.fromkeys(("optimizer_parameters", "gradients_not_cleared", "no_momentum", "other_momentum", "nesterov",
-                     "weight_decay", "adam_like", "lr_times_world_size", "lr_over_world_size", "lr_times_batch",
-                     "learning_rate", "no_update", "zero_gradient", "no_gradient", "steps_per_batch"), "optimizer"),
+    **dict.fromkeys(
+        (
+            "optimizer_parameters",
+            "gradients_not_cleared",
+            "no_momentum",
+            "other_momentum",
+            "nesterov",
+            "weight_decay",
+            "adam_like",
+            "lr_times_world_size",
+            "lr_over_world_size",
+            "lr_times_batch",
+            "learning_rate",
+            "no_update",
+            "zero_gradient",
+            "no_gradient",
+            "steps_per_batch",
+        ),
+        "optimizer",
+    ),
 }
 
 
@@ -30,20 +49,36 @@ def _checkpoint_path(ctx: CheckContext) -> str:
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    ranks = ctx.facts("train", size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR,
-                      checkpoint_path=_checkpoint_path(ctx), **ctx.seeds("data", "model"))
+    ranks = ctx.facts(
+        "train",
+        size=SIZE,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        lr=LR,
+        checkpoint_path=_checkpoint_path(ctx),
+        **ctx.seeds("data", "model"),
+    )
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
-        raise ctx.fail(f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops "
-                       "early leaves the others waiting in an all-reduce")
+        raise ctx.fail(
+            f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops "
+            "early leaves the others waiting in an all-reduce"
+        )
     if counts[0] == 0:
         raise ctx.fail("train_ddp never called optimizer.step()")
     return ranks
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, epochs=EPOCHS, batch_size=BATCH, lr=LR,
-                         **ctx.seeds("data", "model"))
+    return ctx.reference(
+        "reference",
+        world_size=ctx.world_size,
+        size=SIZE,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        lr=LR,
+        **ctx.seeds("data", "model"),
+    )
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
@@ -61,45 +96,75 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks[1:], 1):
         if _differs(facts["start"], ranks[0]["start"]):
             if not wrapped:
-                raise ctx.fail(f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader "
-                               "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)",
-                               hint="wrap_model")
-            raise ctx.fail(f"rank {rank}'s first optimizer step started from other weights than rank 0's "
-                           f"({first_difference(facts['start'], ranks[0]['start'])}), although a DDP was built: "
-                           "the optimizer does not step the parameters of the wrapped model")
+                raise ctx.fail(
+                    f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader "
+                    "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)",
+                    hint="wrap_model",
+                )
+            raise ctx.fail(
+                f"rank {rank}'s first optimizer step started from other weights than rank 0's "
+                f"({first_difference(facts['start'], ranks[0]['start'])}), although a DDP was built: "
+                "the optimizer does not step the parameters of the wrapped model"
+            )
         for step, (mine, first) in enumerate(zip(facts["steps"], ranks[0]["steps"]), 1):
             if not _differs(mine["params"], first["params"]):
                 continue
             difference = first_difference(mine["params"], first["params"], rtol=1e-6, atol=1e-7)
             if not wrapped:
-                raise ctx.fail(f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
-                               "are never averaged across ranks", hint="wrap_model")
+                raise ctx.fail(
+                    f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
+                    "are never averaged across ranks",
+                    hint="wrap_model",
+                )
             outside = [r for r, f in enumerate(ranks) if any(c["grad"] and not c["ddp"] for c in f["forwards"])]
             if outside:
-                raise ctx.fail(f"forward through the unwrapped model: rank {outside[0]}'s forward passes did not go "
-                               f"through the DDP wrapper, so its gradients were never averaged; the ranks diverge at "
-                               f"step {step} (rank {rank}'s {difference})", hint="forward_through_wrapper")
+                raise ctx.fail(
+                    f"forward through the unwrapped model: rank {outside[0]}'s forward passes did not go "
+                    f"through the DDP wrapper, so its gradients were never averaged; the ranks diverge at "
+                    f"step {step} (rank {rank}'s {difference})",
+                    hint="forward_through_wrapper",
+                )
             gradient = first_difference(mine["grads"], first["grads"], rtol=1e-6, atol=1e-7)
             if gradient:
-                raise ctx.fail(f"ranks diverge at step {step}: rank {rank}'s gradient differs from rank 0's "
-                               f"({gradient}): the gradients were not averaged across ranks before the step")
-            raise ctx.fail(f"ranks diverge at step {step}: rank {rank}'s gradient equals rank 0's, but its weights "
-                           f"after the step differ ({difference}): the ranks applied different updates")
+                raise ctx.fail(
+                    f"ranks diverge at step {step}: rank {rank}'s gradient differs from rank 0's "
+                    f"({gradient}): the gradients were not averaged across ranks before the step"
+                )
+            raise ctx.fail(
+                f"ranks diverge at step {step}: rank {rank}'s gradient equals rank 0's, but its weights "
+                f"after the step differ ({difference}): the ranks applied different updates"
+            )
 
 
 def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
     per_epoch = len(reference["batches"][0]) // EPOCHS
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch + 1}" for epoch in range(1, EPOCHS)}
-    not_averaged = Probe(1, reference["own_batch_grads"], "not_averaged",
-                         "gradients not averaged across ranks: rank 0's first gradient is that of its own batch "
-                         "alone; run the forward pass through the DDP wrapper")
-    return Setting(lr=LR, momentum=reference["momentum"], factors={"b": BATCH, "W": ctx.world_size},
-                   reference="one process on the union of the ranks' batches", labels=labels, probes=(not_averaged,))
+    not_averaged = Probe(
+        1,
+        reference["own_batch_grads"],
+        "not_averaged",
+        "gradients not averaged across ranks: rank 0's first gradient is that of its own batch "
+        "alone; run the forward pass through the DDP wrapper",
+    )
+    return Setting(
+        lr=LR,
+        momentum=reference["momentum"],
+        factors={"b": BATCH, "W": ctx.world_size},
+        reference="one process on the union of the ranks' batches",
+        labels=labels,
+        probes=(not_averaged,),
+    )
 
 
 def _pipeline(reference: dict[str, Any]) -> Pipeline:
-    return Pipeline(SIZE, BATCH, EPOCHS, reference["batches"], reference["mistaken_batches"],
-                    "DistributedSampler(shuffle=True, seed=0) with set_epoch(epoch)")
+    return Pipeline(
+        SIZE,
+        BATCH,
+        EPOCHS,
+        reference["batches"],
+        reference["mistaken_batches"],
+        "DistributedSampler(shuffle=True, seed=0) with set_epoch(epoch)",
+    )
 
 
 def _data_before(ranks: list[dict[str, Any]], reference: dict[str, Any], steps: int) -> Finding | None:
@@ -114,8 +179,11 @@ def _data_before(ranks: list[dict[str, Any]], reference: dict[str, Any], steps: 
             return found
         many = next((s for s, batches in enumerate(got, 1) if len(batches) != 1), None)
         if many is not None:
-            return Finding("data", f"step {many} came after {len(got[many - 1])} forward passes with autograd on, "
-                           "where one batch makes one step")
+            return Finding(
+                "data",
+                f"step {many} came after {len(got[many - 1])} forward passes with autograd on, "
+                "where one batch makes one step",
+            )
     return None
 
 
@@ -127,12 +195,16 @@ def matches_large_batch(ctx: CheckContext) -> None:
     if len(mine) != len(want):
         batches = trained_batches(ranks[0]["forwards"])
         if batches == reference["batches"][0] and len(mine) % len(batches) == 0:
-            found: Finding | None = Finding("steps_per_batch", f"{len(mine) // len(batches)} optimizer steps per "
-                                            "batch: optimizer.step() is called once per batch")
+            found: Finding | None = Finding(
+                "steps_per_batch",
+                f"{len(mine) // len(batches)} optimizer steps per batch: optimizer.step() is called once per batch",
+            )
         else:
             found = _data_before(ranks, reference, len(mine))
-        counted = (f"{len(mine)} optimizer steps instead of {len(want)} ({EPOCHS} epochs of {SIZE} samples, batches "
-                   f"of {BATCH} per rank)")
+        counted = (
+            f"{len(mine)} optimizer steps instead of {len(want)} ({EPOCHS} epochs of {SIZE} samples, batches "
+            f"of {BATCH} per rank)"
+        )
         if found is None:
             raise ctx.fail(counted)
         raise _fail(ctx, found, f"{counted}: ")
@@ -142,13 +214,16 @@ def matches_large_batch(ctx: CheckContext) -> None:
     final = ranks[0]["final"]
     difference = first_difference(final, want[-1]["params"])
     if difference:
-        raise ctx.fail(f"train_ddp returned a model ({ranks[0]['returned']}) whose weights are not the trained "
-                       f"ones: {difference}")
+        raise ctx.fail(
+            f"train_ddp returned a model ({ranks[0]['returned']}) whose weights are not the trained ones: {difference}"
+        )
     in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
     if in_eval:
-        raise ctx.fail(f"the model trained in eval mode: {in_eval} of the {passes} forward passes that trained ran "
-                       "with model.training False (layers such as dropout and batch norm then behave as in "
-                       "evaluation); call model.train() before training")
+        raise ctx.fail(
+            f"the model trained in eval mode: {in_eval} of the {passes} forward passes that trained ran "
+            "with model.training False (layers such as dropout and batch norm then behave as in "
+            "evaluation); call model.train() before training"
+        )
 
 
 @check("checkpoint_rank0_only")
@@ -170,9 +245,12 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
     returns = [[f["returned_at"]] for f in ranks]
     early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
     if early:
-        raise ctx.fail(f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
-                       "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "
-                       "move on); every rank waits at dist.barrier() after rank 0's torch.save", hint="rank0_saves")
+        raise ctx.fail(
+            f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
+            "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "
+            "move on); every rank waits at dist.barrier() after rank 0's torch.save",
+            hint="rank0_saves",
+        )
 
 
 @check("checkpoint_loads_plain")
@@ -185,9 +263,11 @@ def checkpoint_loads_plain(ctx: CheckContext) -> None:
         raise ctx.fail(f"the checkpoint cannot be used: {saved['problem']}")
     prefixed = [key for key in saved["keys"] if key.startswith("module.")]
     if prefixed:
-        raise ctx.fail(f"`module.` prefix in the checkpoint (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
-                       "state_dict, which a plain model cannot load; save model.state_dict() of the inner model",
-                       hint="unwrapped_state_dict")
+        raise ctx.fail(
+            f"`module.` prefix in the checkpoint (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
+            "state_dict, which a plain model cannot load; save model.state_dict() of the inner model",
+            hint="unwrapped_state_dict",
+        )
     if saved["loads_plain"]:
         raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}")
     difference = first_difference(saved["tensors"], ranks[0]["final"])

@@ -12,14 +12,31 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from grader.rank.training import MOMENTUM, TinyRegressor, gradient_on, loader_batches, make_model, make_regression, \
-    record_training, train_reference, union_batches
-from grader.rank.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
+from grader.rank.training import (
+    MOMENTUM,
+    TinyRegressor,
+    gradient_on,
+    loader_batches,
+    make_model,
+    make_regression,
+    record_training,
+    train_reference,
+    union_batches,
+)
+from grader.rank.write_recorder import Waypoints, WriteRecorder
 
 
-def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, checkpoint_path: str, data_seed: int,
-          model_seed: int) -> dict[str, Any]:
+def train(
+    ctx: RankContext,
+    size: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    checkpoint_path: str,
+    data_seed: int,
+    model_seed: int,
+) -> dict[str, Any]:
     ctx.init_group()
     model = make_model(seed=model_seed + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
     dataset = make_regression(size, data_seed)
@@ -43,8 +60,16 @@ def train(ctx: RankContext, size: int, epochs: int, batch_size: int, lr: float, 
     return {}
 
 
-def reference(ctx: RankContext, world_size: int, size: int, epochs: int, batch_size: int, lr: float, data_seed: int,
-              model_seed: int) -> dict[str, Any]:
+def reference(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, the union of the ranks' batches per step;
     the batches each rank should draw and those of known data mistakes; rank 0's first gradient
     from its own batch alone (what a gradient never averaged across ranks is)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.judge.api import CheckContext, check
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
+from grader.judge.api import CheckContext, check
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading
@@ -30,16 +30,26 @@ def _schedule(ctx: CheckContext) -> tuple[list[float], int]:
 
 def _stall(stalled: dict[str, Any], size: int) -> str:
     at = f" (at {stalled['launcher_at'][0]})" if stalled.get("launcher_at") else ""
-    return (f"results not drained before joining: the ranks had returned their results ({size / 1e6:.1f} MB each) "
-            f"{stalled['seconds_after_return']:g} s earlier, yet ranks {', '.join(stalled['writing'])} were still "
-            f"blocked writing them to the queue while launch_distributed waited for the processes to exit{at}. A "
-            "process cannot exit until its result has been read: read the results, then join")
+    return (
+        f"results not drained before joining: the ranks had returned their results ({size / 1e6:.1f} MB each) "
+        f"{stalled['seconds_after_return']:g} s earlier, yet ranks {', '.join(stalled['writing'])} were still "
+        f"blocked writing them to the queue while launch_distributed waited for the processes to exit{at}. A "
+        "process cannot exit until its result has been read: read the results, then join"
+    )
 
 
 def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
     delays, size = _schedule(ctx)
-    [facts] = ctx.facts("launch_identity", nprocs=1, allowance=START_ALLOWANCE_S, world_size=ctx.world_size,
-                        start_method=START_METHOD, delays=delays, seed=ctx.seed, size=size)
+    [facts] = ctx.facts(
+        "launch_identity",
+        nprocs=1,
+        allowance=START_ALLOWANCE_S,
+        world_size=ctx.world_size,
+        start_method=START_METHOD,
+        delays=delays,
+        seed=ctx.seed,
+        size=size,
+    )
     if facts.get("stalled"):
         raise ctx.fail(_stall(facts["stalled"], size), hint="read_before_join")
     return facts, size
@@ -47,8 +57,10 @@ def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
 
 def _order_problem(ranks: list[int], finish_order: list[int]) -> str:
     if ranks == finish_order:
-        return (f"results in arrival order: position i holds the i-th rank to finish (this time the ranks finished "
-                f"in the order {finish_order}); place each result by its rank")
+        return (
+            f"results in arrival order: position i holds the i-th rank to finish (this time the ranks finished "
+            f"in the order {finish_order}); place each result by its rank"
+        )
     return f"results are not in rank order: the positions hold the results of ranks {ranks}"
 
 
@@ -59,27 +71,37 @@ def runs_every_rank(ctx: CheckContext) -> None:
     if not isinstance(results, list) or len(results) != world:
         early = len(facts["finished_at_return"]) < world
         why = " and returned before the processes had finished (join=False?)" if early else ""
-        raise ctx.fail(f"launch_distributed returned {str(results)[:200]!r} instead of a list of {world} results{why}",
-                       hint="result_queue")
+        raise ctx.fail(
+            f"launch_distributed returned {str(results)[:200]!r} instead of a list of {world} results{why}",
+            hint="result_queue",
+        )
     if not all(isinstance(r, dict) and {"rank", "pid", "token", "world_size"} <= set(r) for r in results):
         raise ctx.fail(f"the results are not fn's return values: {str(results)[:300]}", hint="result_queue")
     ranks = [r["rank"] for r in results]
     if sorted(ranks) != list(range(world)):
         shifted = " (numbered from 1)" if sorted(ranks) == list(range(1, world + 1)) else ""
-        raise ctx.fail(f"wrong rank numbering: fn was called with ranks {sorted(ranks)}{shifted}, expected "
-                       f"0..{world - 1}", hint="start_processes")
+        raise ctx.fail(
+            f"wrong rank numbering: fn was called with ranks {sorted(ranks)}{shifted}, expected 0..{world - 1}",
+            hint="start_processes",
+        )
     if ranks != list(range(world)):
         raise ctx.fail(_order_problem(ranks, facts["finish_order"]), hint="result_queue")
     for rank, result in enumerate(results):
         if result.get("payload_digest") != digest(payload(ctx.seed, rank, size)):
-            raise ctx.fail(f"rank {rank}'s result did not come back intact: {result.get('payload_chars')} of the "
-                           f"{size} characters fn returned", hint="result_queue")
+            raise ctx.fail(
+                f"rank {rank}'s result did not come back intact: {result.get('payload_chars')} of the "
+                f"{size} characters fn returned",
+                hint="result_queue",
+            )
     if any(r["world_size"] != world or r["token"] != "token-42" for r in results):
         raise ctx.fail(f"fn did not receive (rank, world_size, *args): it got {results[0]}")
     pids = {r["pid"] for r in results}
     if facts["launcher_pid"] in pids or len(pids) != world:
-        raise ctx.fail(f"fn ran in {len(pids - {facts['launcher_pid']})} new processes for {world} ranks: every rank "
-                       "needs its own process (no loop in the launcher)", hint="start_processes")
+        raise ctx.fail(
+            f"fn ran in {len(pids - {facts['launcher_pid']})} new processes for {world} ranks: every rank "
+            "needs its own process (no loop in the launcher)",
+            hint="start_processes",
+        )
 
 
 def _left(left: dict[str, list[int]]) -> str:
@@ -96,33 +118,48 @@ def waits_for_processes(ctx: CheckContext) -> None:
     facts, _ = _identity(ctx)
     unfinished = ctx.world_size - len(facts["finished_at_return"])
     if unfinished:
-        raise ctx.fail(f"join=False: launch_distributed returned while {unfinished} of its {ctx.world_size} "
-                       "processes were still running fn", hint="read_before_join")
+        raise ctx.fail(
+            f"join=False: launch_distributed returned while {unfinished} of its {ctx.world_size} "
+            "processes were still running fn",
+            hint="read_before_join",
+        )
     left = _left(facts["left_behind"])
     if left:
-        raise ctx.fail(f"when launch_distributed returned, {left}: wait for every process you start",
-                       hint="read_before_join")
+        raise ctx.fail(
+            f"when launch_distributed returned, {left}: wait for every process you start", hint="read_before_join"
+        )
 
 
 @check("propagates_errors")
 def propagates_errors(ctx: CheckContext) -> None:
-    [facts] = ctx.facts("launch_failing", nprocs=1, allowance=START_ALLOWANCE_S, world_size=ctx.world_size,
-                        start_method=START_METHOD)
+    [facts] = ctx.facts(
+        "launch_failing", nprocs=1, allowance=START_ALLOWANCE_S, world_size=ctx.world_size, start_method=START_METHOD
+    )
     raised, failing = facts["raised"], ctx.world_size - 1
     if facts["seconds_after_raise"] is None:
-        raise ctx.fail(f"fn never ran as rank {failing} (the rank the grader makes raise), so no error could surface",
-                       hint="start_processes")
+        raise ctx.fail(
+            f"fn never ran as rank {failing} (the rank the grader makes raise), so no error could surface",
+            hint="start_processes",
+        )
     if raised is None:
-        raise ctx.fail(f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed "
-                       "returned normally", hint="join_raises")
+        raise ctx.fail(
+            f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed returned normally",
+            hint="join_raises",
+        )
     if "planted failure" not in raised["message"]:
-        raise ctx.fail(f"launch_distributed raised {raised['type']} without the failing rank's traceback "
-                       f"(message: {raised['message'][:200]!r})", hint="join_raises")
+        raise ctx.fail(
+            f"launch_distributed raised {raised['type']} without the failing rank's traceback "
+            f"(message: {raised['message'][:200]!r})",
+            hint="join_raises",
+        )
     if facts["slept_before_return"]:
-        raise ctx.fail(f"the error surfaced {facts['seconds_after_raise']:.1f} s after rank {failing} raised it, "
-                       f"once ranks {facts['slept_before_return']} had finished their {SLOW_RANK_SECONDS:g} s of work: "
-                       "the launcher waited for the other ranks before looking at the failed one; wait on every "
-                       "process at once (context.join() raises as soon as one fails)", hint="join_raises")
+        raise ctx.fail(
+            f"the error surfaced {facts['seconds_after_raise']:.1f} s after rank {failing} raised it, "
+            f"once ranks {facts['slept_before_return']} had finished their {SLOW_RANK_SECONDS:g} s of work: "
+            "the launcher waited for the other ranks before looking at the failed one; wait on every "
+            "process at once (context.join() raises as soon as one fails)",
+            hint="join_raises",
+        )
     left = _left(facts["left_behind"])
     if left:
         raise ctx.fail(f"after rank {failing} failed, {left}: stop the other ranks when one fails", hint="join_raises")

@@ -39,13 +39,19 @@ def _mark(marker_dir: str, name: str, text: str = "") -> None:
     staged.replace(Path(marker_dir, name))
 
 
-def report_identity(rank: int, world_size: int, token: str, marker_dir: str, delays: list[float],
-                    seed: int, size: int) -> dict[str, Any]:
+def report_identity(
+    rank: int, world_size: int, token: str, marker_dir: str, delays: list[float], seed: int, size: int
+) -> dict[str, Any]:
     """The launched function: who it ran as, where, with what; finishes after its rank's delay."""
     global _stack_file
     _mark(marker_dir, f"started-{rank}", str(os.getpid()))
-    result = {"rank": rank, "world_size": world_size, "token": token, "pid": os.getpid(),
-              "payload": payload(seed, rank, size)}
+    result = {
+        "rank": rank,
+        "world_size": world_size,
+        "token": token,
+        "pid": os.getpid(),
+        "payload": payload(seed, rank, size),
+    }
     time.sleep(delays[rank] if 0 <= rank < len(delays) else 0.0)
     _mark(marker_dir, f"done-{rank}", repr(time.time()))
     # If this process is still alive well after returning, its stacks show what holds it.
@@ -170,14 +176,24 @@ class StallWatch:
                 stacks[str(rank)] = Path(self.folder, STACK_DUMP_FILE.format(rank=rank)).read_text()[-6000:]
             except OSError:
                 stacks[str(rank)] = ""
-        writing = [rank for rank, stack in stacks.items() if "multiprocessing/queues.py" in stack
-                   or ("multiprocessing/connection.py" in stack and "send" in stack)]
+        writing = [
+            rank
+            for rank, stack in stacks.items()
+            if "multiprocessing/queues.py" in stack or ("multiprocessing/connection.py" in stack and "send" in stack)
+        ]
         if not writing:
             return False
-        student = [f"{Path(file).name}:{line} in {name}()" for file, name, line in _frames(self._main)
-                   if file == self.student_file]
-        self.seen = {"seconds_after_return": round(waited, 2), "alive": alive, "writing": writing,
-                     "launcher_at": student[-1:]}
+        student = [
+            f"{Path(file).name}:{line} in {name}()"
+            for file, name, line in _frames(self._main)
+            if file == self.student_file
+        ]
+        self.seen = {
+            "seconds_after_return": round(waited, 2),
+            "alive": alive,
+            "writing": writing,
+            "launcher_at": student[-1:],
+        }
         for rank, pid in _markers(self.folder, "started").items():
             if rank in alive:
                 kill_process(int(pid))
@@ -189,8 +205,9 @@ def _warm_forkserver() -> None:
     multiprocessing.set_forkserver_preload(["torch", "torch.multiprocessing"])
 
 
-def launch_identity(ctx: RankContext, world_size: int, start_method: str, delays: list[float], seed: int,
-                    size: int) -> dict[str, Any]:
+def launch_identity(
+    ctx: RankContext, world_size: int, start_method: str, delays: list[float], seed: int, size: int
+) -> dict[str, Any]:
     launch = ctx.student("launch_distributed")
     markers = ctx.run_dir / "markers"
     markers.mkdir()
@@ -229,7 +246,8 @@ def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict
     returned = time.time()
     raised_at = _markers(markers, "raised").get(world_size - 1)
     ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None
-    ctx.facts["slept_before_return"] = sorted(rank for rank, at in _markers(markers, "slept").items()
-                                              if float(at) <= returned)
+    ctx.facts["slept_before_return"] = sorted(
+        rank for rank, at in _markers(markers, "slept").items() if float(at) <= returned
+    )
     ctx.facts["left_behind"] = _left_behind(markers)
     return {}

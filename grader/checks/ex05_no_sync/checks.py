@@ -18,14 +18,33 @@ SIZE, BATCH, LR = 151, 3, 0.05
 KS = (2, 4)
 
 _HINTS = {
-    **dict.fromkeys(("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"),
-                    "data_and_optimizer"),
-    "loss_not_divided_by_k": "divide_loss_by_k", "divided_by_k_twice": "divide_loss_by_k",
-    "zero_grad_every_micro_step": "zero_grad_per_step", "gradients_not_cleared": "zero_grad_per_step",
+    **dict.fromkeys(
+        ("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"), "data_and_optimizer"
+    ),
+    "loss_not_divided_by_k": "divide_loss_by_k",
+    "divided_by_k_twice": "divide_loss_by_k",
+    "zero_grad_every_micro_step": "zero_grad_per_step",
+    "gradients_not_cleared": "zero_grad_per_step",
     "micro_batches_per_step": "step_per_group",
-    **dict.fromkeys(("optimizer_parameters", "no_momentum", "other_momentum", "nesterov", "weight_decay", "adam_like",
-                     "lr_times_world_size", "lr_over_world_size", "lr_times_k", "lr_over_k", "lr_times_batch",
-                     "learning_rate", "no_update", "measured"), "data_and_optimizer"),
+    **dict.fromkeys(
+        (
+            "optimizer_parameters",
+            "no_momentum",
+            "other_momentum",
+            "nesterov",
+            "weight_decay",
+            "adam_like",
+            "lr_times_world_size",
+            "lr_over_world_size",
+            "lr_times_k",
+            "lr_over_k",
+            "lr_times_batch",
+            "learning_rate",
+            "no_update",
+            "measured",
+        ),
+        "data_and_optimizer",
+    ),
     "never_synchronized": "no_sync",
 }
 
@@ -33,8 +52,11 @@ _HINTS = {
 def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
     ranks = ctx.facts("train", size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
     if not ranks[0]["ddp_wraps"]:
-        raise ctx.fail("no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
-                       "to suppress and the gradients are never averaged", hint="no_sync")
+        raise ctx.fail(
+            "no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
+            "to suppress and the gradients are never averaged",
+            hint="no_sync",
+        )
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(f"with k={k} the ranks took different numbers of optimizer steps ({counts})")
@@ -44,13 +66,20 @@ def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
 
 
 def _reference(ctx: CheckContext, k: int) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR,
-                         **ctx.seeds("data", "model"))
+    return ctx.reference(
+        "reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
+    )
 
 
 def _pipeline(reference: dict[str, Any]) -> Pipeline:
-    return Pipeline(SIZE, BATCH, 1, reference["batches"], reference["mistaken_batches"],
-                    "DistributedSampler(shuffle=True, seed=0) with a drop_last loader")
+    return Pipeline(
+        SIZE,
+        BATCH,
+        1,
+        reference["batches"],
+        reference["mistaken_batches"],
+        "DistributedSampler(shuffle=True, seed=0) with a drop_last loader",
+    )
 
 
 def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: int, steps: int) -> Finding | None:
@@ -58,38 +87,54 @@ def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: in
     pipeline = _pipeline(reference)
     for facts, expected in zip(ranks, pipeline.expected):
         got = step_batches(facts)[:steps]
-        if got == [expected[i * k:(i + 1) * k] for i in range(len(got))]:
+        if got == [expected[i * k : (i + 1) * k] for i in range(len(got))]:
             continue
         counts = [len(batches) for batches in got]
-        if trained_batches(facts["forwards"])[:sum(counts)] == expected[:sum(counts)]:
+        if trained_batches(facts["forwards"])[: sum(counts)] == expected[: sum(counts)]:
             if all(len(batches) == 1 for batches in step_batches(facts)):
-                return Finding("micro_batches_per_step", f"stepping every micro-step: with k={k} each optimizer step "
-                               f"came after one micro-batch; call optimizer.step() once per {k} micro-batches")
+                return Finding(
+                    "micro_batches_per_step",
+                    f"stepping every micro-step: with k={k} each optimizer step "
+                    f"came after one micro-batch; call optimizer.step() once per {k} micro-batches",
+                )
             wrong = next(s for s, count in enumerate(counts, 1) if count != k)
             every = [len(batches) for batches in step_batches(facts)]
-            return Finding("micro_batches_per_step", f"with k={k}, optimizer step {wrong} came after "
-                           f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
-                           f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0")
+            return Finding(
+                "micro_batches_per_step",
+                f"with k={k}, optimizer step {wrong} came after "
+                f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
+                f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0",
+            )
         return diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline) or Finding(
-            "data", f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches")
+            "data", f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches"
+        )
     return None
 
 
-def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]],
-                want: dict[str, Any]) -> Finding | None:
+def _step_count(
+    k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]], want: dict[str, Any]
+) -> Finding | None:
     expected, micro = len(want["steps"]), want["micro_batches"]
     if len(mine) == expected:
         return None
     setting = f"with k={k}: {micro} full micro-batches of {BATCH} per rank"
     if len(mine) in (micro, micro + 1):
-        return Finding("micro_batches_per_step", f"stepping every micro-step: {len(mine)} optimizer steps instead of "
-                       f"{expected} ({setting}); call optimizer.step() once per {k} micro-batches")
+        return Finding(
+            "micro_batches_per_step",
+            f"stepping every micro-step: {len(mine)} optimizer steps instead of "
+            f"{expected} ({setting}); call optimizer.step() once per {k} micro-batches",
+        )
     if len(mine) == expected + 1 and len(step_batches(ranks[0])[-1]) < k:
-        return Finding("micro_batches_per_step", f"{len(mine)} optimizer steps instead of {expected} ({setting}): the "
-                       f"trailing group of {micro % k} micro-batch(es) made a step; drop a group of fewer than k")
+        return Finding(
+            "micro_batches_per_step",
+            f"{len(mine)} optimizer steps instead of {expected} ({setting}): the "
+            f"trailing group of {micro % k} micro-batch(es) made a step; drop a group of fewer than k",
+        )
     found = _micro_batches(ranks, want, k, len(mine))
-    counted = f"{len(mine)} optimizer steps instead of {expected} ({setting}, one step per {k}; a trailing partial " \
-              "group makes none)"
+    counted = (
+        f"{len(mine)} optimizer steps instead of {expected} ({setting}, one step per {k}; a trailing partial "
+        "group makes none)"
+    )
     if found is None:
         return Finding("micro_batches_per_step", counted)
     return Finding(found.cause, f"{counted}: {found.message}")
@@ -97,13 +142,22 @@ def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]],
 
 def _setting(ctx: CheckContext, k: int, want: dict[str, Any]) -> Setting:
     last_micro = want["last_micro_grads"]
-    zeroed = "zero_grad on every micro-step: with k={k} the first step's gradient is that of the last micro-batch " \
-             "alone; clear the gradients only after optimizer.step()".format(k=k)
-    probes = (Probe(1, last_micro, "zero_grad_every_micro_step", zeroed),
-              Probe(1, {n: g * k for n, g in last_micro.items()}, "zero_grad_every_micro_step", zeroed))
-    return Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size, "k": k},
-                   reference=f"one process on the k*b*W = {k * BATCH * ctx.world_size} samples of the step",
-                   context=f"with k={k}, ", probes=probes)
+    zeroed = (
+        f"zero_grad on every micro-step: with k={k} the first step's gradient is that of the last micro-batch "
+        "alone; clear the gradients only after optimizer.step()"
+    )
+    probes = (
+        Probe(1, last_micro, "zero_grad_every_micro_step", zeroed),
+        Probe(1, {n: g * k for n, g in last_micro.items()}, "zero_grad_every_micro_step", zeroed),
+    )
+    return Setting(
+        lr=LR,
+        momentum=want["momentum"],
+        factors={"b": BATCH, "W": ctx.world_size, "k": k},
+        reference=f"one process on the k*b*W = {k * BATCH * ctx.world_size} samples of the step",
+        context=f"with k={k}, ",
+        probes=probes,
+    )
 
 
 def _problem(ctx: CheckContext, k: int) -> Finding | None:
@@ -115,17 +169,26 @@ def _problem(ctx: CheckContext, k: int) -> Finding | None:
     finding = diagnose(mine, ranks[0]["start"], want["steps"], want["start"], _setting(ctx, k, want))
     if finding is not None:
         if sum(ranks[0]["all_reduces_per_step"]) == 0:
-            return Finding("never_synchronized", f"with k={k}, step {finding.step} differs from the large-batch step "
-                           "and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]))
+            return Finding(
+                "never_synchronized",
+                f"with k={k}, step {finding.step} differs from the large-batch step "
+                "and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),
+            )
         return _micro_batches(ranks, want, k, finding.step) or finding
     difference = first_difference(ranks[0]["final"], want["steps"][-1]["params"])
     if difference:
-        return Finding("returned", f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not "
-                       f"the trained ones: {difference}")
+        return Finding(
+            "returned",
+            f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not "
+            f"the trained ones: {difference}",
+        )
     in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
     if in_eval:
-        return Finding("eval_mode", f"the model trained in eval mode: {in_eval} of the {passes} forward passes that "
-                       "trained ran with model.training False; call model.train() before training")
+        return Finding(
+            "eval_mode",
+            f"the model trained in eval mode: {in_eval} of the {passes} forward passes that "
+            "trained ran with model.training False; call model.train() before training",
+        )
     return None
 
 
@@ -143,10 +206,14 @@ def _why_never_synchronized(facts: dict[str, Any]) -> str:
     """Why DDP never all-reduced, from how the forward passes ran."""
     training = [call for call in facts["forwards"] if call["grad"]]
     if any(not call["ddp"] for call in training):
-        return ("forward through the unwrapped model: the forward passes did not go through the DDP wrapper, whose "
-                "forward arms the all-reduce of the coming backward")
-    return ("every forward pass ran inside no_sync, the last micro-batch's too (DDP decides in the forward pass "
-            "whether the coming backward all-reduces); run the k-th forward and backward outside no_sync")
+        return (
+            "forward through the unwrapped model: the forward passes did not go through the DDP wrapper, whose "
+            "forward arms the all-reduce of the coming backward"
+        )
+    return (
+        "every forward pass ran inside no_sync, the last micro-batch's too (DDP decides in the forward pass "
+        "whether the coming backward all-reduces); run the k-th forward and backward outside no_sync"
+    )
 
 
 @check("ranks_stay_in_sync")
@@ -159,12 +226,16 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                 if difference is None:
                     continue
                 if sum(ranks[0]["all_reduces_per_step"]) == 0:
-                    raise ctx.fail(f"no gradient was ever all-reduced: with k={k} the ranks diverge at step {step} "
-                                   f"(rank {rank}'s {difference} from rank 0's): {_why_never_synchronized(ranks[0])}",
-                                   hint="no_sync")
-                raise ctx.fail(f"with k={k} the ranks diverge at step {step}: rank {rank}'s {difference} from "
-                               f"rank 0's (all-reduces per step on rank 0: {ranks[0]['all_reduces_per_step'][:6]})",
-                               hint="no_sync")
+                    raise ctx.fail(
+                        f"no gradient was ever all-reduced: with k={k} the ranks diverge at step {step} "
+                        f"(rank {rank}'s {difference} from rank 0's): {_why_never_synchronized(ranks[0])}",
+                        hint="no_sync",
+                    )
+                raise ctx.fail(
+                    f"with k={k} the ranks diverge at step {step}: rank {rank}'s {difference} from "
+                    f"rank 0's (all-reduces per step on rank 0: {ranks[0]['all_reduces_per_step'][:6]})",
+                    hint="no_sync",
+                )
 
 
 @check("one_allreduce_per_step")
@@ -179,19 +250,27 @@ def one_allreduce_per_step(ctx: CheckContext) -> str:
             continue
         if all(count == k for count in counts):
             if not ranks[0]["no_sync_entries"]:
-                raise ctx.fail(f"correct but k times the communication: with k={k} every optimizer step all-reduced "
-                               f"the gradients {k} times, once per micro-batch, and no_sync was never used; run the "
-                               "first k-1 micro-batches inside ddp_model.no_sync()", hint="no_sync")
-            raise ctx.fail(f"no_sync had no effect: with k={k} every optimizer step all-reduced the gradients {k} "
-                           f"times, although no_sync was entered {len(ranks[0]['no_sync_entries'])} times; the forward "
-                           "passes ran outside it (DDP decides in the forward pass whether the coming backward "
-                           "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too",
-                           hint="no_sync")
+                raise ctx.fail(
+                    f"correct but k times the communication: with k={k} every optimizer step all-reduced "
+                    f"the gradients {k} times, once per micro-batch, and no_sync was never used; run the "
+                    "first k-1 micro-batches inside ddp_model.no_sync()",
+                    hint="no_sync",
+                )
+            raise ctx.fail(
+                f"no_sync had no effect: with k={k} every optimizer step all-reduced the gradients {k} "
+                f"times, although no_sync was entered {len(ranks[0]['no_sync_entries'])} times; the forward "
+                "passes ran outside it (DDP decides in the forward pass whether the coming backward "
+                "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too",
+                hint="no_sync",
+            )
         if all(count == 0 for count in counts):
-            raise ctx.fail(f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}",
-                           hint="no_sync")
-        raise ctx.fail(f"with k={k} the gradient all-reduces per optimizer step were {counts}; expected exactly one "
-                       "per step, on the last micro-batch", hint="no_sync")
+            raise ctx.fail(
+                f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}", hint="no_sync"
+            )
+        raise ctx.fail(
+            f"with k={k} the gradient all-reduces per optimizer step were {counts}; expected exactly one "
+            "per step, on the last micro-batch",
+            hint="no_sync",
+        )
     size = 4 * ranks[0]["parameters"]  # fp32 gradients
     return f"one all-reduce of {size} bytes per optimizer step, where accumulating without no_sync sends k times that"
-

@@ -10,9 +10,17 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from grader.rank.training import MOMENTUM, accumulation_batches, gradient_on, loader_batches, make_model, \
-    make_regression, record_training, train_reference
 from grader.engine.rank_runtime import RankContext
+from grader.rank.training import (
+    MOMENTUM,
+    accumulation_batches,
+    gradient_on,
+    loader_batches,
+    make_model,
+    make_regression,
+    record_training,
+    train_reference,
+)
 
 
 class AllReduceCounter:
@@ -49,8 +57,9 @@ class AllReduceCounter:
         self._handle.remove()
 
 
-def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float, data_seed: int,
-          model_seed: int) -> dict[str, Any]:
+def train(
+    ctx: RankContext, size: int, batch_size: int, k: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
     ctx.init_group()
     model = make_model(seed=model_seed + ctx.rank)  # different on purpose: only DDP's broadcast aligns them
     dataset = make_regression(size, data_seed)
@@ -60,8 +69,12 @@ def train(ctx: RankContext, size: int, batch_size: int, k: int, lr: float, data_
     ctx.facts["all_reduces_per_step"] = counter.per_step
     ctx.facts["no_sync_entries"] = ctx.spy(DistributedDataParallel, "no_sync")
     train_accumulate = ctx.student("train_accumulate")
-    record_training(ctx.facts, model, lambda: train_accumulate(ctx.rank, ctx.world_size, model, dataset, batch_size,
-                                                               k, lr), inputs=dataset.tensors[0])
+    record_training(
+        ctx.facts,
+        model,
+        lambda: train_accumulate(ctx.rank, ctx.world_size, model, dataset, batch_size, k, lr),
+        inputs=dataset.tensors[0],
+    )
     counter.close()
     return {}
 
@@ -70,20 +83,22 @@ def _full(batches: list[list[list[int]]], batch_size: int) -> list[list[list[int
     return [[batch for batch in rank if len(batch) == batch_size] for rank in batches]
 
 
-def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float, data_seed: int,
-              model_seed: int) -> dict[str, Any]:
+def reference(
+    ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, one step per k*b*W samples; the micro-batches
     each rank should draw (full ones only) and those of an unshuffled sampler; the first step's
     gradient from the last micro-batch alone (what zero_grad on every micro-step leaves)."""
     model = make_model(seed=model_seed)
     dataset = make_regression(size, data_seed)
     steps = accumulation_batches(size, world_size, batch_size, k)
-    last_micro = gradient_on(model, dataset, steps[0][-batch_size * world_size:], grad_scale=1.0 / k)
+    last_micro = gradient_on(model, dataset, steps[0][-batch_size * world_size :], grad_scale=1.0 / k)
     facts = train_reference(model, dataset, steps, lr).facts()
     facts["last_micro_grads"] = last_micro
     facts["batches"] = _full(loader_batches(size, world_size, batch_size, epochs=1), batch_size)
-    facts["mistaken_batches"] = {"unshuffled": _full(loader_batches(size, world_size, batch_size, epochs=1,
-                                                                    shuffle=False), batch_size)}
+    facts["mistaken_batches"] = {
+        "unshuffled": _full(loader_batches(size, world_size, batch_size, epochs=1, shuffle=False), batch_size)
+    }
     facts["micro_batches"] = len(facts["batches"][0])
     facts["momentum"] = MOMENTUM
     return facts

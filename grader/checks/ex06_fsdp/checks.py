@@ -23,8 +23,12 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: di
     steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
     if steps is None or len(steps) != len(want["steps"]):
         return None
-    setting = Setting(lr=LR, momentum=want["momentum"], factors={"b": BATCH, "W": ctx.world_size},
-                      reference="one process on all ranks' batches of the step")
+    setting = Setting(
+        lr=LR,
+        momentum=want["momentum"],
+        factors={"b": BATCH, "W": ctx.world_size},
+        reference="one process on all ranks' batches of the step",
+    )
     return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
 
@@ -35,21 +39,27 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
         meshes = [m["device_type"] for r in result.ranks for m in (r.facts.get("meshes") or [])]
         wrong = sorted({device for device in meshes if device != expected})
         if wrong:
-            raise ctx.fail(f"mesh on the wrong device: a {wrong[0]!r} device mesh on a {ctx.backend} run, which needs "
-                           f"init_device_mesh({expected!r}, (world_size,)); the run failed", hint="mesh_device")
+            raise ctx.fail(
+                f"mesh on the wrong device: a {wrong[0]!r} device mesh on a {ctx.backend} run, which needs "
+                f"init_device_mesh({expected!r}, (world_size,)); the run failed",
+                hint="mesh_device",
+            )
         built = [r.facts["meshes"][0].get("size") for r in result.ranks if r.facts.get("meshes")]
         sizes = [size for size in built if size is not None]  # the first mesh of a rank is the student's own
         if sizes and sizes[0] != ctx.world_size:
-            raise ctx.fail(f"a device mesh of {sizes[0]} rank{'s' if sizes[0] != 1 else ''} on a run of "
-                           f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
-                           f"(init_device_mesh(device_type, (world_size,))); the run failed",
-                           hint="mesh_and_fully_shard")
+            raise ctx.fail(
+                f"a device mesh of {sizes[0]} rank{'s' if sizes[0] != 1 else ''} on a run of "
+                f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
+                f"(init_device_mesh(device_type, (world_size,))); the run failed",
+                hint="mesh_and_fully_shard",
+            )
     return ctx.require(result)
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR,
-                         **ctx.seeds("data", "model"))
+    return ctx.reference(
+        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
 
 
 def _unit_bound(params: list[dict[str, Any]], world: int) -> int:
@@ -74,9 +84,11 @@ def _memory(ranks: list[dict[str, Any]]) -> str:
     held = [sum(p["local"] * p["itemsize"] for p in mine) for mine in params]
     counts = [sum(p["local"] for p in mine) for mine in params]
     whole = params[0]
-    return (f"parameter memory per rank: {', '.join(kibibytes(n) for n in held)} of "
-            f"{kibibytes(sum(p['full'] * p['itemsize'] for p in whole))} "
-            f"({', '.join(map(str, counts))} of {sum(p['full'] for p in whole)} parameters)")
+    return (
+        f"parameter memory per rank: {', '.join(kibibytes(n) for n in held)} of "
+        f"{kibibytes(sum(p['full'] * p['itemsize'] for p in whole))} "
+        f"({', '.join(map(str, counts))} of {sum(p['full'] for p in whole)} parameters)"
+    )
 
 
 @check("shards_parameters")
@@ -87,34 +99,51 @@ def shards_parameters(ctx: CheckContext) -> str:
     loose = [p for p in first["loose"] if p["full"]]
     if loose and not first["units"]:
         total = sum(p["full"] for p in loose)
-        raise ctx.fail(f"not sharded: there is no FSDP unit, every rank holds all {total} parameters whole; "
-                       "call fully_shard on each block, then on the model", hint="mesh_and_fully_shard")
+        raise ctx.fail(
+            f"not sharded: there is no FSDP unit, every rank holds all {total} parameters whole; "
+            "call fully_shard on each block, then on the model",
+            hint="mesh_and_fully_shard",
+        )
     if loose:
         names = [p["name"] for p in loose]
-        raise ctx.fail(f"not sharded: {_listed(names)} ({sum(p['full'] for p in loose)} elements) belong to no FSDP "
-                       "unit, so every rank holds them whole. Parameters of a module that is not wrapped, nor inside "
-                       "a wrapped one, stay whole: wrap the root too (fully_shard(model) after the blocks)",
-                       hint="mesh_and_fully_shard")
+        raise ctx.fail(
+            f"not sharded: {_listed(names)} ({sum(p['full'] for p in loose)} elements) belong to no FSDP "
+            "unit, so every rank holds them whole. Parameters of a module that is not wrapped, nor inside "
+            "a wrapped one, stay whole: wrap the root too (fully_shard(model) after the blocks)",
+            hint="mesh_and_fully_shard",
+        )
     units = {unit["name"]: unit["params"] for unit in first["units"]}
     for rank, facts in enumerate(ranks):
         if sorted(unit["name"] for unit in facts["units"]) != sorted(units):
-            raise ctx.fail(f"the ranks wrapped the model differently: FSDP units {sorted(units)} on rank 0, "
-                           f"{sorted(u['name'] for u in facts['units'])} on rank {rank}")
+            raise ctx.fail(
+                f"the ranks wrapped the model differently: FSDP units {sorted(units)} on rank 0, "
+                f"{sorted(u['name'] for u in facts['units'])} on rank {rank}"
+            )
     for name, params in units.items():
         full = sum(p["full"] for p in params)
-        held = [sum(p["local"] for p in unit["params"]) for facts in ranks for unit in facts["units"]
-                if unit["name"] == name]
+        held = [
+            sum(p["local"] for p in unit["params"])
+            for facts in ranks
+            for unit in facts["units"]
+            if unit["name"] == name
+        ]
         if sum(held) < full:
             raise ctx.fail(f"FSDP unit {name}: the ranks together hold {sum(held)} of its {full} elements")
         bound = _unit_bound(params, world)
         if all(h >= full for h in held):
-            raise ctx.fail(f"not sharded: every rank holds all {full} elements of FSDP unit {name} (a 1/{world} shard "
-                           f"holds at most {bound}): the unit is replicated, not sharded (what NO_SHARD or a "
-                           "replicate mesh dimension do); shard over all the ranks", hint="mesh_and_fully_shard")
+            raise ctx.fail(
+                f"not sharded: every rank holds all {full} elements of FSDP unit {name} (a 1/{world} shard "
+                f"holds at most {bound}): the unit is replicated, not sharded (what NO_SHARD or a "
+                "replicate mesh dimension do); shard over all the ranks",
+                hint="mesh_and_fully_shard",
+            )
         for rank, local in enumerate(held):
             if local > bound:
-                raise ctx.fail(f"not sharded: rank {rank} holds {local} of the {full} elements of FSDP unit {name}; a "
-                               f"1/{world} shard holds at most {bound}", hint="mesh_and_fully_shard")
+                raise ctx.fail(
+                    f"not sharded: rank {rank} holds {local} of the {full} elements of FSDP unit {name}; a "
+                    f"1/{world} shard holds at most {bound}",
+                    hint="mesh_and_fully_shard",
+                )
     return _memory(ranks)
 
 
@@ -131,8 +160,9 @@ def wraps_each_block(ctx: CheckContext) -> str:
     facts = _ranks(ctx)[0]
     units, blocks = facts["units"], facts["blocks"]
     if not units:
-        raise ctx.fail("no FSDP unit at all: the model was not wrapped with fully_shard (or FSDP)",
-                       hint="mesh_and_fully_shard")
+        raise ctx.fail(
+            "no FSDP unit at all: the model was not wrapped with fully_shard (or FSDP)", hint="mesh_and_fully_shard"
+        )
     every = {p["name"] for unit in units for p in unit["params"]} | {p["name"] for p in facts["loose"]}
     block_params = [{n for n in every if _block_of(n, blocks) == i} for i in range(blocks)]
     for unit in units:
@@ -141,15 +171,21 @@ def wraps_each_block(ctx: CheckContext) -> str:
         if not whole or names == block_params[whole[0]]:
             continue
         if names == every:
-            raise ctx.fail(f"only the root is wrapped: one FSDP unit ({unit['name']}) holds all the parameters, so "
-                           "forward gathers the whole model at once and nothing overlaps; call fully_shard on each "
-                           "block first", hint="blocks_before_root")
+            raise ctx.fail(
+                f"only the root is wrapped: one FSDP unit ({unit['name']}) holds all the parameters, so "
+                "forward gathers the whole model at once and nothing overlaps; call fully_shard on each "
+                "block first",
+                hint="blocks_before_root",
+            )
         others = sorted(names - set().union(*(block_params[i] for i in whole)))
         together = [f"blocks.{i}" for i in whole] + ([_listed(others, 3)] if others else [])
         elements = sum(p["full"] for p in unit["params"])
-        raise ctx.fail(f"blocks not wrapped one by one: FSDP unit {unit['name']} holds {' and '.join(together)} "
-                       f"together ({elements} elements gathered at once); make each block a unit of its own "
-                       "(one fully_shard call per block), then wrap the root", hint="blocks_before_root")
+        raise ctx.fail(
+            f"blocks not wrapped one by one: FSDP unit {unit['name']} holds {' and '.join(together)} "
+            f"together ({elements} elements gathered at once); make each block a unit of its own "
+            "(one fully_shard call per block), then wrap the root",
+            hint="blocks_before_root",
+        )
     return f"{len(units)} FSDP units: {', '.join(unit['name'] for unit in units)}"
 
 
@@ -168,22 +204,34 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(finding.message, hint="optimizer_after_sharding")
     if first_difference(facts["final"], want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
-        why = (" The optimizer was built before wrapping: it holds the original tensors, which fully_shard replaced "
-               "by sharded ones, so they never get a gradient." if owned == 0 else "")
-        raise ctx.fail(f"no parameter changed after the step: after {STEPS} optimizer steps the weights are the "
-                       f"initial ones.{why}", hint="optimizer_after_sharding")
+        why = (
+            " The optimizer was built before wrapping: it holds the original tensors, which fully_shard replaced "
+            "by sharded ones, so they never get a gradient."
+            if owned == 0
+            else ""
+        )
+        raise ctx.fail(
+            f"no parameter changed after the step: after {STEPS} optimizer steps the weights are the "
+            f"initial ones.{why}",
+            hint="optimizer_after_sharding",
+        )
     losses = np.mean([rank["losses"][:STEPS] for rank in ranks], axis=0)
     if len(losses) != STEPS:
         raise ctx.fail(f"the model ran forward {len(losses)} times for {STEPS} batches")
     for step, (got, expected) in enumerate(zip(losses, want["losses"]), 1):
         if not np.isclose(got, expected, rtol=1e-5, atol=1e-6):
-            raise ctx.fail(f"the loss of step {step} (mean over ranks) is {got:.6g}, one process on all ranks' batches "
-                           f"gets {expected:.6g}. Check SGD(lr, momentum=0.9), the mean loss, and that the optimizer "
-                           "was built after wrapping", hint="optimizer_after_sharding")
+            raise ctx.fail(
+                f"the loss of step {step} (mean over ranks) is {got:.6g}, one process on all ranks' batches "
+                f"gets {expected:.6g}. Check SGD(lr, momentum=0.9), the mean loss, and that the optimizer "
+                "was built after wrapping",
+                hint="optimizer_after_sharding",
+            )
     difference = first_difference(facts["final"], want["final"])
     if difference:
-        raise ctx.fail(f"after {STEPS} steps the weights differ from one process training on all ranks' batches: "
-                       f"{difference}", hint="optimizer_after_sharding")
+        raise ctx.fail(
+            f"after {STEPS} steps the weights differ from one process training on all ranks' batches: {difference}",
+            hint="optimizer_after_sharding",
+        )
 
 
 FSDP1_WRAPPER = "_fsdp_wrapped_module."
@@ -214,9 +262,12 @@ def full_checkpoint(ctx: CheckContext) -> None:
         raise ctx.fail(f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint="full_state_dict")
     sharded = [e for e in saved["entries"] if e["kind"] != "Tensor" and e["shape"] is not None]
     if sharded:
-        raise ctx.fail(f"a checkpoint of local shards passed off as full: {sharded[0]['key']} is a "
-                       f"{sharded[0]['kind']} (this rank's shards); gather with get_model_state_dict(..., "
-                       "full_state_dict=True)", hint="full_state_dict")
+        raise ctx.fail(
+            f"a checkpoint of local shards passed off as full: {sharded[0]['key']} is a "
+            f"{sharded[0]['kind']} (this rank's shards); gather with get_model_state_dict(..., "
+            "full_state_dict=True)",
+            hint="full_state_dict",
+        )
     entries = {e["key"]: e for e in saved["entries"]}
     keys, renamed = _match_keys(list(entries), list(want))
     for name, tensor in want.items():
@@ -224,20 +275,30 @@ def full_checkpoint(ctx: CheckContext) -> None:
         if entry is None:
             raise ctx.fail(f"the checkpoint has no {name!r} (keys: {list(entries)[:4]}...)", hint="full_state_dict")
         if entry["shape"] != list(tensor.shape):
-            raise ctx.fail(f"a checkpoint of local shards passed off as full: {keys[name]} has shape {entry['shape']} "
-                           f"instead of {list(tensor.shape)}; each rank holds only its shard, gather with "
-                           "get_model_state_dict(..., full_state_dict=True)", hint="full_state_dict")
+            raise ctx.fail(
+                f"a checkpoint of local shards passed off as full: {keys[name]} has shape {entry['shape']} "
+                f"instead of {list(tensor.shape)}; each rank holds only its shard, gather with "
+                "get_model_state_dict(..., full_state_dict=True)",
+                hint="full_state_dict",
+            )
     if renamed:
         name = next(name for name in want if keys[name] != name)
-        raise ctx.fail(f"the checkpoint's keys carry {renamed}: {keys[name]!r} for {name!r}, names a plain model "
-                       "does not load; save the model's own parameter names", hint="full_state_dict")
+        raise ctx.fail(
+            f"the checkpoint's keys carry {renamed}: {keys[name]!r} for {name!r}, names a plain model "
+            "does not load; save the model's own parameter names",
+            hint="full_state_dict",
+        )
     if saved["loads_plain"]:
-        raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}",
-                       hint="full_state_dict")
+        raise ctx.fail(
+            f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint="full_state_dict"
+        )
     if first_difference(saved["tensors"], reference["initial"], rtol=0.0, atol=0.0) is None:
-        raise ctx.fail("the checkpoint holds the initial weights, not the trained ones: it was gathered before the "
-                       "training steps", hint="full_state_dict")
+        raise ctx.fail(
+            "the checkpoint holds the initial weights, not the trained ones: it was gathered before the training steps",
+            hint="full_state_dict",
+        )
     difference = first_difference(saved["tensors"], want)
     if difference:
-        raise ctx.fail(f"the checkpoint on rank 0 does not hold the trained weights: {difference}",
-                       hint="full_state_dict")
+        raise ctx.fail(
+            f"the checkpoint on rank 0 does not hold the trained weights: {difference}", hint="full_state_dict"
+        )

@@ -25,9 +25,16 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
-from grader.rank.training import MOMENTUM, ShardStepRecorder, TinyTransformer, make_regression, make_transformer, \
-    state, train_reference
 from grader.engine.rank_runtime import RankContext
+from grader.rank.training import (
+    MOMENTUM,
+    ShardStepRecorder,
+    TinyTransformer,
+    make_regression,
+    make_transformer,
+    state,
+    train_reference,
+)
 
 
 def _describe_mesh(_built: DeviceMesh, device_type: Any, mesh: Any = None, **kwargs: Any) -> dict[str, Any]:
@@ -52,8 +59,13 @@ def _module_paths(*roots: nn.Module) -> dict[int, str]:
 def _held(name: str, local: int, shape: Any, itemsize: int) -> dict[str, Any]:
     """What this rank holds of one parameter: `local` of its elements; rows: its first dimension."""
     shape = list(shape)
-    return {"name": name, "local": local, "full": math.prod(shape), "rows": shape[0] if shape else 1,
-            "itemsize": itemsize}
+    return {
+        "name": name,
+        "local": local,
+        "full": math.prod(shape),
+        "rows": shape[0] if shape else 1,
+        "itemsize": itemsize,
+    }
 
 
 def _fsdp1_unit(handle: Any, prefix: str) -> list[dict[str, Any]]:
@@ -61,14 +73,23 @@ def _fsdp1_unit(handle: Any, prefix: str) -> list[dict[str, Any]]:
     parameters FSDP1 exposes with use_orig_params=True are views into this rank's flat shard, not
     whole tensors, so they are counted from the shard's own bookkeeping."""
     flat = handle.flat_param
-    return [_held(f"{prefix}.{fqn}" if prefix else fqn, info.numel_in_shard or 0, shape, flat.element_size())
-            for fqn, shape, info in zip(flat._fqns, flat._shapes, flat._shard_param_infos)]
+    return [
+        _held(f"{prefix}.{fqn}" if prefix else fqn, info.numel_in_shard or 0, shape, flat.element_size())
+        for fqn, shape, info in zip(flat._fqns, flat._shapes, flat._shard_param_infos)
+    ]
 
 
 def _fsdp2_unit(group: Any, names: dict[int, str]) -> list[dict[str, Any]]:
     """A parameter group's DTensors: this rank's local shard of each."""
-    return [_held(names.get(id(p.sharded_param), "?"), p.sharded_param.to_local().numel(), p.sharded_param.shape,
-                  p.sharded_param.element_size()) for p in group.fsdp_params]
+    return [
+        _held(
+            names.get(id(p.sharded_param), "?"),
+            p.sharded_param.to_local().numel(),
+            p.sharded_param.shape,
+            p.sharded_param.element_size(),
+        )
+        for p in group.fsdp_params
+    ]
 
 
 def _holdings(root: nn.Module, model: nn.Module) -> dict[str, Any]:
@@ -129,8 +150,9 @@ def _describe_checkpoint(saved: Any) -> dict[str, Any]:
     return facts
 
 
-def _rank_batches(size: int, world_size: int, rank: int, batch_size: int,
-                  data_seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _rank_batches(
+    size: int, world_size: int, rank: int, batch_size: int, data_seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Step i: rank r takes samples [i*b*W + r*b, i*b*W + (r+1)*b)."""
     inputs, targets = make_regression(size, data_seed).tensors
     starts = range(rank * batch_size, size, batch_size * world_size)
@@ -157,7 +179,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
     setattr(module, "shard_model", recorded_shard_model)  # train_fsdp finds it through the module's globals
     ctx.facts["optimizer_steps"] = optimizer_steps = []
     handle = register_optimizer_step_pre_hook(
-        lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model)))
+        lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model))
+    )
     shard_steps = ShardStepRecorder(model)  # every step's pieces, for matches_reference
     ctx.facts.update(shard_steps=shard_steps.steps, flat_layouts=shard_steps.layouts)
     train_fsdp = ctx.student("train_fsdp")
@@ -196,16 +219,24 @@ def _owned_share(optimizer: torch.optim.Optimizer, model: nn.Module) -> float:
     return sum(id(p) in current for p in held) / len(held) if held else 0.0
 
 
-def reference(ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int,
-              model_seed: int) -> dict[str, Any]:
+def reference(
+    ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
     """Trusted: one process, SGD with momentum, step i on all ranks' batches of step i together."""
     model = make_transformer(seed=model_seed)
     union = batch_size * world_size
     dataset: TensorDataset = make_regression(steps * union, data_seed)
     losses: list[float] = []
     initial = state(model)
-    recorder = train_reference(model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr,
-                               losses=losses)
+    recorder = train_reference(
+        model, dataset, [list(range(i * union, (i + 1) * union)) for i in range(steps)], lr, losses=losses
+    )
     every = recorder.facts()  # every step, for the trajectory diagnosis of matches_reference
-    return {"losses": losses, "initial": initial, "final": state(model), "steps": every["steps"],
-            "start": every["start"], "momentum": MOMENTUM}
+    return {
+        "losses": losses,
+        "initial": initial,
+        "final": state(model),
+        "steps": every["steps"],
+        "start": every["start"],
+        "momentum": MOMENTUM,
+    }

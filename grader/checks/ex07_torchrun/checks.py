@@ -12,7 +12,7 @@ import numpy as np
 
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
-from grader.judge.diagnose import student_line, stuck_frame
+from grader.judge.diagnose import stuck_frame, student_line
 
 NODES = [2, 1]
 WORLD = sum(NODES)
@@ -35,35 +35,57 @@ def _named_init_mistake(processes: list[dict[str, Any]]) -> str:
     """A rank, world size or rendezvous of the code's own, read from init_process_group's arguments
     in every process: LOCAL_RANK or LOCAL_WORLD_SIZE where each process passed its own, else a
     value that is not the launcher's."""
-    calls = [(p, {name: int(p["env"][name]) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")},
-              p["init_calls"][0]) for p in processes if p["init_calls"]]
+    calls = [
+        (
+            p,
+            {name: int(p["env"][name]) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")},
+            p["init_calls"][0],
+        )
+        for p in processes
+        if p["init_calls"]
+    ]
     wrong_rank = [(p, env, call) for p, env, call in calls if call["rank"] is not None and call["rank"] != env["RANK"]]
     if wrong_rank:
         if all(call["rank"] == env["LOCAL_RANK"] for _, env, call in calls):
             _, env, call = wrong_rank[0]
-            return (f"LOCAL_RANK used as the global rank: the process with RANK={env['RANK']} (LOCAL_RANK="
-                    f"{env['LOCAL_RANK']}) called init_process_group(rank={call['rank']}); the rank is RANK")
+            return (
+                f"LOCAL_RANK used as the global rank: the process with RANK={env['RANK']} (LOCAL_RANK="
+                f"{env['LOCAL_RANK']}) called init_process_group(rank={call['rank']}); the rank is RANK"
+            )
         _, env, call = wrong_rank[0]
-        return (f"hard-coded rank: the process torchrun started with RANK={env['RANK']} called "
-                f"init_process_group(rank={call['rank']}); read RANK from the environment, or pass no rank "
-                "and let env:// read it")
-    wrong_world = [(env, call) for _, env, call in calls
-                   if call["world_size"] is not None and call["world_size"] != env["WORLD_SIZE"]]
+        return (
+            f"hard-coded rank: the process torchrun started with RANK={env['RANK']} called "
+            f"init_process_group(rank={call['rank']}); read RANK from the environment, or pass no rank "
+            "and let env:// read it"
+        )
+    wrong_world = [
+        (env, call)
+        for _, env, call in calls
+        if call["world_size"] is not None and call["world_size"] != env["WORLD_SIZE"]
+    ]
     if wrong_world:
         env, call = wrong_world[0]
         if all(call["world_size"] == env["LOCAL_WORLD_SIZE"] for _, env, call in calls):
-            return (f"LOCAL_WORLD_SIZE used where WORLD_SIZE is meant: init_process_group(world_size="
-                    f"{call['world_size']}) in a launch of WORLD_SIZE={env['WORLD_SIZE']} processes "
-                    f"({env['LOCAL_WORLD_SIZE']} on the node of RANK={env['RANK']})")
-        return (f"hard-coded world size: init_process_group(world_size={call['world_size']}) in a launch of "
-                f"WORLD_SIZE={env['WORLD_SIZE']} processes; read WORLD_SIZE from the environment")
+            return (
+                f"LOCAL_WORLD_SIZE used where WORLD_SIZE is meant: init_process_group(world_size="
+                f"{call['world_size']}) in a launch of WORLD_SIZE={env['WORLD_SIZE']} processes "
+                f"({env['LOCAL_WORLD_SIZE']} on the node of RANK={env['RANK']})"
+            )
+        return (
+            f"hard-coded world size: init_process_group(world_size={call['world_size']}) in a launch of "
+            f"WORLD_SIZE={env['WORLD_SIZE']} processes; read WORLD_SIZE from the environment"
+        )
     for process, env, call in calls:
         if call["init_method"] not in (None, "env://"):
-            return (f"init_process_group(init_method={call['init_method']!r}): under torchrun use env:// (the "
-                    "default), which reads MASTER_ADDR and MASTER_PORT from the launcher")
+            return (
+                f"init_process_group(init_method={call['init_method']!r}): under torchrun use env:// (the "
+                "default), which reads MASTER_ADDR and MASTER_PORT from the launcher"
+            )
         if call["backend"] and "nccl" in str(call["backend"]) and process["error"]:
-            return (f"the process with RANK={env['RANK']} asked for nccl on a machine without GPUs: choose gloo "
-                    "when no GPU is available (nccl only when pick_device() returned a GPU)")
+            return (
+                f"the process with RANK={env['RANK']} asked for nccl on a machine without GPUs: choose gloo "
+                "when no GPU is available (nccl only when pick_device() returned a GPU)"
+            )
     return ""
 
 
@@ -77,21 +99,27 @@ def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
     finished = [p for p in launch["processes"] if p.get("script_finished")]
     if finished:
         places.append(f"RANK {', '.join(p['env']['RANK'] for p in finished)} had finished the script")
-    joining = [p["env"]["RANK"] for p in finished
-               if "multiprocessing/util.py" in p.get("stack", "") and "_exit_function" in p.get("stack", "")]
+    joining = [
+        p["env"]["RANK"]
+        for p in finished
+        if "multiprocessing/util.py" in p.get("stack", "") and "_exit_function" in p.get("stack", "")
+    ]
     if joining:
-        places.append(f"the process{'es' if len(joining) > 1 else ''} of RANK {', '.join(joining)} did not exit: "
-                      "multiprocessing was waiting for a Process the script started and never joined (a Process that "
-                      "is not a daemon is joined at exit)")
+        places.append(
+            f"the process{'es' if len(joining) > 1 else ''} of RANK {', '.join(joining)} did not exit: "
+            "multiprocessing was waiting for a Process the script started and never joined (a Process that "
+            "is not a daemon is joined at exit)"
+        )
     located = ": " + "; ".join(places) if places else ""
-    return (f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. "
-            f"Node 0 ran `{launch['commands'][0]}`")
+    return (
+        f"the torchrun launch did not finish within {timeout:g} s (a hang?){located}. "
+        f"Node 0 ran `{launch['commands'][0]}`"
+    )
 
 
 def _launch(ctx: CheckContext) -> tuple[dict[str, Any], float]:
     timeout = min(MAX_LAUNCH_S, ctx.deadline - 3.0)
-    [launch] = ctx.facts("torchrun", nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))],
-                         timeout=timeout)
+    [launch] = ctx.facts("torchrun", nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))], timeout=timeout)
     return launch, timeout
 
 
@@ -110,13 +138,19 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
     for process in processes:
         error = process["error"]
         if error and error["stage"] == "running the script":
-            raise ctx.fail(f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
-                           f"{error['message']}{_at(error)}", details=error.get("traceback", ""))
+            raise ctx.fail(
+                f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
+                f"{error['message']}{_at(error)}",
+                details=error.get("traceback", ""),
+            )
     if launch["timed_out"]:
         raise ctx.fail(_hang(ctx, launch, timeout), details="\n".join(launch["agent_output"]))
     if len(processes) < WORLD or any(code != 0 for code in launch["exit_codes"]):
-        raise ctx.fail(f"torchrun started {len(processes)} of {WORLD} processes and its agents exited with codes "
-                       f"{launch['exit_codes']}", details="\n".join(launch["agent_output"]))
+        raise ctx.fail(
+            f"torchrun started {len(processes)} of {WORLD} processes and its agents exited with codes "
+            f"{launch['exit_codes']}",
+            details="\n".join(launch["agent_output"]),
+        )
     return processes
 
 
@@ -125,12 +159,17 @@ def joins_from_env(ctx: CheckContext) -> None:
     for process in _processes(ctx):
         env = process["env"]
         if not process["init_calls"]:
-            raise ctx.fail(f"the process with RANK={env['RANK']} never called init_process_group: does the script "
-                           "call main() under `if __name__ == \"__main__\":`?", hint="main_guard")
+            raise ctx.fail(
+                f"the process with RANK={env['RANK']} never called init_process_group: does the script "
+                'call main() under `if __name__ == "__main__":`?',
+                hint="main_guard",
+            )
         group = process["init_calls"][0].get("group")
         if group != {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"])}:
-            raise ctx.fail(f"the process with RANK={env['RANK']} of WORLD_SIZE={env['WORLD_SIZE']} joined the group "
-                           f"as {group}", hint="rank_from_env")
+            raise ctx.fail(
+                f"the process with RANK={env['RANK']} of WORLD_SIZE={env['WORLD_SIZE']} joined the group as {group}",
+                hint="rank_from_env",
+            )
 
 
 def _close(a: list[list[float]], b: list[list[float]]) -> bool:
@@ -151,26 +190,38 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
         meant = [np.subtract(a, b) for a, b in zip(expected["params"], before)]
         ratio = scale_of(_arrays(moved), _arrays(meant))
         if step == 0:
-            return (f"step 1's gradient equals the reference's, but the update is {ratio:.3g} times plain SGD's: "
-                    f"a learning rate of {LR * ratio:.3g} where {LR:g} is asked")
-        return (f"the gradients equal the reference's and step 1 too, but step {number}'s update is {ratio:.3g} "
-                f"times plain SGD's (lr {LR:g}): not plain SGD from step 2 on (momentum? another optimizer?)")
+            return (
+                f"step 1's gradient equals the reference's, but the update is {ratio:.3g} times plain SGD's: "
+                f"a learning rate of {LR * ratio:.3g} where {LR:g} is asked"
+            )
+        return (
+            f"the gradients equal the reference's and step 1 too, but step {number}'s update is {ratio:.3g} "
+            f"times plain SGD's (lr {LR:g}): not plain SGD from step 2 on (momentum? another optimizer?)"
+        )
     ratio = scale_of(_arrays(got["grads"]), _arrays(expected["grads"]))
     if step == 0 and near(ratio, BATCH):
-        return (f"loss summed, not averaged: the first gradient is {ratio:.3g} times the reference, the batch size "
-                f"{BATCH}; use the mean loss (F.mse_loss's default)")
+        return (
+            f"loss summed, not averaged: the first gradient is {ratio:.3g} times the reference, the batch size "
+            f"{BATCH}; use the mean loss (F.mse_loss's default)"
+        )
     if step == 0 and near(ratio, WORLD):
-        return (f"gradients summed over the processes, not averaged: the first gradient is {ratio:.3g} times the "
-                f"reference, the world size {WORLD}")
+        return (
+            f"gradients summed over the processes, not averaged: the first gradient is {ratio:.3g} times the "
+            f"reference, the world size {WORLD}"
+        )
     if step == 0:
         local = ctx.reference("reference", start=rank0["start"], batch_ranks=LOCAL_RANKS, steps=1)
         if _close(got["grads"], local["steps"][0]["grads"]):
-            return (f"two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
-                    f", step) (the process with RANK=2 used node 0's batch of LOCAL_RANK 0), not of make_batch(RANK, "
-                    f"step); pick the batch by the global rank")
+            return (
+                "two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
+                ", step) (the process with RANK=2 used node 0's batch of LOCAL_RANK 0), not of make_batch(RANK, "
+                "step); pick the batch by the global rank"
+            )
     spread = max(float(np.max(np.abs(np.subtract(a, b)))) for a, b in zip(got["params"], expected["params"]))
-    return (f"after step {number} the weights differ from one process training on the union of the ranks' batches "
-            f"by up to {spread:.3g} (the gradient of step {number} is {ratio:.3g} times the reference's)")
+    return (
+        f"after step {number} the weights differ from one process training on the union of the ranks' batches "
+        f"by up to {spread:.3g} (the gradient of step {number} is {ratio:.3g} times the reference's)"
+    )
 
 
 @check("trains_in_sync")
@@ -178,15 +229,18 @@ def trains_in_sync(ctx: CheckContext) -> None:
     processes, steps = _processes(ctx), _steps(ctx)
     counts = [len(p["steps"]) for p in processes]
     if counts != [steps] * WORLD:
-        raise ctx.fail(f"the processes took {counts} optimizer steps; the script was run with --steps {steps}",
-                       hint="ddp_training")
+        raise ctx.fail(
+            f"the processes took {counts} optimizer steps; the script was run with --steps {steps}", hint="ddp_training"
+        )
     rank0 = processes[0]
     for process in processes[1:]:
         for step, (mine, theirs) in enumerate(zip(process["steps"], rank0["steps"]), 1):
             if not _close(mine["params"], theirs["params"]):
-                raise ctx.fail(f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
-                               "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
-                               hint="ddp_training")
+                raise ctx.fail(
+                    f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
+                    "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
+                    hint="ddp_training",
+                )
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
         if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
@@ -198,22 +252,31 @@ def device_from_local_rank(ctx: CheckContext) -> None:
     for process in _processes(ctx):
         env, error = process["env"], process["error"]
         rank, local = env["RANK"], env["LOCAL_RANK"]
-        place = f"the process with RANK={rank} (node {env['GROUP_RANK']}, LOCAL_RANK={local}, " \
-                f"{env['LOCAL_WORLD_SIZE']} GPUs on its node)"
+        place = (
+            f"the process with RANK={rank} (node {env['GROUP_RANK']}, LOCAL_RANK={local}, "
+            f"{env['LOCAL_WORLD_SIZE']} GPUs on its node)"
+        )
         chosen = process.get("set_device") or []
         if error or process["device"] != f"cuda:{local}":
             picked = process["device"] or (f"cuda:{chosen[-1]}" if chosen else None)
             if picked == f"cuda:{rank}" and rank != local:
-                raise ctx.fail(f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {place} picked "
-                               f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK", hint="local_rank_gpu")
+                raise ctx.fail(
+                    f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {place} picked "
+                    f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK",
+                    hint="local_rank_gpu",
+                )
             shown = f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
-            raise ctx.fail(f"pick_device() on a node with simulated GPUs, in {place}, {shown}; expected cuda:{local}",
-                           hint="local_rank_gpu")
+            raise ctx.fail(
+                f"pick_device() on a node with simulated GPUs, in {place}, {shown}; expected cuda:{local}",
+                hint="local_rank_gpu",
+            )
         if process.get("bound") != int(local):
             bound = f"left GPU {process.get('bound')} bound" if chosen else "bound no GPU"
-            raise ctx.fail(f"pick_device() in {place} returned cuda:{local} but {bound}; bind the process to its GPU "
-                           f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
-                           hint="local_rank_gpu")
+            raise ctx.fail(
+                f"pick_device() in {place} returned cuda:{local} but {bound}; bind the process to its GPU "
+                f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
+                hint="local_rank_gpu",
+            )
 
 
 @check("logs_from_rank0")
@@ -222,23 +285,33 @@ def logs_from_rank0(ctx: CheckContext) -> None:
     printing = [p for p in processes[1:] if p["printed"].strip()]
     per_node = {p["env"]["RANK"] for p in processes if p["env"]["LOCAL_RANK"] == "0"} - {"0"}
     if printing and processes[0]["printed"].strip() and {p["env"]["RANK"] for p in printing} == per_node:
-        raise ctx.fail(f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
-                       f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
-                       "rank, RANK == 0", hint="print_on_rank0")
+        raise ctx.fail(
+            f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
+            f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
+            "rank, RANK == 0",
+            hint="print_on_rank0",
+        )
     if printing:
         process = printing[0]
         line = process["printed"].strip().splitlines()[0]
-        raise ctx.fail(f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
-                       f"{line!r}; print (or log) only where RANK is 0", hint="print_on_rank0")
+        raise ctx.fail(
+            f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
+            f"{line!r}; print (or log) only where RANK is 0",
+            hint="print_on_rank0",
+        )
     if not processes[0]["printed"].strip():
-        raise ctx.fail("rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from "
-                       "rank 0", hint="print_on_rank0")
+        raise ctx.fail(
+            "rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from rank 0",
+            hint="print_on_rank0",
+        )
 
 
 @check("destroys_group")
 def destroys_group(ctx: CheckContext) -> None:
     for process in _processes(ctx):
         if process["initialized_at_end"]:
-            raise ctx.fail(f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
-                           "process group; call dist.destroy_process_group() when training is done",
-                           hint="destroy_group")
+            raise ctx.fail(
+                f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
+                "process group; call dist.destroy_process_group() when training is done",
+                hint="destroy_group",
+            )

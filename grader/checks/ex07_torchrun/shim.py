@@ -43,9 +43,17 @@ class Facts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.data: dict[str, Any] = {"printed": "", "init_calls": [], "start": None, "steps": [], "device": None,
-                                     "error": None, "destroy_calls": 0, "initialized_at_end": None,
-                                     "script_finished": False}
+        self.data: dict[str, Any] = {
+            "printed": "",
+            "init_calls": [],
+            "start": None,
+            "steps": [],
+            "device": None,
+            "error": None,
+            "destroy_calls": 0,
+            "initialized_at_end": None,
+            "script_finished": False,
+        }
 
     def update(self, **values: Any) -> None:
         self.data.update(values)
@@ -215,8 +223,13 @@ def _describe(exc: BaseException, script: str) -> dict[str, Any]:
     from grader.engine.rank_runtime import describe_exception
 
     if isinstance(exc, SystemExit):
-        return {"type": "SystemExit", "message": f"the script called sys.exit({exc.code!r})", "student_frames": [],
-                "not_implemented": False, "traceback": ""}
+        return {
+            "type": "SystemExit",
+            "message": f"the script called sys.exit({exc.code!r})",
+            "student_frames": [],
+            "not_implemented": False,
+            "traceback": "",
+        }
     return describe_exception(exc, Path(script))
 
 

@@ -47,9 +47,22 @@ STACK_DUMP_WAIT_S = 0.3
 def torchrun_arguments(node_rank: int, nodes: list[int], port: int, script: str, script_args: list[str]) -> list[str]:
     """The torchrun command line of one simulated node (after `torchrun`)."""
     return [
-        "--nnodes", str(len(nodes)), "--node-rank", str(node_rank), "--nproc-per-node", str(nodes[node_rank]),
-        "--master-addr", "127.0.0.1", "--master-port", str(port), "--max-restarts", "0",
-        "--start-method", "fork", script, *script_args,
+        "--nnodes",
+        str(len(nodes)),
+        "--node-rank",
+        str(node_rank),
+        "--nproc-per-node",
+        str(nodes[node_rank]),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--max-restarts",
+        "0",
+        "--start-method",
+        "fork",
+        script,
+        *script_args,
     ]
 
 
@@ -58,12 +71,16 @@ def _serve_store_on(listener: socket.socket) -> None:
     from torch.distributed.elastic.rendezvous import static_tcp_rendezvous
 
     # a monkeypatch: mypy refuses to assign to a class
-    setattr(static_tcp_rendezvous, "TCPStore", functools.partial(static_tcp_rendezvous.TCPStore,
-                                                                 master_listen_fd=listener.fileno()))
+    setattr(
+        static_tcp_rendezvous,
+        "TCPStore",
+        functools.partial(static_tcp_rendezvous.TCPStore, master_listen_fd=listener.fileno()),
+    )
 
 
-def _agent(arguments: list[str], log: Path, facts_dir: Path, group_timeout: float, listener: socket.socket,
-           node_rank: int) -> None:
+def _agent(
+    arguments: list[str], log: Path, facts_dir: Path, group_timeout: float, listener: socket.socket, node_rank: int
+) -> None:
     """Child side of the fork: one torchrun agent. Never returns."""
     code = 2
     try:
@@ -84,7 +101,7 @@ def _agent(arguments: list[str], log: Path, facts_dir: Path, group_timeout: floa
             listener.close()
         config, _, script_args = config_from_args(parse_args(arguments))
         try:
-            elastic_launch(config, entrypoint=shim.run)(*script_args[script_args.index("-u") + 1:])
+            elastic_launch(config, entrypoint=shim.run)(*script_args[script_args.index("-u") + 1 :])
             code = 0
         except ChildFailedError as exc:
             print(exc)
@@ -156,8 +173,9 @@ def torchrun(ctx: RankContext, nodes: list[int], script_args: list[str], timeout
     facts_dir.mkdir()
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    commands = [torchrun_arguments(i, nodes, port, str(ctx.student_file.resolve()), script_args)
-                for i in range(len(nodes))]
+    commands = [
+        torchrun_arguments(i, nodes, port, str(ctx.student_file.resolve()), script_args) for i in range(len(nodes))
+    ]
     ctx.facts["commands"] = [" ".join(["torchrun", *command]) for command in commands]
     logs = [ctx.run_dir / f"node{i}.log" for i in range(len(nodes))]
     started = time.perf_counter()

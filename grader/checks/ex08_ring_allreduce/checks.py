@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.judge.api import CheckContext, CheckFailed, check
-from grader.judge.diagnose import where
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
+from grader.judge.api import CheckContext, CheckFailed, check
+from grader.judge.diagnose import where
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -33,21 +33,33 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
     aborted = [r for r in failing if r.status == -signal.SIGABRT]
     if aborted:
         rank = aborted[0].rank
-        raise ctx.fail(f"rank {rank} aborted inside gloo (SIGABRT) at {places[rank] or 'a point-to-point call'}: a "
-                       "message arrived into a receive buffer of another size, so the chunk a rank sends is not the "
-                       "chunk its neighbour receives at that step", hint="chunk_bounds")
+        raise ctx.fail(
+            f"rank {rank} aborted inside gloo (SIGABRT) at {places[rank] or 'a point-to-point call'}: a "
+            "message arrived into a receive buffer of another size, so the chunk a rank sends is not the "
+            "chunk its neighbour receives at that step",
+            hint="chunk_bounds",
+        )
     if len(failing) < ctx.world_size:
         return
     # The first rank to time out closes its connections: the others then fail where they were.
-    for operation, why in (("send", "dist.send blocks until the neighbour receives, and the neighbour is itself "
-                                    "sending; start the send with dist.isend, then recv, then wait()"),
-                           ("recv", "no rank sends the message it waits for: the sends and receives do not pair up "
-                                    "(each rank must receive from the rank that sends to it: left = (rank - 1) % W "
-                                    "when right = (rank + 1) % W), or there are more receives than sends")):
+    for operation, why in (
+        (
+            "send",
+            "dist.send blocks until the neighbour receives, and the neighbour is itself "
+            "sending; start the send with dist.isend, then recv, then wait()",
+        ),
+        (
+            "recv",
+            "no rank sends the message it waits for: the sends and receives do not pair up "
+            "(each rank must receive from the rank that sends to it: left = (rank - 1) % W "
+            "when right = (rank + 1) % W), or there are more receives than sends",
+        ),
+    ):
         stuck = [r for r in failing if _timed_out(r, operation)]
         if stuck and all(operation in place for place in places.values()):
-            raise ctx.fail(f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}",
-                           hint="isend_not_send")
+            raise ctx.fail(
+                f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}", hint="isend_not_send"
+            )
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -74,8 +86,9 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _wrong_sum(ctx: CheckContext, rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray,
-               messages: int) -> CheckFailed:
+def _wrong_sum(
+    ctx: CheckContext, rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray, messages: int
+) -> CheckFailed:
     """What is wrong with one rank's result, named from what its elements hold: the failure to raise."""
     world = ctx.world_size
     size = output.size
@@ -86,48 +99,68 @@ def _wrong_sum(ctx: CheckContext, rank: int, shape: list[int], output: np.ndarra
     if len(mixtures) == 1 and None not in mixtures and len(set(runs[0].mixture)) == 1:
         factor = runs[0].mixture[0]
         what = "averaged: it holds exactly 1/W of the sum (the mean)" if factor < 1 else f"{factor:g} times the sum"
-        return ctx.fail(f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W",
-                        hint="in_place")
+        return ctx.fail(
+            f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W", hint="in_place"
+        )
     tail = size - size % world
     wrong = [run for run in runs if run.mixture != sum_]
     own = tuple(float(r == rank) for r in range(world))
     if size % world and wrong == [r for r in runs if r.start >= tail] and all(r.mixture == own for r in wrong):
-        return ctx.fail(f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
-                        f"(the remainder of {size} / W={world}) are wrong: they still hold this rank's own input, "
-                        "so no chunk covered them; the chunks must cover the whole tensor (tensor_split)",
-                        hint="chunk_bounds")
+        return ctx.fail(
+            f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
+            f"(the remainder of {size} / W={world}) are wrong: they still hold this rank's own input, "
+            "so no chunk covered them; the chunks must cover the whole tensor (tensor_split)",
+            hint="chunk_bounds",
+        )
     if all(run.mixture is not None and sorted(run.mixture) == [0.0] * (world - 1) + [1.0] for run in runs):
-        return ctx.fail(f"nothing was added up: every element of {whole} holds a single rank's input ("
-                        f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the "
-                        "ring carried a sum: either the reduce-scatter overwrites the chunks it receives instead of "
-                        "adding them (+=), or the all-gather passes on chunks the reduce-scatter had not completed",
-                        hint="chunk_bounds")
+        return ctx.fail(
+            f"nothing was added up: every element of {whole} holds a single rank's input ("
+            f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the "
+            "ring carried a sum: either the reduce-scatter overwrites the chunks it receives instead of "
+            "adding them (+=), or the all-gather passes on chunks the reduce-scatter had not completed",
+            hint="chunk_bounds",
+        )
     if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
-        return ctx.fail(f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in "
-                        f"{whole}: a received chunk was added where it should replace one (the reduce-scatter adds, "
-                        "the all-gather copies the complete chunks)", hint="chunk_bounds")
+        return ctx.fail(
+            f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in "
+            f"{whole}: a received chunk was added where it should replace one (the reduce-scatter adds, "
+            "the all-gather copies the complete chunks)",
+            hint="chunk_bounds",
+        )
     complete = [run for run in runs if run.mixture == sum_]
     partial = all(run.mixture is not None and set(run.mixture) <= {0.0, 1.0} for run in wrong)
     if len(complete) == 1 and partial and messages <= world - 1:
         run = complete[0]
-        return ctx.fail(f"only the reduce-scatter ran: {whole} holds the complete sum in elements "
-                        f"{run.start}-{run.stop - 1} (one chunk) and partial sums elsewhere, after "
-                        f"{_count(messages, 'message')}; the all-gather phase (W-1 more steps passing the complete "
-                        "chunks around the ring) is missing", hint="chunk_bounds")
-    steps = "" if messages == 2 * (world - 1) else (f"; it sent {_count(messages, 'message')} where a ring sends "
-                                                     f"2(W-1) = {2 * (world - 1)}")
+        return ctx.fail(
+            f"only the reduce-scatter ran: {whole} holds the complete sum in elements "
+            f"{run.start}-{run.stop - 1} (one chunk) and partial sums elsewhere, after "
+            f"{_count(messages, 'message')}; the all-gather phase (W-1 more steps passing the complete "
+            "chunks around the ring) is missing",
+            hint="chunk_bounds",
+        )
+    steps = (
+        ""
+        if messages == 2 * (world - 1)
+        else (f"; it sent {_count(messages, 'message')} where a ring sends 2(W-1) = {2 * (world - 1)}")
+    )
     shown = "; ".join(run.describe(rank) for run in wrong[:3]) + ("; ..." if len(wrong) > 3 else "")
     count = sum(run.stop - run.start for run in wrong)
-    return ctx.fail(f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}",
-                    hint="chunk_bounds")
+    return ctx.fail(
+        f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}",
+        hint="chunk_bounds",
+    )
 
 
 @check("sums_correctly")
 def sums_correctly(ctx: CheckContext) -> None:
     calls = _calls(ctx)
     for index, shape in enumerate(SHAPES):
-        inputs = np.stack([rank_input(_seed(ctx), index, rank, shape).astype(np.float64).reshape(-1)
-                           for rank in range(ctx.world_size)])
+        inputs = np.stack(
+            [
+                rank_input(_seed(ctx), index, rank, shape).astype(np.float64).reshape(-1)
+                for rank in range(ctx.world_size)
+            ]
+        )
         expected = inputs.sum(axis=0)
         for rank, rank_calls in enumerate(calls):
             call = rank_calls[index]
@@ -138,8 +171,11 @@ def sums_correctly(ctx: CheckContext) -> None:
             if np.allclose(output, expected, rtol=1e-5, atol=1e-5):
                 continue
             if np.allclose(output, inputs[rank]):
-                returned = " (the function returned a new tensor: the sum must be written into `tensor`)" \
-                    if call["returned_tensor"] else ""
+                returned = (
+                    " (the function returned a new tensor: the sum must be written into `tensor`)"
+                    if call["returned_tensor"]
+                    else ""
+                )
                 raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint="in_place")
             raise _wrong_sum(ctx, rank, shape, output, inputs, call["messages"])
 
@@ -157,23 +193,29 @@ def ring_traffic(ctx: CheckContext) -> None:
             sent = rank_calls[index]["bytes"]
             if low <= sent <= high:
                 continue
-            raise ctx.fail(_traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)),
-                           hint="right_neighbour")
+            raise ctx.fail(
+                _traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)), hint="right_neighbour"
+            )
 
 
 def _traffic(rank: int, sent: int, messages: int, message: int, world: int, ring: tuple[int, int]) -> str:
     """What one rank's traffic was, named when it is a whole number of whole tensors or the message
     count says which steps are extra or missing."""
     ratio, steps = sent / message, 2 * (world - 1)
-    sending = (f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) in {_count(messages, 'message')} for a "
-               f"{message}-byte tensor")
-    ring_sends = (f"a ring sends 2(W-1) = {steps} messages of about M/W, 2(W-1)/W x M in all: between {ring[0]} and "
-                  f"{ring[1]} bytes with W={world}")
+    sending = (
+        f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) in {_count(messages, 'message')} for a {message}-byte tensor"
+    )
+    ring_sends = (
+        f"a ring sends 2(W-1) = {steps} messages of about M/W, 2(W-1)/W x M in all: between {ring[0]} and "
+        f"{ring[1]} bytes with W={world}"
+    )
     if sent == 0:
         return f"rank {rank} sent no point-to-point message at all; {ring_sends}"
     if world > 2 and abs(ratio - (world - 1)) < 0.05:
-        return (f"whole tensors sent: {sending} = (W-1) x M, the whole tensor W-1 times (a naive all-to-all, or "
-                f"whole tensors passed around the ring); {ring_sends}")
+        return (
+            f"whole tensors sent: {sending} = (W-1) x M, the whole tensor W-1 times (a naive all-to-all, or "
+            f"whole tensors passed around the ring); {ring_sends}"
+        )
     if abs(ratio - steps) < 0.05:
         return f"whole tensors sent: {sending} = 2(W-1) x M, the whole tensor at every step; {ring_sends}"
     if messages != steps:
@@ -187,6 +229,9 @@ def point_to_point_only(ctx: CheckContext) -> None:
     for rank, facts in enumerate(_ranks(ctx)):
         used = sorted(name for name, calls in facts["collectives"].items() if calls)
         if used:
-            raise ctx.fail(f"rank {rank} called the built-in collective ProcessGroup.{used[0]} (dist.all_reduce, "
-                           "all_gather, reduce_scatter, broadcast... are not allowed): build the ring from send "
-                           "and recv", hint="no_collectives")
+            raise ctx.fail(
+                f"rank {rank} called the built-in collective ProcessGroup.{used[0]} (dist.all_reduce, "
+                "all_gather, reduce_scatter, broadcast... are not allowed): build the ring from send "
+                "and recv",
+                hint="no_collectives",
+            )

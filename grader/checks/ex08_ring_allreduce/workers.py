@@ -16,9 +16,21 @@ from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.engine.rank_runtime import RankContext
 
 COLLECTIVES = (
-    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced", "broadcast", "reduce", "alltoall", "alltoall_base", "scatter", "gather",
+    "allreduce",
+    "allreduce_coalesced",
+    "allgather",
+    "_allgather_base",
+    "allgather_coalesced",
+    "allgather_into_tensor_coalesced",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "alltoall_base",
+    "scatter",
+    "gather",
 )
 
 
@@ -41,7 +53,7 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
         returned = ring_all_reduce(tensor)
         call["output"] = tensor.clone()
         call["returned_tensor"] = isinstance(returned, torch.Tensor)
-        messages = sent[call.pop("sent_before"):]
+        messages = sent[call.pop("sent_before") :]
         call["bytes"] = sum(s["bytes"] for s in messages)
         call["messages"] = len(messages)
     return {}

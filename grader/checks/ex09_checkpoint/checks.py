@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.writes import went_on_early, writers_problem
-from grader.engine import RunResult
 
 SIZE, BATCH, LR = 96, 4, 0.05
 STEPS_BEFORE, STEPS_AFTER = 3, 3
@@ -35,14 +35,25 @@ def _early_load(result: RunResult, path: str) -> str:
 
 def _run(ctx: CheckContext) -> RunResult:
     """The shared run; a load that raced the save is named before anything else."""
-    result = ctx.run("resume", size=SIZE, batch_size=BATCH, steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER,
-                     lr=LR, path=_path(ctx), **ctx.seeds("data", "model"))
+    result = ctx.run(
+        "resume",
+        size=SIZE,
+        batch_size=BATCH,
+        steps_before=STEPS_BEFORE,
+        steps_after=STEPS_AFTER,
+        lr=LR,
+        path=_path(ctx),
+        **ctx.seeds("data", "model"),
+    )
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
     race = "" if stub else _early_load(result, _path(ctx))
     if race:
-        raise ctx.fail(f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
-                       "ranks wait for it or move on). Every rank must wait at dist.barrier() after rank 0's "
-                       "torch.save", hint="barrier_after_save")
+        raise ctx.fail(
+            f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
+            "ranks wait for it or move on). Every rank must wait at dist.barrier() after rank 0's "
+            "torch.save",
+            hint="barrier_after_save",
+        )
     return result
 
 
@@ -69,8 +80,9 @@ def waits_for_save(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
         if not any(e["op"] == "load" for e in facts["writes"]):
-            raise ctx.fail(f"rank {rank} never called torch.load: every rank restores from the file",
-                           hint="load_checkpoint")
+            raise ctx.fail(
+                f"rank {rank} never called torch.load: every rank restores from the file", hint="load_checkpoint"
+            )
 
 
 @check("checkpoint_contents")
@@ -83,23 +95,36 @@ def checkpoint_contents(ctx: CheckContext) -> None:
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be read: {saved['problem']}")
     if "model" not in saved:
-        raise ctx.fail(f"the checkpoint holds no state dict of the model (its {MODEL_KEYS}, with no `module.` "
-                       f"prefix); its keys: {saved['keys']}", hint="unwrapped_state_dict")
+        raise ctx.fail(
+            f"the checkpoint holds no state dict of the model (its {MODEL_KEYS}, with no `module.` "
+            f"prefix); its keys: {saved['keys']}",
+            hint="unwrapped_state_dict",
+        )
     prefixed = [key for key in saved["model"] if key.startswith("module.")]
     if prefixed:
-        raise ctx.fail(f"`module.` prefix in the saved model (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
-                       "state_dict; save ddp_model.module.state_dict()", hint="unwrapped_state_dict")
+        raise ctx.fail(
+            f"`module.` prefix in the saved model (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
+            "state_dict; save ddp_model.module.state_dict()",
+            hint="unwrapped_state_dict",
+        )
     if saved.get("only_model"):
-        raise ctx.fail("optimizer state not saved: the checkpoint is the model's state dict alone, with no "
-                       "optimizer state (momentum buffers) and no step; save a dict of all three",
-                       hint="optimizer_state")
+        raise ctx.fail(
+            "optimizer state not saved: the checkpoint is the model's state dict alone, with no "
+            "optimizer state (momentum buffers) and no step; save a dict of all three",
+            hint="optimizer_state",
+        )
     if saved.get("momentum_buffers", 0) < PARAMETERS:
-        raise ctx.fail(f"optimizer state not saved: the checkpoint holds {saved.get('momentum_buffers', 0)} momentum "
-                       f"buffers for {PARAMETERS} parameters (its keys: {saved['keys']}); save optimizer.state_dict()",
-                       hint="optimizer_state")
+        raise ctx.fail(
+            f"optimizer state not saved: the checkpoint holds {saved.get('momentum_buffers', 0)} momentum "
+            f"buffers for {PARAMETERS} parameters (its keys: {saved['keys']}); save optimizer.state_dict()",
+            hint="optimizer_state",
+        )
     if STEPS_BEFORE not in saved["integers"].values():
-        raise ctx.fail(f"the checkpoint holds no step equal to the step it was saved at ({STEPS_BEFORE}): its "
-                       f"integers are {saved['integers'] or 'none'}", hint="load_checkpoint")
+        raise ctx.fail(
+            f"the checkpoint holds no step equal to the step it was saved at ({STEPS_BEFORE}): its "
+            f"integers are {saved['integers'] or 'none'}",
+            hint="load_checkpoint",
+        )
     ranks = ctx.require(result)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
     if difference:
@@ -109,19 +134,37 @@ def checkpoint_contents(ctx: CheckContext) -> None:
 @check("resume_matches")
 def resume_matches(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH,
-                              steps_before=STEPS_BEFORE, steps_after=STEPS_AFTER, lr=LR, **ctx.seeds("data", "model"))
+    reference = ctx.reference(
+        "reference",
+        world_size=ctx.world_size,
+        size=SIZE,
+        batch_size=BATCH,
+        steps_before=STEPS_BEFORE,
+        steps_after=STEPS_AFTER,
+        lr=LR,
+        **ctx.seeds("data", "model"),
+    )
     for rank, facts in enumerate(ranks):
         difference = first_difference(facts["loaded_state"], facts["saved_state"])
         if difference:
-            raise ctx.fail(f"after load_checkpoint, rank {rank}'s model does not hold the saved weights: {difference}",
-                           hint="load_checkpoint")
+            raise ctx.fail(
+                f"after load_checkpoint, rank {rank}'s model does not hold the saved weights: {difference}",
+                hint="load_checkpoint",
+            )
         if facts["returned_step"] != STEPS_BEFORE:
-            raise ctx.fail(f"load_checkpoint returned {facts['returned_step']!r} on rank {rank}, not the saved step "
-                           f"{STEPS_BEFORE}", hint="load_checkpoint")
+            raise ctx.fail(
+                f"load_checkpoint returned {facts['returned_step']!r} on rank {rank}, not the saved step "
+                f"{STEPS_BEFORE}",
+                hint="load_checkpoint",
+            )
     resumed = STEPS_BEFORE + 1
-    setting = Setting(lr=LR, momentum=reference["momentum"], factors={"W": ctx.world_size},
-                      reference="uninterrupted training", labels={resumed: "the first step after resuming"})
+    setting = Setting(
+        lr=LR,
+        momentum=reference["momentum"],
+        factors={"W": ctx.world_size},
+        reference="uninterrupted training",
+        labels={resumed: "the first step after resuming"},
+    )
     for rank, facts in enumerate(ranks):
         finding = diagnose(facts["steps"], facts["start"], reference["steps"], reference["start"], setting)
         if finding is None:
@@ -129,8 +172,11 @@ def resume_matches(ctx: CheckContext) -> None:
         where = f"on rank {rank}, " if rank else ""
         if finding.cause in ("no_momentum", "other_momentum") and finding.step == resumed:
             restored = facts["momentum_restored"]
-            raise ctx.fail(f"momentum lost: {where}step {resumed}, the first after resuming, is -lr * gradient, as if "
-                           f"SGD's momentum buffer restarted from zero (after load_checkpoint the optimizer held "
-                           f"{restored} momentum buffers for {PARAMETERS} parameters). Save optimizer.state_dict() "
-                           "and load it on every rank", hint="optimizer_state")
+            raise ctx.fail(
+                f"momentum lost: {where}step {resumed}, the first after resuming, is -lr * gradient, as if "
+                f"SGD's momentum buffer restarted from zero (after load_checkpoint the optimizer held "
+                f"{restored} momentum buffers for {PARAMETERS} parameters). Save optimizer.state_dict() "
+                "and load it on every rank",
+                hint="optimizer_state",
+            )
         raise ctx.fail(f"{where}resumed training differs from uninterrupted training: {finding.message}")

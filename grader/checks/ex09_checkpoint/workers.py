@@ -18,14 +18,27 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
-from grader.rank.training import MOMENTUM, StepRecorder, TinyRegressor, make_model, make_regression, rank_batches, \
-    state, train_reference, union_batches
-from grader.rank.write_recorder import Waypoints, WriteRecorder
 from grader.engine.rank_runtime import RankContext
+from grader.rank.training import (
+    MOMENTUM,
+    StepRecorder,
+    TinyRegressor,
+    make_model,
+    make_regression,
+    rank_batches,
+    state,
+    train_reference,
+    union_batches,
+)
+from grader.rank.write_recorder import Waypoints, WriteRecorder
 
 
-def _train(ddp_model: DistributedDataParallel, optimizer: torch.optim.Optimizer, batches: list[list[int]],
-           dataset: TensorDataset) -> list[dict[str, Any]]:
+def _train(
+    ddp_model: DistributedDataParallel,
+    optimizer: torch.optim.Optimizer,
+    batches: list[list[int]],
+    dataset: TensorDataset,
+) -> list[dict[str, Any]]:
     """The grader's DDP loop; every step's gradient and the plain model's weights after it."""
     recorder = StepRecorder(ddp_model.module)
     inputs, targets = dataset.tensors
@@ -39,8 +52,17 @@ def _train(ddp_model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
     return recorder.steps
 
 
-def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, steps_after: int, lr: float,
-           path: str, data_seed: int, model_seed: int) -> dict[str, Any]:
+def resume(
+    ctx: RankContext,
+    size: int,
+    batch_size: int,
+    steps_before: int,
+    steps_after: int,
+    lr: float,
+    path: str,
+    data_seed: int,
+    model_seed: int,
+) -> dict[str, Any]:
     ctx.init_group()
     waypoints = Waypoints.for_this_run(os.path.dirname(path))
     writes = WriteRecorder(waypoints, hold_saves=ctx.rank == 0).install()  # before the student's imports
@@ -72,8 +94,17 @@ def resume(ctx: RankContext, size: int, batch_size: int, steps_before: int, step
     return {}
 
 
-def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps_before: int, steps_after: int,
-              lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
+def reference(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    batch_size: int,
+    steps_before: int,
+    steps_after: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+) -> dict[str, Any]:
     """Trusted, one process on the union batches: the uninterrupted run, every step."""
     dataset = make_regression(size, data_seed)
     steps = union_batches(size, world_size, batch_size, epochs=1)[: steps_before + steps_after]
@@ -109,8 +140,14 @@ def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:
         return {"exists": True, "problem": f"torch.load failed: {type(exc).__name__}: {exc}"}
     names = set(TinyRegressor().state_dict())
     if _model_state(loaded, names) is not None:
-        return {"exists": True, "keys": [], "model": _model_state(loaded, names), "model_key": "",
-                "integers": {}, "only_model": True}
+        return {
+            "exists": True,
+            "keys": [],
+            "model": _model_state(loaded, names),
+            "model_key": "",
+            "integers": {},
+            "only_model": True,
+        }
     if not isinstance(loaded, dict):
         return {"exists": True, "problem": f"it holds a {type(loaded).__name__}, not a dict"}
     facts: dict[str, Any] = {"exists": True, "keys": sorted(str(k) for k in loaded), "integers": {}}

@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from grader.judge.api import CheckContext, check
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
+from grader.judge.api import CheckContext, check
 
 REL = 1e-6
 TABLE = Path(__file__).with_name("expected.json")  # written by `grader release` into a student copy
@@ -61,6 +61,7 @@ def _close(value: float, expected: float) -> bool:
 
 def _warmup_mistake(got: float, step: int, target: float) -> str:
     """The off-by-one warmups, recognized from the rate at one step (warmup_steps = 5, base_lr = 0.1)."""
+
     def linear(position: float, length: int) -> float:
         return 0.1 + (target - 0.1) * min(position / length, 1.0)
 
@@ -78,15 +79,24 @@ def lr_schedule(ctx: CheckContext) -> None:
     lr = _values(ctx, "scaled_lr")["scaled_lr"]
     after = lr[(0.1, 256, 1024, 7, 5)]
     if _close(after, 0.2):
-        raise ctx.fail("square-root scaling: 4x the batch gave 2x the learning rate (0.2); the linear rule "
-                       "multiplies the rate by the batch ratio (0.4)", hint="linear_scaling")
+        raise ctx.fail(
+            "square-root scaling: 4x the batch gave 2x the learning rate (0.2); the linear rule "
+            "multiplies the rate by the batch ratio (0.4)",
+            hint="linear_scaling",
+        )
     if not _close(after, 0.4):
-        raise ctx.fail(f"scaled_lr(0.1, 256, 1024, step=7, warmup_steps=5) = {after:.6g}; after warmup the "
-                       "linear rule gives 0.1 x 1024/256 = 0.4", hint="linear_scaling")
+        raise ctx.fail(
+            f"scaled_lr(0.1, 256, 1024, step=7, warmup_steps=5) = {after:.6g}; after warmup the "
+            "linear rule gives 0.1 x 1024/256 = 0.4",
+            hint="linear_scaling",
+        )
     start = lr[(0.1, 256, 1024, 0, 5)]
     if _close(start, 0.4):
-        raise ctx.fail("no warmup: the rate is already 0.4 at step 0; it should climb from base_lr (0.1) to "
-                       "0.4 over the first 5 steps", hint="warmup")
+        raise ctx.fail(
+            "no warmup: the rate is already 0.4 at step 0; it should climb from base_lr (0.1) to "
+            "0.4 over the first 5 steps",
+            hint="warmup",
+        )
     if _close(start, 0.0):
         raise ctx.fail("warmup from zero: the rate is 0 at step 0; the warmup starts at base_lr (0.1)", hint="warmup")
     for batch in (256, 512, 1024, 8192):
@@ -96,13 +106,18 @@ def lr_schedule(ctx: CheckContext) -> None:
             got = lr[(0.1, 256, batch, step, 5)]
             if not _close(got, want):
                 call = f"scaled_lr(0.1, 256, {batch}, step={step}, warmup_steps=5) = {got:.6g}, expected {want:.6g}"
-                raise ctx.fail(f"{call}{_warmup_mistake(got, step, target)} (linear from 0.1 at step 0 to "
-                               f"{target:g} at step 5)", hint="warmup")
+                raise ctx.fail(
+                    f"{call}{_warmup_mistake(got, step, target)} (linear from 0.1 at step 0 to {target:g} at step 5)",
+                    hint="warmup",
+                )
     for step in (0, 3):
         got = lr[(0.1, 256, 1024, step, 0)]
         if not _close(got, 0.4):
-            raise ctx.fail(f"with warmup_steps=0 the rate is the target from step 0: scaled_lr(0.1, 256, 1024, "
-                           f"{step}, 0) = {got:.6g} instead of 0.4 (no division by zero either)", hint="warmup")
+            raise ctx.fail(
+                f"with warmup_steps=0 the rate is the target from step 0: scaled_lr(0.1, 256, 1024, "
+                f"{step}, 0) = {got:.6g} instead of 0.4 (no division by zero either)",
+                hint="warmup",
+            )
 
 
 @check("effective_batch")
@@ -112,14 +127,22 @@ def effective_batch(ctx: CheckContext) -> None:
         if _close(got, expected("effective_batch", batch, world, accumulation)):
             continue
         if _close(got, batch * world):
-            raise ctx.fail(f"gradient accumulation ignored: effective_batch({batch}, {world}, {accumulation}) = "
-                           f"{got:g}; each optimizer step sees {accumulation} micro-batches per GPU",
-                           hint="global_batch")
+            raise ctx.fail(
+                f"gradient accumulation ignored: effective_batch({batch}, {world}, {accumulation}) = "
+                f"{got:g}; each optimizer step sees {accumulation} micro-batches per GPU",
+                hint="global_batch",
+            )
         if _close(got, batch * accumulation):
-            raise ctx.fail(f"world size ignored: effective_batch({batch}, {world}, {accumulation}) = {got:g}; "
-                           f"every one of the {world} GPUs contributes its batch to the step", hint="global_batch")
-        raise ctx.fail(f"effective_batch({batch}, {world}, {accumulation}) = {got:g}, expected "
-                       f"{expected('effective_batch', batch, world, accumulation):g}", hint="global_batch")
+            raise ctx.fail(
+                f"world size ignored: effective_batch({batch}, {world}, {accumulation}) = {got:g}; "
+                f"every one of the {world} GPUs contributes its batch to the step",
+                hint="global_batch",
+            )
+        raise ctx.fail(
+            f"effective_batch({batch}, {world}, {accumulation}) = {got:g}, expected "
+            f"{expected('effective_batch', batch, world, accumulation):g}",
+            hint="global_batch",
+        )
 
 
 @check("amdahl")
@@ -127,17 +150,23 @@ def amdahl(ctx: CheckContext) -> None:
     values = _values(ctx, "amdahl_speedup", "parallel_efficiency")
     speedup, efficiency = values["amdahl_speedup"], values["parallel_efficiency"]
     if _close(speedup[(0.9, 8)], 1 / (0.9 + 0.1 / 8)):
-        raise ctx.fail("the serial and parallel fractions are swapped: amdahl_speedup(0.9, 8) = "
-                       f"{speedup[(0.9, 8)]:.4g}; with 90% parallel work 8 workers give 1/(0.1 + 0.9/8) = 4.706",
-                       hint="amdahl")
+        raise ctx.fail(
+            "the serial and parallel fractions are swapped: amdahl_speedup(0.9, 8) = "
+            f"{speedup[(0.9, 8)]:.4g}; with 90% parallel work 8 workers give 1/(0.1 + 0.9/8) = 4.706",
+            hint="amdahl",
+        )
     wrong = {(p, n): got for (p, n), got in speedup.items() if not _close(got, expected("amdahl_speedup", p, n))}
     if wrong and all(_close(got, 1.0) for got in speedup.values()):
-        raise ctx.fail("amdahl_speedup is 1 for every n: the parallel fraction p is never divided by n "
-                       "(1/((1-p) + p/n))", hint="amdahl")
+        raise ctx.fail(
+            "amdahl_speedup is 1 for every n: the parallel fraction p is never divided by n (1/((1-p) + p/n))",
+            hint="amdahl",
+        )
     if wrong and all(_close(got, (1 - p) + p * n) for (p, n), got in speedup.items()):
-        raise ctx.fail(f"Gustafson's scaled speedup, (1-p) + p x n, instead of Amdahl's: amdahl_speedup(0.9, 8) = "
-                       f"{speedup[(0.9, 8)]:.4g}; Amdahl fixes the problem size: 1/((1-p) + p/n) = 4.706",
-                       hint="amdahl")
+        raise ctx.fail(
+            f"Gustafson's scaled speedup, (1-p) + p x n, instead of Amdahl's: amdahl_speedup(0.9, 8) = "
+            f"{speedup[(0.9, 8)]:.4g}; Amdahl fixes the problem size: 1/((1-p) + p/n) = 4.706",
+            hint="amdahl",
+        )
     for (p, n), got in wrong.items():
         want = expected("amdahl_speedup", p, n)
         raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g}, expected 1/((1-p) + p/n) = {want:.6g}", hint="amdahl")
@@ -145,11 +174,15 @@ def amdahl(ctx: CheckContext) -> None:
         want = expected("parallel_efficiency", p, n)
         if not _close(got, want):
             speedup_n = want * n
-            wrong_forms = (("speedup x n", speedup_n * n), ("n / speedup", n / speedup_n),
-                           ("the speedup itself, not divided by n", speedup_n))
+            wrong_forms = (
+                ("speedup x n", speedup_n * n),
+                ("n / speedup", n / speedup_n),
+                ("the speedup itself, not divided by n", speedup_n),
+            )
             why = next((f": it is {name}" for name, value in wrong_forms if _close(got, value)), "")
-            raise ctx.fail(f"parallel_efficiency({p}, {n}) = {got:.6g}, expected speedup / n = {want:.6g}{why}",
-                           hint="amdahl")
+            raise ctx.fail(
+                f"parallel_efficiency({p}, {n}) = {got:.6g}, expected speedup / n = {want:.6g}{why}", hint="amdahl"
+            )
 
 
 def _volume_mistake(got: float, message: float, world: int) -> str:
@@ -174,23 +207,30 @@ def allreduce_cost(ctx: CheckContext) -> None:
         if _close(got, want):
             continue
         named = _volume_mistake(got, message, world)
-        raise ctx.fail(f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g}{' = ' + named if named else ''}; "
-                       f"the ring sends 2(W-1)/W x M = {want:.6g}, almost 2M for any W", hint="ring_traffic")
+        raise ctx.fail(
+            f"ring_allreduce_bytes({message:g}, {world}) = {got:.6g}{' = ' + named if named else ''}; "
+            f"the ring sends 2(W-1)/W x M = {want:.6g}, almost 2M for any W",
+            hint="ring_traffic",
+        )
     for (message, world, bandwidth), got in seconds.items():
         want = expected("allreduce_seconds", message, world, bandwidth)
         if _close(got, want):
             continue
         call = f"allreduce_seconds({message:g}, {world}, {bandwidth:g}) = {got:.6g}"
         if _close(got, want * 8):
-            raise ctx.fail(f"{call}: 8 times too slow; the bandwidth is in bytes per second, not bits",
-                           hint="ring_traffic")
+            raise ctx.fail(
+                f"{call}: 8 times too slow; the bandwidth is in bytes per second, not bits", hint="ring_traffic"
+            )
         if _close(got, want / 8):
-            raise ctx.fail(f"{call}: 8 times too fast; the bandwidth is already in bytes per second (do not convert "
-                           "it to bits)", hint="ring_traffic")
+            raise ctx.fail(
+                f"{call}: 8 times too fast; the bandwidth is already in bytes per second (do not convert it to bits)",
+                hint="ring_traffic",
+            )
         named = _volume_mistake(got * bandwidth, message, world)
         volume = f": the time of sending {named}" if named else ""
-        raise ctx.fail(f"{call}{volume}; expected the ring's volume over the bandwidth, {want:.6g} s",
-                       hint="ring_traffic")
+        raise ctx.fail(
+            f"{call}{volume}; expected the ring's volume over the bandwidth, {want:.6g} s", hint="ring_traffic"
+        )
 
 
 ZERO_PARTS = ("weights", "gradients", "optimizer state")
@@ -201,9 +241,14 @@ def _divisions(table: dict[tuple, float], stage: int, k: int, sizes: tuple[int, 
     """Every way of dividing (weights, gradients, optimizer state) by W that, at these bytes per
     parameter, gives all the values the function returned for `stage` and K."""
     rows = [(params, world, got) for (params, world, s, kk), got in table.items() if (s, kk) == (stage, k)]
-    return [divided for divided in itertools.product((False, True), repeat=3)
-            if all(_close(got, params * sum(b / world if d else b for b, d in zip(sizes, divided)))
-                   for params, world, got in rows)]
+    return [
+        divided
+        for divided in itertools.product((False, True), repeat=3)
+        if all(
+            _close(got, params * sum(b / world if d else b for b, d in zip(sizes, divided)))
+            for params, world, got in rows
+        )
+    ]
 
 
 def _right_division(stage: int) -> tuple[bool, bool, bool]:
@@ -247,21 +292,30 @@ def zero_memory(ctx: CheckContext) -> None:
             continue
         call = f"zero_memory_per_gpu({params:g}, {world}, stage={stage}, optimizer_bytes={k})"
         if k != 12 and _close(got, expected("zero_memory_per_gpu", params, world, stage, 12)):
-            raise ctx.fail(f"{call} = {got / 1e9:.4g} GB: optimizer_bytes is ignored (K = 12 hard-coded)",
-                           hint="zero_memory")
+            raise ctx.fail(
+                f"{call} = {got / 1e9:.4g} GB: optimizer_bytes is ignored (K = 12 hard-coded)", hint="zero_memory"
+            )
         for other in (0, 1, 2, 3):
             if other != stage and _close(got, expected("zero_memory_per_gpu", params, world, other, k)):
-                raise ctx.fail(f"{call} = {got / 1e9:.4g} GB, which is stage {other}'s memory; stage {stage} should "
-                               f"give {want / 1e9:.4g} GB (stage 1 shards the optimizer state, 2 also the "
-                               "gradients, 3 also the weights)", hint="zero_memory")
+                raise ctx.fail(
+                    f"{call} = {got / 1e9:.4g} GB, which is stage {other}'s memory; stage {stage} should "
+                    f"give {want / 1e9:.4g} GB (stage 1 shards the optimizer state, 2 also the "
+                    "gradients, 3 also the weights)",
+                    hint="zero_memory",
+                )
         for unit, size in (("GB", 1e9), ("GiB", 2.0**30)):
             if _close(got * size, want):
-                raise ctx.fail(f"{call} = {got:.6g}: that is {unit}, the function returns bytes ({want:.6g})",
-                               hint="zero_memory")
-        raise ctx.fail(f"{call} = {got / 1e9:.4g} GB{_zero_mistake(table, stage, k)}, expected "
-                       f"{want / 1e9:.4g} GB", hint="zero_memory")
+                raise ctx.fail(
+                    f"{call} = {got:.6g}: that is {unit}, the function returns bytes ({want:.6g})", hint="zero_memory"
+                )
+        raise ctx.fail(
+            f"{call} = {got / 1e9:.4g} GB{_zero_mistake(table, stage, k)}, expected {want / 1e9:.4g} GB",
+            hint="zero_memory",
+        )
     for stage, outcome in bad.items():
         if not (isinstance(outcome, dict) and outcome["raised"].startswith("ValueError")):
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
-            raise ctx.fail(f"zero_memory_per_gpu(1e9, 8, stage={stage}): {shown}; an unknown stage should raise "
-                           "ValueError", hint="zero_memory")
+            raise ctx.fail(
+                f"zero_memory_per_gpu(1e9, 8, stage={stage}): {shown}; an unknown stage should raise ValueError",
+                hint="zero_memory",
+            )

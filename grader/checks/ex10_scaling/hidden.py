@@ -4,9 +4,9 @@ every public check and fails this one; students never run or see it."""
 
 from __future__ import annotations
 
-from grader.judge.api import CheckContext, check
 from grader.checks.ex10_scaling.answers import CLOSED_FORMS
 from grader.checks.ex10_scaling.checks import REL, _close, _values
+from grader.judge.api import CheckContext, check
 
 
 def _non_decreasing(values: list[float]) -> bool:
@@ -22,8 +22,9 @@ def holds_off_grid(ctx: CheckContext) -> None:
         raise ctx.fail(f"amdahl_speedup is not monotone in n: {list(speedup.items())[:4]}{again}", hint="amdahl")
     for (p, n), got in speedup.items():
         if got > min(n, 1 / (1 - p)) * (1 + REL):
-            raise ctx.fail(f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}",
-                           hint="amdahl")
+            raise ctx.fail(
+                f"amdahl_speedup({p}, {n}) = {got:.6g} beats its limits, n and 1/(1-p){again}", hint="amdahl"
+            )
     if not _non_decreasing(list(values["ring_allreduce_bytes"].values())):
         raise ctx.fail(f"ring_allreduce_bytes does not grow with W{again}", hint="ring_traffic")
     for name, form in CLOSED_FORMS.items():

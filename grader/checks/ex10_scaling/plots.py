@@ -52,8 +52,13 @@ def write_plots(formulas: ModuleType, out_dir: Path) -> list[Path]:
     axes.plot(GPUS, GPUS, "k--", label="ideal")
     for name, bandwidth in LINKS.items():
         axes.plot(GPUS, [speedup(formulas, n, bandwidth) for n in GPUS], marker="o", label=name)
-    axes.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="speedup",
-             title=f"Data parallel speedup, {PARAMS / 1e9:g}B parameters, {COMPUTE_SECONDS:g} s compute/step")
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel="GPUs",
+        ylabel="speedup",
+        title=f"Data parallel speedup, {PARAMS / 1e9:g}B parameters, {COMPUTE_SECONDS:g} s compute/step",
+    )
     axes.legend()
     speedup_png = out_dir / "speedup_vs_gpus.png"
     figure.savefig(speedup_png, dpi=120, bbox_inches="tight")
@@ -63,8 +68,13 @@ def write_plots(formulas: ModuleType, out_dir: Path) -> list[Path]:
     for name, bandwidth in LINKS.items():
         times = [formulas.allreduce_seconds(p * GRADIENT_BYTES, 8, bandwidth) for p in MODEL_SIZES]
         axes.plot(MODEL_SIZES, times, marker="o", label=name)
-    axes.set(xscale="log", yscale="log", xlabel="parameters", ylabel="seconds",
-             title="Ring all-reduce of fp32 gradients on 8 GPUs")
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel="parameters",
+        ylabel="seconds",
+        title="Ring all-reduce of fp32 gradients on 8 GPUs",
+    )
     axes.legend()
     allreduce_png = out_dir / "allreduce_time_vs_model_size.png"
     figure.savefig(allreduce_png, dpi=120, bbox_inches="tight")
@@ -73,11 +83,13 @@ def write_plots(formulas: ModuleType, out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.checks.ex10_scaling.plots",
-                                     description="Draw exercise 10's scaling plots as PNG files.")
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.checks.ex10_scaling.plots", description="Draw exercise 10's scaling plots as PNG files."
+    )
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--file", type=Path, default=Path("exercises/ex10_scaling.py"),
-                        help="the exercise file whose formulas to plot")
+    parser.add_argument(
+        "--file", type=Path, default=Path("exercises/ex10_scaling.py"), help="the exercise file whose formulas to plot"
+    )
     args = parser.parse_args(argv)
     try:
         formulas = load_module_from_file(args.file.resolve())

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
-from grader.engine import RunResult
 
 SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
@@ -21,8 +21,15 @@ def _run(ctx: CheckContext) -> RunResult:
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR,
-                         **ctx.seeds("data", "model"))
+    return ctx.reference(
+        "reference",
+        world_size=ctx.world_size,
+        size=SIZE,
+        batch_size=BATCH,
+        steps=STEPS,
+        lr=LR,
+        **ctx.seeds("data", "model"),
+    )
 
 
 def _unused_parameter_error(result: RunResult) -> str:
@@ -36,13 +43,19 @@ def _unused_parameter_error(result: RunResult) -> str:
 def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
     """The ranks must convert alike: a SyncBatchNorm on some ranks all-reduces with peers that never
     join, and the run then dies in mismatched collectives."""
-    layers = [(outcome.rank, outcome.facts["norm_layers"]) for outcome in result.ranks
-              if outcome.facts.get("norm_layers") is not None]
+    layers = [
+        (outcome.rank, outcome.facts["norm_layers"])
+        for outcome in result.ranks
+        if outcome.facts.get("norm_layers") is not None
+    ]
     for rank, mine in layers[1:]:
         if mine != layers[0][1]:
-            raise ctx.fail(f"the ranks prepared different models: rank {layers[0][0]} has {layers[0][1]}, rank {rank} "
-                           f"has {mine}; every rank must convert its BatchNorm layers (SyncBatchNorm all-reduces "
-                           "with every rank of its group in each forward)", hint="sync_batchnorm")
+            raise ctx.fail(
+                f"the ranks prepared different models: rank {layers[0][0]} has {layers[0][1]}, rank {rank} "
+                f"has {mine}; every rank must convert its BatchNorm layers (SyncBatchNorm all-reduces "
+                "with every rank of its group in each forward)",
+                hint="sync_batchnorm",
+            )
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -51,19 +64,26 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     _same_layers_everywhere(ctx, result)
     rank = _unused_parameter_error(result)
     if rank and any(outcome.facts.get("static_graph") for outcome in result.ranks):
-        raise ctx.fail("static_graph=True on a graph that changes: the aux head is used on even steps only, so the "
-                       f"set of unused parameters changes from step to step, and {rank} failed at the next step "
-                       "(DDP: 'your training graph has changed in this iteration'). static_graph fits only a "
-                       "fixed set; pass find_unused_parameters=True instead", hint="find_unused_parameters")
+        raise ctx.fail(
+            "static_graph=True on a graph that changes: the aux head is used on even steps only, so the "
+            f"set of unused parameters changes from step to step, and {rank} failed at the next step "
+            "(DDP: 'your training graph has changed in this iteration'). static_graph fits only a "
+            "fixed set; pass find_unused_parameters=True instead",
+            hint="find_unused_parameters",
+        )
     if rank:
-        raise ctx.fail(f"parameters that received no gradient: the aux head is unused on odd steps, so DDP never "
-                       f"reduced its gradient bucket, and {rank} failed at the next step with DDP's "
-                       "'parameters that were not used in producing loss' error. Pass "
-                       "find_unused_parameters=True to DistributedDataParallel", hint="find_unused_parameters")
+        raise ctx.fail(
+            f"parameters that received no gradient: the aux head is unused on odd steps, so DDP never "
+            f"reduced its gradient bucket, and {rank} failed at the next step with DDP's "
+            "'parameters that were not used in producing loss' error. Pass "
+            "find_unused_parameters=True to DistributedDataParallel",
+            hint="find_unused_parameters",
+        )
     ranks = ctx.require(result)
     if ranks[0]["returned"] != "DistributedDataParallel":
-        raise ctx.fail(f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model",
-                       hint="return_ddp")
+        raise ctx.fail(
+            f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model", hint="return_ddp"
+        )
     return ranks
 
 
@@ -72,38 +92,54 @@ def converts_batchnorm(ctx: CheckContext) -> None:
     """Judged from every rank that got as far as preparing its model (a rank may crash later)."""
     result = _run(ctx)
     _same_layers_everywhere(ctx, result)
-    prepared = [(outcome.rank, outcome.facts["norm_layers"]) for outcome in result.ranks
-                if outcome.facts.get("norm_layers") is not None]
+    prepared = [
+        (outcome.rank, outcome.facts["norm_layers"])
+        for outcome in result.ranks
+        if outcome.facts.get("norm_layers") is not None
+    ]
     if not prepared:
         ctx.require(result)
     for rank, layers in prepared:
         on = f" on rank {rank}" if len(prepared) < ctx.world_size else ""
         plain = [name for name, kind in layers.items() if kind != "SyncBatchNorm"]
         if plain and "BatchNorm" in layers[plain[0]]:
-            raise ctx.fail(f"BatchNorm not converted{on}: {plain[0]} is a {layers[plain[0]]}; "
-                           "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer",
-                           hint="sync_batchnorm")
+            raise ctx.fail(
+                f"BatchNorm not converted{on}: {plain[0]} is a {layers[plain[0]]}; "
+                "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer",
+                hint="sync_batchnorm",
+            )
         if plain:
-            raise ctx.fail(f"the BatchNorm layer was replaced{on}: {plain[0]} is a {layers[plain[0]]}, another "
-                           "normalization than the model's; keep BatchNorm and synchronize it with "
-                           "nn.SyncBatchNorm.convert_sync_batchnorm(model)", hint="sync_batchnorm")
+            raise ctx.fail(
+                f"the BatchNorm layer was replaced{on}: {plain[0]} is a {layers[plain[0]]}, another "
+                "normalization than the model's; keep BatchNorm and synchronize it with "
+                "nn.SyncBatchNorm.convert_sync_batchnorm(model)",
+                hint="sync_batchnorm",
+            )
         if not layers:
-            raise ctx.fail("the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
-                           hint="sync_batchnorm")
+            raise ctx.fail(
+                "the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
+                hint="sync_batchnorm",
+            )
 
 
 def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict[str, str]) -> str:
     """Why a rank's running statistics are not the global batch's, from what they equal instead."""
     mean, var = (np.asarray(got[name]) for name in STATISTICS)
     if np.all(mean == 0.0) and np.all(var == 1.0):
-        return ("they are still their initial values (mean 0, variance 1): BatchNorm never ran a training-mode "
-                "forward, so the model was in eval mode (model.eval()?)")
+        return (
+            "they are still their initial values (mean 0, variance 1): BatchNorm never ran a training-mode "
+            "forward, so the model was in eval mode (model.eval()?)"
+        )
     if first_difference(got, local) is None:
         if all(kind == "SyncBatchNorm" for kind in layers.values()):
-            return ("they are those of this rank's own batch alone: the SyncBatchNorm layers synchronized with no "
-                    "other rank (a process group of this rank only?)")
-        return (f"they are those of this rank's own batch of {BATCH} samples alone: the BatchNorm layers were not "
-                "converted, so each rank tracks its own batch")
+            return (
+                "they are those of this rank's own batch alone: the SyncBatchNorm layers synchronized with no "
+                "other rank (a process group of this rank only?)"
+            )
+        return (
+            f"they are those of this rank's own batch of {BATCH} samples alone: the BatchNorm layers were not "
+            "converted, so each rank tracks its own batch"
+        )
     return "they are neither the global batch's nor this rank's own batch's"
 
 
@@ -111,8 +147,10 @@ def _wrapped_inside(state: dict[str, Any], name: str) -> str:
     """Why a name the model has is missing from what DDP wraps: a wrapper inside DDP, or no such layer."""
     nested = next((key for key in state if key.endswith("." + name)), "")
     if nested:
-        return (f", it has {nested!r}: the module inside DistributedDataParallel is itself a wrapper "
-                f"({nested[: -len(name) - 1]}); wrap the plain model, once")
+        return (
+            f", it has {nested!r}: the module inside DistributedDataParallel is itself a wrapper "
+            f"({nested[: -len(name) - 1]}); wrap the plain model, once"
+        )
     return ": its BatchNorm layer (with its running statistics) must stay, converted to SyncBatchNorm"
 
 
@@ -125,14 +163,18 @@ def global_batch_statistics(ctx: CheckContext) -> None:
         after = facts["steps"][0]
         missing = [name for name in STATISTICS if name not in after]
         if missing:
-            raise ctx.fail(f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}",
-                           hint="sync_batchnorm")
+            raise ctx.fail(
+                f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}", hint="sync_batchnorm"
+            )
         got = {name: after[name] for name in STATISTICS}
         difference = first_difference(got, want)
         if difference:
             why = _statistics_mistake(got, reference["local"][rank], facts["norm_layers"])
-            raise ctx.fail(f"after step 1, rank {rank}'s running statistics are not those of the global batch of "
-                           f"{BATCH * ctx.world_size} samples ({difference}): {why}", hint="sync_batchnorm")
+            raise ctx.fail(
+                f"after step 1, rank {rank}'s running statistics are not those of the global batch of "
+                f"{BATCH * ctx.world_size} samples ({difference}): {why}",
+                hint="sync_batchnorm",
+            )
 
 
 @check("trains_with_unused_branch")
@@ -144,14 +186,22 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
         for rank, facts in enumerate(ranks):
             difference = first_difference(facts["steps"][step - 1], parameters)
             if difference and difference.name not in facts["steps"][0]:
-                raise ctx.fail(f"the prepared model has no {difference.name}"
-                               f"{_wrapped_inside(facts['steps'][0], difference.name)}", hint="return_ddp")
+                raise ctx.fail(
+                    f"the prepared model has no {difference.name}{_wrapped_inside(facts['steps'][0], difference.name)}",
+                    hint="return_ddp",
+                )
             if difference:
                 frozen = ""
-                if all(np.array_equal(after[difference.name], facts["steps"][0][difference.name])
-                       for after in facts["steps"]):
-                    frozen = (f"; {difference.name} never changed in {len(facts['steps'])} steps while the reference's "
-                              "did: it gets no update (its requires_grad switched off?)")
-                raise ctx.fail(f"step {step} (aux head {'used' if step % 2 else 'unused'}) on rank {rank} differs "
-                               f"from one process training on the union of the ranks' batches: {difference}{frozen}",
-                               hint="find_unused_parameters")
+                if all(
+                    np.array_equal(after[difference.name], facts["steps"][0][difference.name])
+                    for after in facts["steps"]
+                ):
+                    frozen = (
+                        f"; {difference.name} never changed in {len(facts['steps'])} steps while the reference's "
+                        "did: it gets no update (its requires_grad switched off?)"
+                    )
+                raise ctx.fail(
+                    f"step {step} (aux head {'used' if step % 2 else 'unused'}) on rank {rank} differs "
+                    f"from one process training on the union of the ranks' batches: {difference}{frozen}",
+                    hint="find_unused_parameters",
+                )

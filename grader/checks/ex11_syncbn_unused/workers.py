@@ -13,8 +13,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex11_syncbn_unused import cpu_sync_batchnorm
-from grader.rank.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
 from grader.engine.rank_runtime import RankContext
+from grader.rank.training import FEATURES, HIDDEN, MOMENTUM, make_regression, rank_batches, state, union_batches
 
 
 class BranchyNet(nn.Module):
@@ -52,16 +52,18 @@ def _train(model: nn.Module, batches: list[list[int]], dataset: TensorDataset, l
         record(step)
 
 
-def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float, data_seed: int,
-          model_seed: int) -> dict[str, Any]:
+def train(
+    ctx: RankContext, size: int, batch_size: int, steps: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
     ctx.init_group()
     cpu_sync_batchnorm.install()
     prepare_model = ctx.student("prepare_model")
     model = _model(seed=model_seed + ctx.rank)  # only DDP's broadcast makes the ranks agree
     prepared = prepare_model(model)
     ctx.facts["returned"] = type(prepared).__name__
-    ctx.facts["norm_layers"] = {name: type(m).__name__ for name, m in prepared.named_modules()
-                                if isinstance(m, NORM_LAYERS)}
+    ctx.facts["norm_layers"] = {
+        name: type(m).__name__ for name, m in prepared.named_modules() if isinstance(m, NORM_LAYERS)
+    }
     if not isinstance(prepared, DistributedDataParallel):
         return {}
     ctx.facts["find_unused_parameters"] = bool(prepared.find_unused_parameters)
@@ -74,16 +76,29 @@ def train(ctx: RankContext, size: int, batch_size: int, steps: int, lr: float, d
     return {}
 
 
-def reference(ctx: RankContext, world_size: int, size: int, batch_size: int, steps: int, lr: float, data_seed: int,
-              model_seed: int) -> dict[str, Any]:
+def reference(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    batch_size: int,
+    steps: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+) -> dict[str, Any]:
     """Trusted: one process, plain BatchNorm, rank 0's initial weights, the union batch per step; and
     the running statistics each rank's own first batch alone would give (what unsynchronized
     BatchNorm keeps), for the diagnosis."""
     model = _model(seed=model_seed)
     dataset = make_regression(size, data_seed)
     after: list[dict[str, torch.Tensor]] = []
-    _train(model, union_batches(size, world_size, batch_size, epochs=1)[:steps], dataset, lr,
-           lambda step: after.append(state(model)))
+    _train(
+        model,
+        union_batches(size, world_size, batch_size, epochs=1)[:steps],
+        dataset,
+        lr,
+        lambda step: after.append(state(model)),
+    )
     inputs = dataset.tensors[0]
     local = []
     for rank in range(world_size):
