@@ -8,6 +8,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from grader import notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
@@ -84,10 +85,19 @@ def _instructor_run(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "solutions", False))
 
 
+class _ListRow(TypedDict):
+    """One exercise in `grader list`, as printed and as written with --json."""
+
+    id: str
+    number: int
+    title: str
+    status: str
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     catalog = _catalog()
     progress = Progress(catalog.root)
-    rows = [
+    rows: list[_ListRow] = [
         {"id": e.id, "number": e.number, "title": e.title, "status": progress.status(e, catalog.stub_path(e))}
         for e in catalog.exercises
     ]

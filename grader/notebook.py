@@ -226,7 +226,8 @@ def _check(key: str, options: Sequence[str], explicit: Path | None) -> None:
     session = os.environ.get("JPY_SESSION_NAME") or (shell.user_ns.get("__session__") if shell else None)
     path = explicit or saved_notebook(exercise, history, session, Path.cwd())
     saved = notebook_source.read(path) if path is not None else None
-    if saved is not None and notebook_source.exercise_of(saved, path, catalog).id != exercise.id:
+    # path is not None wherever saved is (read above only for a path); the test tells mypy so.
+    if saved is not None and path is not None and notebook_source.exercise_of(saved, path, catalog).id != exercise.id:
         saved, path = None, None  # the notebook Jupyter names holds another exercise
     graded = kernel_cells(exercise, history, saved, path.name if path else "")
     if graded is None:

@@ -21,7 +21,7 @@ def available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def _data_uri(figure) -> str:  # type: ignore[no-untyped-def]
+def _data_uri(figure) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     buffer = io.BytesIO()

@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from grader.catalog import CatalogError, load_catalog
 from grader.paths import CourseNotFound, course_root
@@ -254,16 +254,6 @@ class _Checker:
                 "missing" if pool is None else f"unknown pool {pool!r}",
                 'add pool = "practice" (students may see it) or pool = "exam" (kept for graded quizzes)',
             )
-        common = dict(
-            source=self.path,
-            objective=objective or "",
-            exercise=exercise or "",
-            topics=topics,
-            difficulty=str(difficulty),
-            points=float(points),
-            explanation=explanation,
-            pool=str(pool),
-        )
         body: dict[str, Any] | None = None
         if kind in ("single", "multiple"):
             body = self.choices(kind)
@@ -273,7 +263,20 @@ class _Checker:
             body = self.numeric(text or "")
         if self.problems or body is None or qid is None or kind is None or text is None:
             return None
-        return Question(id=qid, type=kind, text=text, **common, **body)
+        return Question(
+            id=qid,
+            type=kind,
+            text=text,
+            source=self.path,
+            objective=objective or "",
+            exercise=exercise or "",
+            topics=topics,
+            difficulty=str(difficulty),
+            points=float(points),
+            explanation=explanation,
+            pool=str(pool),
+            **body,
+        )
 
     def tags(self) -> tuple[str | None, str | None, tuple[str, ...]]:
         tags = self.entry.get("tags")
@@ -456,14 +459,14 @@ class _Checker:
                 return ()
             return tuple(values)
         low, high, step = spec.get("min"), spec.get("max"), spec.get("step", 1)
-        if not all(_is_number(v) for v in (low, high, step)) or step <= 0 or high < low:
+        if not (_is_number(low) and _is_number(high) and _is_number(step)) or step <= 0 or high < low:
             self.problem(field_name, "needs numbers min <= max and a positive step", fix)
             return ()
         count = math.floor((high - low) / step + 1e-9) + 1
         if count > 100_000:
             self.problem(field_name, f"range holds {count} values", "use a larger step")
             return ()
-        if all(isinstance(v, int) for v in (low, high, step)):
+        if isinstance(low, int) and isinstance(high, int) and isinstance(step, int):
             return tuple(range(low, high + 1, step))
         # Rounding removes float noise from min + i*step, so 0.1-steps print as 0.3.
         return tuple(round(low + i * step, 9) for i in range(count))
@@ -492,5 +495,5 @@ def placeholder_names(text: str) -> list[str]:
     return [match.group(1) for match in PLACEHOLDER.finditer(text)]
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -99,7 +99,8 @@ def _collective_inputs(ctx: CheckContext) -> dict[str, list[int]]:
 
 def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
     """The shared run, with the named mistakes checked before any generic failure."""
-    result = ctx.run("join_and_leave", **_collective_inputs(ctx))
+    inputs = _collective_inputs(ctx)
+    result = ctx.run("join_and_leave", summands=inputs["summands"], broadcast=inputs["broadcast"])
     for outcome in result.ranks:
         _named_init_mistake(ctx, outcome.rank, outcome.facts)
     if _rank_from_environment(result):

@@ -131,8 +131,9 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
                 "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
                 hint="same_seed",
             )
-        if None not in sliced:
-            at = ", ".join(f"rank {rank} as in epoch {own - seed}" for rank, own in enumerate(sliced))
+        found = [own for own in sliced if own is not None]
+        if len(found) == len(sliced):  # every rank's shard is the slice of some seed's permutation
+            at = ", ".join(f"rank {rank} as in epoch {own - seed}" for rank, own in enumerate(found))
             raise ctx.fail(
                 f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
                 "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "

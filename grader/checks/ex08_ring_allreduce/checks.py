@@ -96,8 +96,9 @@ def _wrong_sum(
     sum_ = (1.0,) * world
     mixtures = {run.mixture for run in runs}
     whole = f"rank {rank}'s tensor of shape {shape}"
-    if len(mixtures) == 1 and None not in mixtures and len(set(runs[0].mixture)) == 1:
-        factor = runs[0].mixture[0]
+    # One mixture shared by every run: runs[0]'s, so it is None exactly when the set holds None.
+    if len(mixtures) == 1 and (mixture := runs[0].mixture) is not None and len(set(mixture)) == 1:
+        factor = mixture[0]
         what = "averaged: it holds exactly 1/W of the sum (the mean)" if factor < 1 else f"{factor:g} times the sum"
         return ctx.fail(
             f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W", hint="in_place"

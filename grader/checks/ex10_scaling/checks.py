@@ -51,7 +51,7 @@ def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str
                 shown = value["raised"] if isinstance(value, dict) else f"returned {value}"
                 raise ctx.fail(f"{name}{args}: {shown}; a finite number was expected")
     if "bad_stage" in facts:
-        values["bad_stage"] = dict(zip(BAD_ZERO_STAGES, facts["bad_stage"]))
+        values["bad_stage"] = {(stage,): outcome for stage, outcome in zip(BAD_ZERO_STAGES, facts["bad_stage"])}
     return values
 
 
@@ -227,9 +227,9 @@ def allreduce_cost(ctx: CheckContext) -> None:
                 hint="ring_traffic",
             )
         named = _volume_mistake(got * bandwidth, message, world)
-        volume = f": the time of sending {named}" if named else ""
+        sending = f": the time of sending {named}" if named else ""
         raise ctx.fail(
-            f"{call}{volume}; expected the ring's volume over the bandwidth, {want:.6g} s", hint="ring_traffic"
+            f"{call}{sending}; expected the ring's volume over the bandwidth, {want:.6g} s", hint="ring_traffic"
         )
 
 
@@ -270,9 +270,9 @@ def _zero_mistake(table: dict[tuple, float], stage: int, k: int) -> str:
             explanations.append((wrong_stages, sizes, fits[stage]))
     if not explanations:
         return ""
-    _, sizes, fits = min(explanations, key=lambda explanation: explanation[0])
+    _, sizes, stage_fits = min(explanations, key=lambda explanation: explanation[0])
     right = _right_division(stage)
-    divided = right if right in fits else fits[0]
+    divided = right if right in stage_fits else stage_fits[0]
     fp32 = [part for part, b in zip(ZERO_PARTS, sizes[:2]) if b == 4]
     wide = f"{' and '.join(fp32)} at 4 bytes (mixed precision keeps them in 2)" if fp32 else ""
     if divided == right:
@@ -312,7 +312,7 @@ def zero_memory(ctx: CheckContext) -> None:
             f"{call} = {got / 1e9:.4g} GB{_zero_mistake(table, stage, k)}, expected {want / 1e9:.4g} GB",
             hint="zero_memory",
         )
-    for stage, outcome in bad.items():
+    for (stage,), outcome in bad.items():
         if not (isinstance(outcome, dict) and outcome["raised"].startswith("ValueError")):
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
             raise ctx.fail(
