@@ -380,7 +380,8 @@ def test_a_path_with_a_line_break_is_refused_by_the_script_template(tmp_path: Pa
     assert not (tmp_path / "grade.sbatch").exists()
 
 
-def test_run_autograder_grades_a_hostile_upload_name_as_text(tmp_path: Path) -> None:
+def test_run_autograder_grades_a_hostile_upload_name_as_text(bwrap_available: None, tmp_path: Path) -> None:
+    """run_autograder grades in the sandbox, as on Gradescope: skipped where bubblewrap cannot run (not under CI)."""
     from instructor.test_gradescope_bundle import build, fake_root, run_autograder
 
     root = fake_root(build(tmp_path / "out", "--exercises", "ex01"), tmp_path / "autograder")

@@ -109,7 +109,8 @@ def _left(left: dict[str, list[int]]) -> str:
     if left["running"]:
         parts.append(f"the processes of ranks {left['running']} were still running")
     if left["unreaped"]:
-        parts.append(f"those of ranks {left['unreaped']} had exited but were never waited for (joined)")
+        whose = "those" if parts else "the processes"
+        parts.append(f"{whose} of ranks {left['unreaped']} had exited but were never waited for (joined)")
     return " and ".join(parts)
 
 
