@@ -214,34 +214,39 @@ class _SandboxPool:
                 self.give_back(lease, [])
 
 
-def _grade_files(
-    engine: Engine,
-    catalog: Catalog,
-    submission: submissions.Submission,
-    options: BatchOptions,
-    seed: int,
-    probe: BackendProbe,
-    references: References,
-    trusted: Engine,
-) -> tuple[list[CheckResult], str]:
+@dataclass(frozen=True)
+class _Batch:
+    """What every submission of one batch is graded with: the course, the options, the seed its inputs are
+    drawn from, and, on the trusted engine (outside any sandbox), the references and the backend probe."""
+
+    catalog: Catalog
+    options: BatchOptions
+    seed: int
+    probe: BackendProbe
+    references: References
+    trusted: Engine
+
+
+def _grade_files(engine: Engine, batch: _Batch, submission: submissions.Submission) -> tuple[list[CheckResult], str]:
     """The submission's results within its time limit (the probe asks the trusted engine, outside any sandbox)."""
+    options = batch.options
     grading = GradeOptions(
         world_sizes=options.world_sizes,
         backend=options.backend,
         deadline=options.deadline,
         visibilities=options.visibilities,
-        seed=seed,
+        seed=batch.seed,
     )
     engine.wait_ready()  # the engine's warm-up is not the submission's time
     budget = _Budget(engine, options.timeout)
     results = grade_files(
         submission,
-        catalog.exercises,
+        batch.catalog.exercises,
         budget,
-        probe,
+        batch.probe,
         grading,
-        probe_engine=trusted,
-        references=references,
+        probe_engine=batch.trusted,
+        references=batch.references,
         stopped=budget.stopped,
     )
     return results, budget.used_up.removeprefix("not run: ") if budget.left <= 0 else ""
@@ -267,14 +272,7 @@ def _internal(what: str, exc: BaseException) -> str:
 
 
 def _graded(
-    pool: _EnginePool | _SandboxPool,
-    catalog: Catalog,
-    submission: submissions.Submission,
-    options: BatchOptions,
-    seed: int,
-    probe: BackendProbe,
-    references: References,
-    trusted: Engine,
+    pool: _EnginePool | _SandboxPool, batch: _Batch, submission: submissions.Submission
 ) -> tuple[list[CheckResult], str]:
     """The prepared submission's results and its problem, on an engine borrowed for it and given back."""
     results: list[CheckResult] = []
@@ -282,30 +280,22 @@ def _graded(
     try:
         lease = pool.borrow()
         placed = replace(submission, folder=lease.place(submission.folder))
-        results, problem = _grade_files(lease.engine, catalog, placed, options, seed, probe, references, trusted)
+        results, problem = _grade_files(lease.engine, batch, placed)
     except Exception as exc:  # the grader's own defect: this submission's grade says so, the batch goes on
         problem = _internal("the submission could not be graded", exc)
-        results = _not_graded(catalog, options, problem + "\n" + traceback.format_exc(limit=-8))
+        results = _not_graded(batch.catalog, batch.options, problem + "\n" + traceback.format_exc(limit=-8))
     finally:
         if lease is not None:
             pool.give_back(lease, results)
     return results, problem
 
 
-def grade_one(
-    pool: _EnginePool | _SandboxPool,
-    catalog: Catalog,
-    path: Path,
-    options: BatchOptions,
-    seed: int,
-    probe: BackendProbe,
-    references: References,
-    trusted: Engine,
-) -> SubmissionGrade:
+def grade_one(pool: _EnginePool | _SandboxPool, batch: _Batch, path: Path) -> SubmissionGrade:
     """Grade one submission; whatever goes wrong becomes its grade's message, never an exception, so a bad
     submission costs its own row and nothing else. Returns only once the submission's sandbox is gone."""
     started = time.monotonic()
     name = submissions.name_of(path)
+    catalog, options = batch.catalog, batch.options
     try:
         with tempfile.TemporaryDirectory(prefix="grader-submission-", ignore_cleanup_errors=True) as workdir:
             try:
@@ -321,7 +311,7 @@ def grade_one(
                     started,
                     traceback.format_exc(limit=-8),
                 )
-            results, problem = _graded(pool, catalog, submission, options, seed, probe, references, trusted)
+            results, problem = _graded(pool, batch, submission)
         return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
     except Exception as exc:  # anywhere else (the temporary folder, the report): still this submission's row only
         return _failed(
@@ -364,13 +354,12 @@ def grade_batch(
         if sandbox is not None
         else _EnginePool(workers, preload, options.launcher)
     )
-    references = References(trusted)
-    probe = BackendProbe(options.backend)
+    batch = _Batch(catalog, options, seed, BackendProbe(options.backend), References(trusted), trusted)
 
     def task(path: Path) -> SubmissionGrade:
         if on_start:
             _safely(on_start, submissions.name_of(path), "announcing a submission")
-        return grade_one(pool, catalog, path, options, seed, probe, references, trusted)
+        return grade_one(pool, batch, path)
 
     grades: dict[Path, SubmissionGrade] = {}
     try:

@@ -387,7 +387,7 @@ OPTIONS = BatchOptions(jobs=1, visibilities=ALL_CHECKS)
 
 
 def _row(path: Path, pool: Any = None) -> SubmissionGrade:
-    grade = batch.grade_one(pool or _NoEngines(), CATALOG, path, OPTIONS, 0, None, None, None)  # type: ignore[arg-type]
+    grade = batch.grade_one(pool or _NoEngines(), batch._Batch(CATALOG, OPTIONS, 0, None, None, None), path)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as out:  # the row is written as `grader grade` writes it
         json.dumps(gradescope.results_json(CATALOG, grade))
         with gradebook.Gradebook(Path(out) / "gradebook.csv", CATALOG) as book:
