@@ -95,6 +95,17 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
         (folder / "expected.json").write_text(json.dumps(table))
 
 
+def _without_comments(lines: list[str]) -> str:
+    """The lines less their full-line comments; a line inside a multi-line string is text, kept."""
+    kept, inside = [], False
+    for line in lines:
+        if inside or not line.lstrip().startswith("#"):
+            kept.append(line)
+        if (line.count('"""') + line.count("'''")) % 2:
+            inside = not inside
+    return "".join(kept)
+
+
 def practice_bank(texts: list[str]) -> str:
     """The practice questions of the bank files `texts`, as one bank file; exam questions and every
     comment (a comment may speak of the question next to it) are left out."""
@@ -106,8 +117,10 @@ def practice_bank(texts: list[str]) -> str:
                 blocks.append([])
             blocks[-1].append(line)
         for block in blocks[1:]:
-            body = "".join(line for line in block if not line.lstrip().startswith("#"))
+            body = _without_comments(block)
             entries = tomllib.loads(body).get("questions", [])
+            if entries != tomllib.loads("".join(block)).get("questions", []):
+                raise ReleaseError(f"a practice bank question changed when its comments were left out:\n{body}")
             if len(entries) == 1 and entries[0].get("pool") == "practice":
                 kept.append(body.strip() + "\n")
     return PRACTICE_HEADER + "".join(f"\n{block}" for block in kept)

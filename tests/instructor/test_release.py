@@ -245,3 +245,16 @@ def test_the_readmes_install_command_works_in_a_fresh_venv(released: Path, tmp_p
         ["bash", "-c", f"{install} && {check}"], cwd=copy, env=env, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode != 0 and "not implemented" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_practice_bank_keeps_text_that_looks_like_a_comment() -> None:
+    from grader.instructor.release import practice_bank
+
+    bank = (
+        '# about the exam question below\n[[questions]]\nid = "e"\npool = "exam"\n# trailing note\n\n'
+        '[[questions]]\nid = "p"\npool = "practice"\ntext = """\nRun this:\n# a shell comment in the code\n"""\n'
+        "# the next one is an exam question\n"
+    )
+    text = practice_bank([bank])
+    assert '"e"' not in text and "exam question" not in text and "about the exam" not in text
+    assert "# a shell comment in the code" in text and 'id = "p"' in text
