@@ -2,12 +2,14 @@
 
 Shipped: the exercise stubs, the catalog without hidden checks, the grader package without its
 secrets (`hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values: see
-grader/checks/__init__.py), the README, pyproject and docs meant for students (not the instructors'
-nor the maintainers' notes), and the quizzes as
-rendered practice sheets. Where an exercise's public checks need the answers, the release writes
-their values on the public checks' own inputs (`expected.json`), never the formulas.
-Not shipped: solutions/, tests/, the secrets, and the question banks themselves: a bank holds the
-correct answers and their explanations, so students get the sheet and never the key.
+grader/checks/__init__.py), a README written for students (the instructor's one runs commands the
+copy cannot), pyproject and docs meant for students (not the instructors' nor the maintainers'
+notes), and the practice pool: as rendered sheets and as one bank, `quizzes/practice.toml`, which
+`grader quiz practice` asks from and answers with feedback. Where an exercise's public checks need
+the answers, the release writes their values on the public checks' own inputs (`expected.json`),
+never the formulas.
+Not shipped: solutions/, tests/, the secrets, and every exam-pool question with its answer: the
+instructor's banks never leave the course, only the practice questions copied out of them.
 """
 
 from __future__ import annotations
@@ -21,16 +23,23 @@ from pathlib import Path
 
 from grader.catalog import Catalog
 from grader.checks import SECRET_MODULES
+from grader.instructor.templating import render
 from grader.judge.api import checks_in
 from grader.paths import CATALOG, STUBS
 from grader.quiz.bank import BankNotFound, load_banks
 from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
-TOP_LEVEL_FILES = ("README.md", "pyproject.toml", ".gitignore")
+# README.md is not copied: the instructor's one runs the solutions and the tests, which do not ship
+TOP_LEVEL_FILES = ("pyproject.toml", ".gitignore")
 # how to grade, how to write banks, and the maintainers' notes (design, the diagnoses' signatures): not for students
 INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md", "maintainers")
 SHEET_FORMATS = ("md", "html")
+PRACTICE_BANK = "practice.toml"
+PRACTICE_HEADER = """\
+# The practice questions of this course, with their answers and explanations: they are here to
+# give feedback. Ask them with `grader quiz practice`; list them with `grader quiz list`.
+"""
 
 
 class ReleaseError(Exception):
@@ -86,6 +95,71 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
         (folder / "expected.json").write_text(json.dumps(table))
 
 
+def _without_comments(lines: list[str]) -> str:
+    """The lines less their full-line comments; a line inside a multi-line string is text, kept."""
+    kept, inside = [], False
+    for line in lines:
+        if inside or not line.lstrip().startswith("#"):
+            kept.append(line)
+        if (line.count('"""') + line.count("'''")) % 2:
+            inside = not inside
+    return "".join(kept)
+
+
+def practice_bank(texts: list[str]) -> str:
+    """The practice questions of the bank files `texts`, as one bank file; exam questions and every
+    comment (a comment may speak of the question next to it) are left out."""
+    kept = []
+    for text in texts:
+        blocks: list[list[str]] = [[]]
+        for line in text.splitlines(keepends=True):
+            if line.strip() == "[[questions]]":
+                blocks.append([])
+            blocks[-1].append(line)
+        for block in blocks[1:]:
+            body = _without_comments(block)
+            entries = tomllib.loads(body).get("questions", [])
+            if entries != tomllib.loads("".join(block)).get("questions", []):
+                raise ReleaseError(f"a practice bank question changed when its comments were left out:\n{body}")
+            if len(entries) == 1 and entries[0].get("pool") == "practice":
+                kept.append(body.strip() + "\n")
+    return PRACTICE_HEADER + "".join(f"\n{block}" for block in kept)
+
+
+def _practice_bank(catalog: Catalog, out: Path) -> Path | None:
+    """The practice pool as a bank `grader quiz practice` can ask from; refused if an exam question got in."""
+    sources = sorted((catalog.root / "quizzes").glob("*.toml"))
+    if not sources:
+        return None
+    text = practice_bank([source.read_text(encoding="utf-8") for source in sources])
+    pools = {entry.get("pool") for entry in tomllib.loads(text).get("questions", [])}
+    if not pools:
+        return None
+    if pools != {"practice"}:
+        raise ReleaseError(f"the practice bank would hold questions of the pools {sorted(map(str, pools))}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / PRACTICE_BANK
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _student_readme(catalog: Catalog, out: Path) -> Path:
+    """The README of the copy: student commands only, and links only to what ships."""
+    docs = sorted(p.relative_to(out).as_posix() for p in out.glob("docs/**/*.md"))
+    sheets = sorted(p.relative_to(out).as_posix() for p in (out / "quizzes").glob("practice-quiz.*"))
+    text = render(
+        "student_readme.md.j2",
+        exercises=catalog.exercises,
+        docs=docs,
+        sheets=sheets,
+        practice=(out / "quizzes" / PRACTICE_BANK).is_file(),
+        stubs=STUBS,
+    )
+    path = out / "README.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _quiz_sheets(catalog: Catalog, out: Path) -> list[Path]:
     """The practice pool as one rendered sheet per format; exam questions never leave the course."""
     try:
@@ -133,4 +207,6 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
 
         shutil.copytree(docs, out / "docs", ignore=not_for_students)
     _quiz_sheets(catalog, out / "quizzes")
+    _practice_bank(catalog, out / "quizzes")
+    _student_readme(catalog, out)
     return sorted(out.iterdir())

@@ -1,4 +1,4 @@
-"""`grader quiz list | lint | render | grade`: question banks and quiz sheets from the command line.
+"""`grader quiz list | practice | lint | render | grade`: question banks and quiz sheets from the command line.
 
 Every failure a user can cause (missing directory, broken TOML, bad key) ends in one clear line on
 stderr and a non-zero exit code, never in a traceback.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grader.paths import CourseNotFound, course_root
 from grader.quiz import grade as grading
+from grader.quiz import practice
 from grader.quiz.bank import POOLS, Bank, BankNotFound, load_banks
 from grader.quiz.formula import FormulaError
 from grader.quiz.key import KeyFileError, load_keys
@@ -35,6 +36,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     _pool_option(listing, default="all")
     listing.add_argument("--json", action="store_true", help="print JSON for tools")
     listing.set_defaults(func=cmd_list)
+
+    practice_parser = sub.add_parser(
+        "practice",
+        help="answer the practice questions in the terminal: right or wrong, with the explanation",
+        description="Asks the practice questions one by one and marks each answer at once. Choice questions: "
+        "the letter(s), e.g. B or A;C; numeric ones: a number. Answers may come from a pipe, one per line.",
+    )
+    _bank_option(practice_parser)
+    practice_parser.add_argument(
+        "--exercise", default=None, help="only the questions of this exercise (id, number or name)"
+    )
+    practice_parser.add_argument("--count", type=_positive, default=None, help="how many questions (default: all)")
+    practice_parser.add_argument("--seed", type=int, default=None, help="fix the draw (default: a new one each time)")
+    practice_parser.set_defaults(func=cmd_practice)
 
     lint_parser = sub.add_parser("lint", help="validate every bank, measure option-length tells; exit 1 on errors")
     _bank_option(lint_parser)
@@ -163,6 +178,38 @@ def cmd_list(args: argparse.Namespace) -> int:
         for q in questions:
             print(f"{q.id:<{width}}  {q.type:<9}  {q.pool:<8}  {', '.join(q.tags)}")
         print(f"{len(questions)} question(s)")
+    return 1 if _report_problems(bank) else 0
+
+
+def _read_line(prompt: str) -> str | None:
+    """One answer from the terminal or a pipe; None at the end of the input."""
+    print(prompt, end="", flush=True)
+    line = sys.stdin.readline()
+    if line and not sys.stdin.isatty():
+        print(line.rstrip("\n"))  # echo piped answers, so the transcript reads like the session
+    return line if line else None
+
+
+def cmd_practice(args: argparse.Namespace) -> int:
+    try:
+        bank = _load(args)
+    except (BankNotFound, CourseNotFound) as exc:
+        return _fail(str(exc))
+    seed = args.seed if args.seed is not None else practice.new_seed()
+    questions = [q for q in bank.questions if q.pool == "practice"]
+    if args.exercise:
+        questions = [q for q in questions if practice.about_exercise(q, args.exercise)]
+    questions = select(questions, seed, count=args.count)
+    if not questions:
+        about = f" about {args.exercise}" if args.exercise else ""
+        return _fail(f"no practice question{about} in {_directory(args)}")
+    try:
+        practice.ask_all(questions, seed, _read_line, print)
+    except FormulaError as exc:
+        return _fail(f"{exc}; run `grader quiz lint`")
+    except KeyboardInterrupt:
+        print()
+        return 130
     return 1 if _report_problems(bank) else 0
 
 
