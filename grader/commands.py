@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import ExerciseFiles
 from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.progress import Progress
-from grader.report.json_report import write_results
+from grader.report.json_report import STDOUT, write_results
 from grader.report.terminal import Terminal
 from grader.session import GradingSession
 
@@ -157,12 +158,19 @@ def _check_notebooks(args: argparse.Namespace) -> int:
         return _check(args, catalog, files, [e.exercise for e in extracted])
 
 
+def _check_terminal(args: argparse.Namespace) -> Terminal:
+    """The human report: on stderr when the JSON takes stdout (`--json -`), so a tool can parse stdout."""
+    return Terminal(sys.stderr if args.json == STDOUT else None, verbose=args.verbose)
+
+
 def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exercises: list[Exercise]) -> int:
     started = time.perf_counter()
     progress = Progress(catalog.root)
-    terminal = Terminal(verbose=args.verbose)
+    terminal = _check_terminal(args)
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
+        if args.json:
+            write_results(Path(args.json), [], catalog)
         return 0
     if args.nnodes != 1 and args.launcher != "torchrun":
         raise UsageError("--nnodes is for --launcher torchrun")
@@ -174,7 +182,7 @@ def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exe
             progress.record(exercise, files.folder / exercise.file, [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
     if args.json:
-        write_results(Path(args.json), results)
+        write_results(Path(args.json), results, catalog)
     return 0 if results and all(r.status in ("passed", "skipped") for r in results) else 1
 
 
