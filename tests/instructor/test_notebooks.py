@@ -198,3 +198,17 @@ def test_check_of_a_notebook_names_the_cell_of_an_error_and_the_tag_it_lacks(tmp
     line = next(n for n, text in enumerate(("import os\n" + broken).splitlines(), 1) if "pick_seed" in text)
     assert f"at cell 3, line {line} in make_loader()" in out, out
     assert "grader/engine" not in out and "workers.py" not in out, "the grader's frames only with -v"
+
+
+def test_build_writes_into_the_course_by_default_and_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`grader notebook build` as the README shows it, without --out: notebooks/ in the course."""
+    course = support.course_copy(tmp_path / "course")
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    assert main(["notebook", "build"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(CATALOG.exercises)} notebook(s) written to {course / 'notebooks'}" in out
+    assert sorted(p.name for p in (course / "notebooks").iterdir()) == sorted(
+        notebook_source.notebook_name(e) for e in CATALOG.exercises
+    )
