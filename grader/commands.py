@@ -7,7 +7,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -155,7 +155,19 @@ def _check_notebooks(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
         extracted = [notebook_source.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
         files = ExerciseFiles(Path(folder), source_maps={e.exercise.id: e.source_map for e in extracted})
-        return _check(args, catalog, files, [e.exercise for e in extracted])
+        return _check(args, catalog, files, [e.exercise for e in extracted], lambda r: _record(catalog, extracted, r))
+
+
+def _record(catalog: Catalog, extracted: Sequence[notebook_source.Extracted], results: Sequence[CheckResult]) -> None:
+    """A notebook check counts in `grader list` as a check of its file does, for notebooks in the course
+    (`grader notebook build` writes them there): one checked elsewhere, a submission say, is not the
+    student's own progress."""
+    progress = Progress(catalog.root)
+    for notebook in extracted:
+        saved = notebook.saved.resolve() if notebook.saved is not None else None
+        if saved is not None and saved.is_relative_to(catalog.root.resolve()):
+            mine = [r for r in results if r.exercise == notebook.exercise.id]
+            progress.record_notebook(notebook.exercise, saved, notebook.code_hash, mine)
 
 
 def _check_terminal(args: argparse.Namespace) -> Terminal:
@@ -163,7 +175,14 @@ def _check_terminal(args: argparse.Namespace) -> Terminal:
     return Terminal(sys.stderr if args.json == STDOUT else None, verbose=args.verbose)
 
 
-def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exercises: list[Exercise]) -> int:
+def _check(
+    args: argparse.Namespace,
+    catalog: Catalog,
+    files: ExerciseFiles,
+    exercises: list[Exercise],
+    record: Callable[[Sequence[CheckResult]], None] | None = None,
+) -> int:
+    """Grade and report; `record` keeps the results in progress (by default: for the stubs' own files)."""
     started = time.perf_counter()
     progress = Progress(catalog.root)
     terminal = _check_terminal(args)
@@ -177,7 +196,9 @@ def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exe
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
         results = _grade(session, terminal, exercises, files)
-    if files.folder == catalog.stubs_dir:
+    if record is not None:
+        record(results)
+    elif files.folder == catalog.stubs_dir:
         for exercise in exercises:
             progress.record(exercise, files.folder / exercise.file, [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
