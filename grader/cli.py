@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = check.add_mutually_exclusive_group()
     source.add_argument("--solutions", action="store_true", help="check the reference solutions")
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
-    check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
+    check.add_argument(
+        "--json", metavar="FILE", help="also write results as JSON to FILE ('-': stdout, the report then on stderr)"
+    )
     check.add_argument(
         "--launcher",
         choices=("grader", "fork", "portable", "torchrun"),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -18,7 +19,7 @@ from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import ExerciseFiles
 from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
 from grader.progress import Progress
-from grader.report.json_report import write_results
+from grader.report.json_report import STDOUT, write_results
 from grader.report.terminal import Terminal
 from grader.session import GradingSession
 
@@ -154,27 +155,55 @@ def _check_notebooks(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as folder:
         extracted = [notebook_source.extract(Path(key), catalog, Path(folder)) for key in args.exercises]
         files = ExerciseFiles(Path(folder), source_maps={e.exercise.id: e.source_map for e in extracted})
-        return _check(args, catalog, files, [e.exercise for e in extracted])
+        return _check(args, catalog, files, [e.exercise for e in extracted], lambda r: _record(catalog, extracted, r))
 
 
-def _check(args: argparse.Namespace, catalog: Catalog, files: ExerciseFiles, exercises: list[Exercise]) -> int:
+def _record(catalog: Catalog, extracted: Sequence[notebook_source.Extracted], results: Sequence[CheckResult]) -> None:
+    """A notebook check counts in `grader list` as a check of its file does, for notebooks in the course
+    (`grader notebook build` writes them there): one checked elsewhere, a submission say, is not the
+    student's own progress."""
+    progress = Progress(catalog.root)
+    for notebook in extracted:
+        saved = notebook.saved.resolve() if notebook.saved is not None else None
+        if saved is not None and saved.is_relative_to(catalog.root.resolve()):
+            mine = [r for r in results if r.exercise == notebook.exercise.id]
+            progress.record_notebook(notebook.exercise, saved, notebook.code_hash, mine)
+
+
+def _check_terminal(args: argparse.Namespace) -> Terminal:
+    """The human report: on stderr when the JSON takes stdout (`--json -`), so a tool can parse stdout."""
+    return Terminal(sys.stderr if args.json == STDOUT else None, verbose=args.verbose)
+
+
+def _check(
+    args: argparse.Namespace,
+    catalog: Catalog,
+    files: ExerciseFiles,
+    exercises: list[Exercise],
+    record: Callable[[Sequence[CheckResult]], None] | None = None,
+) -> int:
+    """Grade and report; `record` keeps the results in progress (by default: for the stubs' own files)."""
     started = time.perf_counter()
     progress = Progress(catalog.root)
-    terminal = Terminal(verbose=args.verbose)
+    terminal = _check_terminal(args)
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
+        if args.json:
+            write_results(Path(args.json), [], catalog)
         return 0
     if args.nnodes != 1 and args.launcher != "torchrun":
         raise UsageError("--nnodes is for --launcher torchrun")
     engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
     with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
         results = _grade(session, terminal, exercises, files)
-    if files.folder == catalog.stubs_dir:
+    if record is not None:
+        record(results)
+    elif files.folder == catalog.stubs_dir:
         for exercise in exercises:
             progress.record(exercise, files.folder / exercise.file, [r for r in results if r.exercise == exercise.id])
     terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
     if args.json:
-        write_results(Path(args.json), results)
+        write_results(Path(args.json), results, catalog)
     return 0 if results and all(r.status in ("passed", "skipped") for r in results) else 1
 
 

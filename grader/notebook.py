@@ -169,10 +169,13 @@ def _history(shell: Any) -> list[tuple[int, str]]:
     return [(i, source) for i, source in enumerate(raw) if 0 < i < now and source.strip()]
 
 
-def _write(exercise: Exercise, graded: Graded, folder: Path) -> Path:
-    """The cells to grade as a notebook of their own, labelled as the student knows them."""
+def _write(exercise: Exercise, graded: Graded, folder: Path, saved: Path | None = None) -> Path:
+    """The cells to grade as a notebook of their own, labelled as the student knows them; it names the saved
+    notebook it came from, so that the check's result counts in progress (`grader list`) for that one."""
     book = nbformat.v4.new_notebook()
     book.metadata[notebook_source.METADATA_KEY] = {"exercise": exercise.id}
+    if saved is not None:
+        book.metadata[notebook_source.METADATA_KEY][notebook_source.SAVED_KEY] = str(saved.resolve())
 
     def cell(label: str, source: str, tags: list[str]) -> nbformat.NotebookNode:
         metadata = {"tags": tags, notebook_source.METADATA_KEY: {"label": label}}
@@ -246,7 +249,7 @@ def _check(key: str, options: Sequence[str], explicit: Path | None) -> None:
     for warning in graded.warnings:
         print(f"warning: {warning}")
     with tempfile.TemporaryDirectory(prefix="grader-kernel-") as folder:
-        _run_grader(["check", str(_write(exercise, graded, Path(folder))), *options])
+        _run_grader(["check", str(_write(exercise, graded, Path(folder), path)), *options])
 
 
 def grader_magic(line: str) -> None:

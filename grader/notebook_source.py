@@ -12,6 +12,7 @@ from, so that what the grader says points at the cell and its line, not at the j
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from grader.judge.verdict import CheckResult
 
 TAG = "exercise"
 METADATA_KEY = "grader"
+SAVED_KEY = "saved"  # in a kernel check's notebook: the path of the saved notebook it was run from
 FUTURE_NOTE = "# moved to the top by the grader"
 MAX_NOTEBOOK_BYTES = 16 << 20  # a notebook with its outputs cleared is KiBs; with plots a few MiB
 MAX_NOTEBOOK_DEPTH = 100  # JSON nesting: a notebook's own structure is 6 deep; metadata and outputs add some
@@ -136,6 +138,20 @@ def is_exercise_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.get("cell_type") == "code" and TAG in (cell.get("metadata", {}).get("tags") or [])
 
 
+def code_hash(notebook: nbformat.NotebookNode) -> str:
+    """What progress remembers of a checked notebook: its exercise cells' code, so that saving outputs or
+    prose is no edit, and a kernel check of code equal to the saved cells counts for the saved notebook."""
+    sources = [cell.source.strip() for cell in notebook.cells if is_exercise_cell(cell)]
+    return hashlib.sha256("\0".join(sources).encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def saved_notebook_of(notebook: nbformat.NotebookNode, path: Path) -> Path:
+    """The student's own notebook that `notebook` stands for: the one a kernel check names in its metadata
+    (it grades a copy written elsewhere), else `path` itself."""
+    saved = (notebook.metadata.get(METADATA_KEY) or {}).get(SAVED_KEY)
+    return Path(saved) if isinstance(saved, str) and saved else path
+
+
 def without_magics(source: str) -> str:
     """Shell (`!`) and magic (`%`) lines are no Python: commented out, keeping line numbers."""
     return "\n".join(f"# {line}" if line.lstrip().startswith(("!", "%")) else line for line in source.splitlines())
@@ -238,6 +254,8 @@ def _hoist_future_imports(lines: list[str]) -> str:
 class Extracted:
     exercise: Exercise
     source_map: SourceMap
+    saved: Path | None = None  # the student's notebook these cells stand for (see saved_notebook_of)
+    code_hash: str = ""  # its exercise cells, as progress remembers them
 
 
 def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
@@ -267,4 +285,4 @@ def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
         lines[0] = header
     # JSON may spell a lone surrogate, which UTF-8 cannot hold: written as its escape, as in a string literal
     (folder / exercise.file).write_text("\n".join(lines) + "\n", encoding="utf-8", errors="backslashreplace")
-    return Extracted(exercise, source_map)
+    return Extracted(exercise, source_map, saved_notebook_of(notebook, path), code_hash(notebook))

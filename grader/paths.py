@@ -13,6 +13,7 @@ from pathlib import Path
 STUBS = Path("exercises")  # the files students edit, and the catalog beside them
 SOLUTIONS = Path("solutions")
 CATALOG = STUBS / "catalog.toml"
+NOTEBOOKS = Path("notebooks")  # where `grader notebook build` writes by default: inside the course, so checks count
 
 
 class CourseNotFound(Exception):

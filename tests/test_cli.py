@@ -158,7 +158,7 @@ def test_import_error_in_student_file_is_an_error_not_a_crash(course, capsys):
     assert out.count("importing ex01_process_group.py failed: ModuleNotFoundError") == 1, "said once per exercise"
     entries = json.loads((course / "out.json").read_text())
     assert {e["status"] for e in entries} == {"error"}
-    assert set(entries[0]) == {"exercise", "check", "world_size", "status", "message", "seconds"}
+    assert set(entries[0]) == {"exercise", "check", "world_size", "status", "message", "seconds", "hint", "hint_text"}
 
 
 def test_hint_prints_objectives_and_hints(course, capsys):
@@ -266,3 +266,21 @@ def test_a_harmless_test_call_still_gets_a_warning(course, capsys):
     code, out = run(capsys, "check", "ex02", "--world-size", "2")
     assert code == 0 and "public checks passed" in out
     assert "warning: test call at import: ex02_data_sharding.py:" in out and "calls make_loader()" in out
+
+
+def test_check_json_to_stdout_is_only_json_and_each_failure_carries_its_hint(course, capsys):
+    """`--json -` is for tools: stdout parses as JSON (the report goes to stderr), and a failing
+    check's entry has the hint's number and text, as `grader hint` would print them."""
+    solved = (course / "solutions" / "ex10_scaling.py").read_text()
+    mistake = solved.replace("target = base_lr * batch / base_batch", "target = base_lr * (batch / base_batch) ** 0.5")
+    assert mistake != solved
+    (course / "exercises" / "ex10_scaling.py").write_text(mistake)
+    code = main(["check", "ex10", "--json", "-"])
+    captured = capsys.readouterr()
+    entries = json.loads(captured.out)
+    assert code == 1 and "ex10_scaling" in captured.err and "FAIL" in captured.err
+    failed = next(e for e in entries if e["check"] == "lr_schedule")
+    exercise = load_catalog(course).get("ex10")
+    assert failed["status"] == "failed" and failed["hint"] is not None
+    assert failed["hint_text"] == exercise.hints[failed["hint"] - 1].text
+    assert all(e["hint"] is None and e["hint_text"] is None for e in entries if e["status"] == "passed")

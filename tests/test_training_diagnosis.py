@@ -101,11 +101,11 @@ def test_a_right_gradient_with_a_wrong_update_is_named_from_the_update(run, vari
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
     setting = Setting(
-        lr=LR, momentum=0.0, factors={}, reference="the reference", labels={3: "the first step of epoch 2"}
+        lr=LR, momentum=0.0, factors={}, reference="the reference", labels={3: "the first step of epoch 1"}
     )
     want = _sgd(start, grads, momentum=0.0)
     mine = want[:2] + _sgd(want[1]["params"], [{k: 2 * g for k, g in grads[2].items()}], momentum=0.0)
-    assert "at step 3 (the first step of epoch 2)" in diagnose(mine, start, want, start, setting).message
+    assert "at step 3 (the first step of epoch 1)" in diagnose(mine, start, want, start, setting).message
 
 
 def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
@@ -183,3 +183,17 @@ def test_going_on_before_the_file_landed() -> None:
     assert went_on_early([fine, []], path, ["a", "a"], [[], [2.6]]) == []
     assert went_on_early([fine, []], path, ["a", "a"], [[], [2.4]]) == [1]
     assert went_on_early([fine, []], path, ["a", "b"], [[], [2.4]]) == []  # another host's clock is not compared
+
+
+def test_ex03_names_epochs_from_0_as_set_epoch_counts_them():
+    """The step that opens the second epoch is "the first step of epoch 1": the stubs count epochs from 0
+    (start_epoch(loader, 0), set_epoch(epoch)); steps count from 1, the first update being step 1."""
+    from types import SimpleNamespace
+
+    from grader.checks.ex03_train_ddp import checks
+
+    per_epoch = 7
+    reference = {"batches": [[[0]] * (per_epoch * checks.EPOCHS)], "own_batch_grads": [], "momentum": 0.0}
+    setting = checks._setting(SimpleNamespace(world_size=2), reference)  # type: ignore[arg-type]
+    assert setting.labels[per_epoch + 1] == "the first step of epoch 1"
+    assert all(f"epoch {checks.EPOCHS}" not in label for label in setting.labels.values())

@@ -30,7 +30,7 @@ from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
 from grader.judge.runner import ALL_CHECKS
 from grader.notebook_source import NotebookError
-from grader.paths import course_root
+from grader.paths import NOTEBOOKS, course_root
 from grader.report.inert import file_name, one_line
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
@@ -264,7 +264,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
     sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
     build = sub.add_parser("build", help="one notebook per exercise")
-    build.add_argument("--out", type=Path, required=True, metavar="DIR")
+    build.add_argument(
+        "--out", type=Path, metavar="DIR", help=f"where to write them (default: {NOTEBOOKS}/ in the course)"
+    )
     build.set_defaults(func=cmd_notebook_build)
 
 
@@ -564,8 +566,9 @@ def cmd_lint_course(args: argparse.Namespace) -> int:
 
 def cmd_notebook_build(args: argparse.Namespace) -> int:
     catalog = course_catalog()
-    written = notebook_build.build_all(catalog, args.out)
-    print(f"{len(written)} notebook(s) written to {args.out}")
+    out = args.out if args.out is not None else catalog.root / NOTEBOOKS  # beside exercises/, where list looks
+    written = notebook_build.build_all(catalog, out)
+    print(f"{len(written)} notebook(s) written to {out}")
     return 0
 
 

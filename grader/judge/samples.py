@@ -72,10 +72,11 @@ def eval_mode_passes(forwards: list[dict]) -> tuple[int, int]:
 
 
 def _where(index: int, want: Batches, pipeline: Pipeline) -> str:
-    """' (the first of epoch e)' for a batch that starts an epoch after the first."""
+    """' (the first of epoch e)' for a batch that starts an epoch after the first; epochs count from 0, as
+    `start_epoch(loader, epoch)` and `set_epoch` count them."""
     per_epoch = len(want) // pipeline.epochs if pipeline.epochs else 0
     if per_epoch and index % per_epoch == 0 and index:
-        return f" (the first of epoch {index // per_epoch + 1})"
+        return f" (the first of epoch {index // per_epoch})"
     return ""
 
 

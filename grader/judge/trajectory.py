@@ -48,7 +48,7 @@ class Setting:
     momentum: float
     factors: dict[str, int]  # the run's numbers a scale can be named after: {"b": 8, "W": 2}
     reference: str  # what the reference is, for plain messages
-    labels: dict[int, str] = field(default_factory=dict)  # step -> where it is ("the first step of epoch 2")
+    labels: dict[int, str] = field(default_factory=dict)  # step -> where it is ("the first step of epoch 1")
     context: str = ""  # prefixed to the measurement ("with k=2, ")
     probes: tuple[Probe, ...] = ()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -198,3 +199,52 @@ def test_check_of_a_notebook_names_the_cell_of_an_error_and_the_tag_it_lacks(tmp
     line = next(n for n, text in enumerate(("import os\n" + broken).splitlines(), 1) if "pick_seed" in text)
     assert f"at cell 3, line {line} in make_loader()" in out, out
     assert "grader/engine" not in out and "workers.py" not in out, "the grader's frames only with -v"
+
+
+def test_build_writes_into_the_course_by_default_and_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`grader notebook build` as the README shows it, without --out: notebooks/ in the course."""
+    course = support.course_copy(tmp_path / "course")
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    assert main(["notebook", "build"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(CATALOG.exercises)} notebook(s) written to {course / 'notebooks'}" in out
+    assert sorted(p.name for p in (course / "notebooks").iterdir()) == sorted(
+        notebook_source.notebook_name(e) for e in CATALOG.exercises
+    )
+
+
+def test_a_notebook_check_counts_in_grader_list_as_a_file_check_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked from the notebook (the saved one, or a kernel's copy of it), a solved exercise is passing in
+    `grader list`; editing the notebook's exercise cell makes it "changed", as editing a file does."""
+    from grader import notebook
+
+    course = support.course_copy(tmp_path / "course")
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    monkeypatch.setenv("PYTHONPATH", str(course))  # the check runs in `python -m grader`, on this course
+
+    def status() -> str:
+        assert main(["list", "--json"]) == 0
+        return {row["id"]: row["status"] for row in json.loads(capsys.readouterr().out)}["ex10_scaling"]
+
+    (course / "notebooks").mkdir()
+    path = support.notebook(course / "notebooks" / "ex10_scaling.ipynb", CATALOG, "ex10_scaling")
+    assert status() == "not started"
+    notebook.check("ex10", notebook=path)
+    assert "public checks passed" in capsys.readouterr().out
+    assert status() == "passing"
+
+    book = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in book.cells if notebook_source.is_exercise_cell(c)]
+    cell.source += "\n# edited\n"
+    nbformat.write(book, path)
+    assert status() == "changed"
+
+    ran = notebook.Graded([("In [1]", cell.source)])  # what a kernel ran, equal to the saved cell
+    copy = notebook._write(CATALOG.get("ex10"), ran, tmp_path, saved=path)
+    assert main(["check", str(copy)]) == 0
+    capsys.readouterr()
+    assert status() == "passing"

@@ -138,7 +138,8 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
 
 def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
     per_epoch = len(reference["batches"][0]) // EPOCHS
-    labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch + 1}" for epoch in range(1, EPOCHS)}
+    # steps count from 1 (the first update is step 1); epochs from 0, as set_epoch(epoch) counts them
+    labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
     not_averaged = Probe(
         1,
         reference["own_batch_grads"],
