@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument("--json", metavar="FILE", help="also write results as JSON to FILE ('-' for stdout)")
     check.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="start a fresh engine instead of the warm one a background process keeps (also GRADER_WARM=0)",
+    )
+    check.add_argument(
         "--launcher",
         choices=("grader", "fork", "portable", "torchrun"),
         default="grader",
