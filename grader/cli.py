@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", metavar="FILE", help="also write results as JSON to FILE ('-': stdout, the report then on stderr)"
     )
     check.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="start a fresh engine instead of the warm one a background process keeps (also GRADER_WARM=0)",
+    )
+    check.add_argument(
         "--launcher",
         choices=("grader", "fork", "portable", "torchrun"),
         default="grader",

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
-from grader import notebook_source, pristine
+from grader import notebook_source, pristine, warm
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
-from grader.engine import node
+from grader.engine import Engine, node
 from grader.engine.cluster import Cluster, ClusterError
 from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import ExerciseFiles
@@ -193,7 +193,13 @@ def _check(
         return 0
     if args.nnodes != 1 and args.launcher != "torchrun":
         raise UsageError("--nnodes is for --launcher torchrun")
-    engine = _torchrun_engine(args) if args.launcher == "torchrun" else None
+    engine: Engine | TorchrunEngine | None = None
+    if args.launcher == "torchrun":
+        engine = _torchrun_engine(args)
+    elif warm.enabled(getattr(args, "no_warm", False)):
+        engine, note = warm.warm_engine([e.workers_module for e in catalog.exercises], args.launcher)
+        if args.verbose:
+            terminal.line(note)
     with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
         results = _grade(session, terminal, exercises, files)
     if record is not None:

@@ -22,6 +22,8 @@ Grade = Callable[..., list[CheckResult]]
 # GRADER_TEST_SEED=N grades every test with the inputs of seed N (a failure seen once, replayed);
 # unset, each grading draws its own, as `grader check` does.
 SEED = int(os.environ["GRADER_TEST_SEED"]) if os.environ.get("GRADER_TEST_SEED") else None
+# `grader check` in a test starts no warm daemon (tests/test_warm.py turns it on, in a folder of its own).
+os.environ["GRADER_WARM"] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,16 @@ class RunStreams:
         self.to_pass.clear()
 
 
+class LauncherProcess(Protocol):
+    """The launcher process as the engine uses it: a Popen, or a zygote adopted from the warm daemon."""
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 class Link(Protocol):
     """What the supervisor needs of a launcher process's line (see the module docstring)."""
 
@@ -95,7 +105,7 @@ class Link(Protocol):
         self, argv: list[str], env: dict[str, str], log: IO[bytes], wrap: Confinement | None
     ) -> subprocess.Popen[bytes]: ...
 
-    def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None: ...
+    def connect(self, process: LauncherProcess, timeout: float) -> None: ...
 
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None: ...
 
@@ -144,7 +154,11 @@ class ZygoteLink:
         self._sock = ours
         return process
 
-    def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+    def adopt(self, sock: socket.socket) -> None:
+        """Speak over a control socket that another process's `launch` made (the warm daemon's)."""
+        self._sock = sock
+
+    def connect(self, process: LauncherProcess, timeout: float) -> None:
         """Connected from the start."""
 
     def send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
@@ -213,7 +227,7 @@ class PoolLink:
             process.stdin.write(f"{self._token}\n".encode())  # a secret: not on the command line
         return process
 
-    def connect(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+    def connect(self, process: LauncherProcess, timeout: float) -> None:
         """Wait for the pool host to connect back (it does at once, before importing anything)."""
         if self._framed is not None:
             return

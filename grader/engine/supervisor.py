@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from grader.engine import wire
 from grader.engine.contract import (
@@ -46,7 +46,7 @@ from grader.engine.contract import (
     RunResult,
     StrayProcess,
 )
-from grader.engine.launchers import Link, RunStreams, new_link
+from grader.engine.launchers import LauncherProcess, Link, RunStreams, ZygoteLink, new_link
 from grader.engine.platforms import LauncherError, chosen_launcher
 from grader.engine.preload import BASE_PRELOAD
 
@@ -110,6 +110,15 @@ class _RunState:
     ended_at: float = 0.0
 
 
+def launcher_env() -> dict[str, str]:
+    """The environment a launcher (zygote or pool) starts in: this one, with the grader importable."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 class Engine:
     """Runs jobs on fresh rank processes from one warm launcher (forked or from the portable pool).
 
@@ -128,10 +137,10 @@ class Engine:
         self._preload = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
         self._confinement = confinement
         self._link: Link = new_link(self.launcher)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: LauncherProcess | None = None
         self._ready = False
         self._lost = False  # the control channel broke or the zygote stopped answering
-        self._log = tempfile.TemporaryFile()
+        self._log: IO[bytes] = tempfile.TemporaryFile()
         self._own_scratch = "" if confinement else tempfile.mkdtemp(prefix="grader-scratch-")
         self.scratch_root = confinement.scratch_root if confinement else self._own_scratch
         self.preload_errors: dict[str, str] = {}
@@ -141,16 +150,23 @@ class Engine:
         """Start the launcher in the background; the first run waits for it to be warm."""
         if self._process is not None:
             return
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        env.setdefault("OMP_NUM_THREADS", "1")
         try:
             self._process = self._link.launch(
-                [json.dumps(self._preload), self.scratch_root], env, self._log, self._confinement
+                [json.dumps(self._preload), self.scratch_root], launcher_env(), self._log, self._confinement
             )
         except OSError as exc:
             raise EngineError(f"cannot start the rank launcher: {exc}") from exc
+
+    def adopt(self, sock: socket.socket, process: LauncherProcess, log: IO[bytes], scratch_root: str) -> None:
+        """Take over a zygote another process of this user launched and warmed (grader/warm.py): its
+        control socket, its process and its log; from here on it is this engine's, as if started here."""
+        if self.launcher != "fork" or self._confinement is not None or self._process is not None:
+            raise EngineError("only an unstarted, unconfined fork engine can adopt a zygote")
+        assert isinstance(self._link, ZygoteLink)
+        shutil.rmtree(self._own_scratch, ignore_errors=True)
+        self._link.adopt(sock)
+        self._process, self._log = process, log
+        self._own_scratch = self.scratch_root = scratch_root
 
     def wait_ready(self) -> None:
         if self._lost or (self._process is not None and self._process.poll() is not None):
