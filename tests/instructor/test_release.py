@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -80,7 +81,10 @@ def test_public_runs_never_show_hidden_checks(hidden_course: Path, tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert support.HIDDEN_CHECK not in done.stdout + done.stderr
-    assert "public checks passed" in done.stdout and "all checks passed" not in done.stdout
+    assert {entry["check"] for entry in json.loads(done.stdout)} == {  # --json -: only JSON on stdout
+        spec.name for spec in load_catalog(hidden_course).get("ex02").checks if spec.visibility == "public"
+    }
+    assert "public checks passed" in done.stderr and "all checks passed" not in done.stderr  # the report
 
 
 def test_the_reference_solutions_are_checked_with_the_hidden_checks_too(hidden_course: Path, tmp_path: Path) -> None:
