@@ -194,6 +194,7 @@ class CheckContext:
             )
         return result.ranks[0].facts
 
-    def fail(self, message: str, hint: str | None = None, details: str = "") -> CheckFailed:
-        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site."""
-        return CheckFailed(Verdict("failed", message, details, hint))
+    def fail(self, message: str, hint: str | None = None, details: str = "", cause: str = "") -> CheckFailed:
+        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `cause`: the
+        name of the cause the message names, given only where it is proven (docs/maintainers/DIAGNOSES.md)."""
+        return CheckFailed(Verdict("failed", message, details, hint, cause=cause))

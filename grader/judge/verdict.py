@@ -21,6 +21,9 @@ class Verdict:
     hint: str | None = None  # the name of the exercise's hint that addresses the mistake (catalog.toml)
     verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
     engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
+    # the cause named, only where it is proven (a replay of it reproduces the run, or a slip every probe);
+    # "" when the message says what was measured and names no cause
+    cause: str = ""
 
 
 RECORD_KEYS = (
@@ -37,6 +40,7 @@ RECORD_KEYS = (
     "hint",
     "notes",
     "verbose_details",
+    "cause",
 )  # a result's record, in this order
 
 
