@@ -1,18 +1,19 @@
 """The shared diagnoses of training, on numbers made up here: a trajectory against its reference
-(grader.judge.trajectory), the batches ranks drew (grader.judge.samples), who wrote a file
-(grader.judge.writes). Each signature is named only when present, and nothing is named without one."""
+(grader.judge.trajectory, its replays faked here by SGD on fixed gradients), the batches ranks drew
+(grader.judge.samples), who wrote a file (grader.judge.writes). A cause is named only when its replay
+reproduces every step, and nothing is named without one."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from grader.judge.replay import Hypothesis
 from grader.judge.samples import Pipeline, diagnose_samples
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 from grader.judge.writes import landings, went_on_early, writers_problem
 
 LR, MOMENTUM = 0.05, 0.9
-SETTING = Setting(lr=LR, momentum=MOMENTUM, factors={"b": 8, "W": 2}, reference="the reference")
 
 
 def _sgd(
@@ -42,42 +43,106 @@ def run() -> tuple[dict, list[dict]]:
     return start, grads
 
 
+def _hypothesis(cause: str, fitted: bool = False, **mistake) -> Hypothesis:
+    return Hypothesis(cause, f"{cause} named", mistake=mistake, fitted=fitted)
+
+
+HYPOTHESES = (
+    _hypothesis("loss_summed", loss_scale="b"),
+    _hypothesis("summed_over_ranks", loss_scale="W"),
+    _hypothesis("divided_by_world_size", loss_scale="1/W"),
+    _hypothesis("loss_not_divided_by_k", loss_scale="k"),
+    _hypothesis("gradients_not_cleared", keep_grads=True),
+    _hypothesis("no_momentum", momentum=0.0),
+    _hypothesis("nesterov", nesterov=True),
+    _hypothesis("lr_times_world_size", lr_scale="W"),
+    _hypothesis("other_momentum", fitted=True, momentum="fit"),
+    _hypothesis("weight_decay", fitted=True, weight_decay="fit"),
+    _hypothesis("learning_rate", fitted=True, lr_scale="fit"),
+)
+
+
+def _setting(start: dict, grads: list[dict], factors: dict | None = None, **extra) -> Setting:
+    """A setting whose replays are SGD on these fixed gradients, each knob applied as the reference loop would."""
+
+    def replay(hypotheses: dict) -> dict:
+        replays = {}
+        for name, hypothesis in hypotheses.items():
+            knobs = hypothesis["mistake"]
+            scaled = [{k: knobs.get("loss_scale", 1.0) * g for k, g in grad.items()} for grad in grads]
+            if knobs.get("keep_grads"):
+                scaled = [{k: sum(g[k] for g in scaled[: i + 1]) for k in scaled[0]} for i in range(len(scaled))]
+            replays[name] = _sgd(
+                start,
+                scaled,
+                lr=LR * knobs.get("lr_scale", 1.0),
+                momentum=knobs.get("momentum", MOMENTUM),
+                nesterov=knobs.get("nesterov", False),
+                decay=knobs.get("weight_decay", 0.0),
+            )
+        return replays
+
+    return Setting(
+        lr=LR,
+        momentum=extra.pop("momentum", MOMENTUM),
+        factors=factors or {"b": 8, "W": 2},
+        reference="the reference",
+        hypotheses=HYPOTHESES,
+        replay=replay,
+        **extra,
+    )
+
+
 def test_the_reference_itself_has_no_finding(run) -> None:
     start, grads = run
-    assert diagnose(_sgd(start, grads), start, _sgd(start, grads), start, SETTING) is None
+    assert diagnose(_sgd(start, grads), start, _sgd(start, grads), start, _setting(start, grads)) is None
 
 
 @pytest.mark.parametrize(
     ("factor", "cause"),
-    [
-        (8, "loss_summed"),
-        (2, "summed_over_ranks"),
-        (0.5, "divided_by_world_size"),
-        (1 / 8, "divided_by_b"),
-        (3.0, "measured"),
-    ],
+    [(8, "loss_summed"), (2, "summed_over_ranks"), (0.5, "divided_by_world_size"), (3.0, "measured")],
 )
-def test_an_exact_gradient_ratio_is_named_only_after_a_number_of_the_run(run, factor, cause) -> None:
+def test_a_gradient_ratio_is_named_only_when_a_replay_reproduces_every_step(run, factor, cause) -> None:
     start, grads = run
     scaled = [{k: factor * g for k, g in grad.items()} for grad in grads]
-    finding = diagnose(_sgd(start, scaled), start, _sgd(start, grads), start, SETTING)
+    finding = diagnose(_sgd(start, scaled), start, _sgd(start, grads), start, _setting(start, grads))
     assert finding.cause == cause and finding.step == 1
+    assert f"exactly {'1/2 of' if factor == 0.5 else f'{factor:g} times'} the reference's" in finding.message
+    if cause != "measured":
+        assert finding.message.startswith(f"{cause} named. Measured: step 1, rank 0: the starting weights")
+        assert "reproduces all 3 recorded steps" in finding.message
 
 
-def test_a_ratio_equal_to_two_numbers_of_the_run_names_nothing(run) -> None:
+def test_a_look_alike_cannot_borrow_a_name(run) -> None:
+    """8 times the gradient at step 1 only, then right: the ratio of the summed loss at the step that
+    differs, but its replay leaves the run at step 2, so nothing is named."""
+    start, grads = run
+    once = [{k: 8 * g for k, g in grads[0].items()}, *grads[1:]]
+    finding = diagnose(_sgd(start, once), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding.cause == "measured" and "exactly 8 times the reference's" in finding.message
+    assert "loss_summed" not in finding.message
+
+
+def test_causes_this_run_cannot_tell_apart_are_both_said_and_neither_named(run) -> None:
     start, grads = run
     doubled = [{k: 2 * g for k, g in grad.items()} for grad in grads]
-    setting = Setting(lr=LR, momentum=MOMENTUM, factors={"k": 2, "W": 2}, reference="the reference")
+    setting = _setting(start, grads, factors={"k": 2, "W": 2})
     finding = diagnose(_sgd(start, doubled), start, _sgd(start, grads), start, setting)
-    assert finding.cause == "ambiguous_scale" and "W = k here" in finding.message
+    assert finding.cause == "measured"
+    assert "cannot tell them apart: summed_over_ranks named; loss_not_divided_by_k named" in finding.message
 
 
 def test_gradients_never_cleared_and_gradients_of_another_kind(run) -> None:
     start, grads = run
-    summed = [grads[0], {k: grads[0][k] + grads[1][k] for k in grads[0]}]
-    assert diagnose(_sgd(start, summed), start, _sgd(start, grads[:2]), start, SETTING).cause == "gradients_not_cleared"
+    summed = [
+        grads[0],
+        {k: grads[0][k] + grads[1][k] for k in grads[0]},
+        {k: sum(g[k] for g in grads) for k in grads[0]},
+    ]
+    finding = diagnose(_sgd(start, summed), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding.cause == "gradients_not_cleared" and finding.step == 2
     other = [grads[0], grads[2]]
-    finding = diagnose(_sgd(start, other), start, _sgd(start, grads[:2]), start, SETTING)
+    finding = diagnose(_sgd(start, other), start, _sgd(start, grads[:2]), start, _setting(start, grads[:2]))
     assert finding.cause == "measured" and finding.step == 2 and "not a multiple" in finding.message
 
 
@@ -92,20 +157,30 @@ def test_gradients_never_cleared_and_gradients_of_another_kind(run) -> None:
         ({"decay": 0.01}, "weight_decay", 1),
     ],
 )
-def test_a_right_gradient_with_a_wrong_update_is_named_from_the_update(run, variant, cause, step) -> None:
+def test_a_right_gradient_with_a_wrong_update_is_named_from_its_replay(run, variant, cause, step) -> None:
     start, grads = run
-    finding = diagnose(_sgd(start, grads, **variant), start, _sgd(start, grads), start, SETTING)
+    finding = diagnose(_sgd(start, grads, **variant), start, _sgd(start, grads), start, _setting(start, grads))
     assert finding.cause == cause and finding.step == step
+    assert "the gradient equals the reference's" in finding.message
+
+
+def test_without_hypotheses_the_observation_is_said_with_where_to_look(run) -> None:
+    start, grads = run
+    setting = Setting(lr=LR, momentum=MOMENTUM, factors={}, reference="the reference")
+    finding = diagnose(_sgd(start, grads, lr=2 * LR), start, _sgd(start, grads), start, setting)
+    assert finding.cause == "measured"
+    assert finding.message == (
+        "step 1, rank 0: the gradient equals the reference's; the update is exactly 2 times the reference's for "
+        "every parameter. So the gradient is right and the step is not: look at the learning rate and the optimizer"
+    )
 
 
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
-    setting = Setting(
-        lr=LR, momentum=0.0, factors={}, reference="the reference", labels={3: "the first step of epoch 1"}
-    )
+    setting = _setting(start, grads, momentum=0.0, labels={3: "the first step of epoch 1"})
     want = _sgd(start, grads, momentum=0.0)
     mine = want[:2] + _sgd(want[1]["params"], [{k: 2 * g for k, g in grads[2].items()}], momentum=0.0)
-    assert "at step 3 (the first step of epoch 1)" in diagnose(mine, start, want, start, setting).message
+    assert "step 3 (the first step of epoch 1), rank 0:" in diagnose(mine, start, want, start, setting).message
 
 
 def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
@@ -193,7 +268,7 @@ def test_ex03_names_epochs_from_0_as_set_epoch_counts_them():
     from grader.checks.ex03_train_ddp import checks
 
     per_epoch = 7
-    reference = {"batches": [[[0]] * (per_epoch * checks.EPOCHS)], "own_batch_grads": [], "momentum": 0.0}
+    reference = {"batches": [[[0]] * (per_epoch * checks.EPOCHS)], "steps": [], "momentum": 0.0}
     setting = checks._setting(SimpleNamespace(world_size=2), reference)  # type: ignore[arg-type]
     assert setting.labels[per_epoch + 1] == "the first step of epoch 1"
     assert all(f"epoch {checks.EPOCHS}" not in label for label in setting.labels.values())

@@ -1,95 +1,46 @@
-"""One diagnosis of a training trajectory against its reference, shared by the training checks.
+"""Judging a training trajectory against its reference: localize the first difference, then name a
+cause only when a replay of it reproduces the run (docs/maintainers/DIAGNOSES.md).
 
-A trajectory is the list of optimizer steps one rank took: the gradient each step used and the
-parameters after it. The first step that differs from the reference is found, and a cause is named
-only from its signature in the numbers of that step (docs/maintainers/DIAGNOSES.md lists them):
-
-- the gradient is exactly c times the reference's, c one of the run's named numbers (the batch
-  size b, the world size W, the accumulation steps k) or its inverse; or it is zero, or it is the
-  previous step's plus this step's own (never cleared), or it equals a probe the exercise computed
-  (one rank's batch alone, the last micro-batch alone), or it was rescaled to a round norm (clipped);
-- the gradient is right and the update is not: exactly c times the reference's (the learning rate),
-  -lr * gradient after the first step (no momentum), another momentum, Nesterov, weight decay, every
-  weight moved by exactly lr (Adam's first step), or nothing moved.
-
-When no signature fits, the message says what was measured and what was expected, and where the
-first difference appears (the first step, the first of an epoch, the first after resuming...).
+A trajectory is the list of optimizer steps one rank took: the loss(es) it called backward() on, the
+gradient the step used, the weights after it and the optimizer's state. The first step that leaves
+the reference is located, and within it the first phase (the batch, the gradient, the update), with
+what was measured and what was expected: that observation is true whatever the cause. Then the
+exercise's hypotheses are replayed on the trusted reference (grader.judge.replay); one is named only
+if its replay equals the run at every step and no other one's does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from grader.judge.compare import Arrays, first_difference, scale_of
+from grader.judge.replay import Hypothesis, prove
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: str  # the signature found ("loss_summed", "no_momentum", ...); "measured" when none fits
+    cause: str  # the cause named, proven ("loss_summed", "no_set_epoch"...); "measured" when none is
     message: str
     step: int = 0
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A gradient the exercise computed for a known mistake at one step, and what to say if it fits."""
-
-    step: int
-    grads: Arrays
-    cause: str
-    message: str
+    hint: str | None = None
 
 
 @dataclass(frozen=True)
 class Setting:
     lr: float
     momentum: float
-    factors: dict[str, int]  # the run's numbers a scale can be named after: {"b": 8, "W": 2}
+    factors: dict[str, int]  # the run's numbers a hypothesis may use: {"b": 8, "W": 2}
     reference: str  # what the reference is, for plain messages
     labels: dict[int, str] = field(default_factory=dict)  # step -> where it is ("the first step of epoch 1")
     context: str = ""  # prefixed to the measurement ("with k=2, ")
-    probes: tuple[Probe, ...] = ()
-
-
-# (factor, power) -> (cause, headline, why): the signature of an exact gradient ratio
-_GRADIENT_SCALES = {
-    ("b", 1): ("loss_summed", "loss summed, not averaged", "the batch size b = {v}; use the mean loss"),
-    ("b", -1): (
-        "divided_by_b",
-        "loss divided by the batch size twice",
-        "1/b for b = {v}: the mean loss already divides by the batch size",
-    ),
-    ("W", 1): (
-        "summed_over_ranks",
-        "gradients summed across ranks, not averaged",
-        "the world size W = {v}: DDP and FSDP already average the gradients over the ranks",
-    ),
-    ("W", -1): (
-        "divided_by_world_size",
-        "gradient divided by the world size on top of the average over ranks",
-        "1/W for W = {v}: DDP and FSDP already average the gradients over the ranks",
-    ),
-    ("k", 1): (
-        "loss_not_divided_by_k",
-        "loss not divided by k",
-        "k = {v}: the k micro-batch gradients add up; divide each micro-batch loss by k",
-    ),
-    ("k", -1): (
-        "divided_by_k_twice",
-        "loss divided by k twice",
-        "1/k for k = {v}: divide each micro-batch loss by k once",
-    ),
-}
-_UPDATE_SCALES = {
-    ("W", 1): ("lr_times_world_size", "learning rate scaled by the world size"),
-    ("W", -1): ("lr_over_world_size", "learning rate divided by the world size"),
-    ("k", 1): ("lr_times_k", "learning rate scaled by k"),
-    ("k", -1): ("lr_over_k", "learning rate divided by k"),
-    ("b", 1): ("lr_times_batch", "learning rate scaled by the batch size"),
-}
-_ROUND_NORMS = sorted({m * 10.0**e for m in (1, 2, 2.5, 5) for e in range(-3, 3)})
+    subject: str = "rank 0"  # whose trajectory this is
+    hypotheses: tuple[Hypothesis, ...] = ()
+    replay: Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]] | None = None  # the trusted replays
+    losses: list[list[float]] | None = None  # per step, the mean losses of the rank's (micro-)batches
 
 
 def _scaled(arrays: Arrays, factor: float) -> Arrays:
@@ -116,6 +67,11 @@ def _norm(arrays: Arrays) -> float:
     return float(np.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in arrays.values())))
 
 
+def _round(value: float) -> float:
+    """Three significant digits: a fitted 0.49987 is the 0.5 a student wrote; the replay then decides."""
+    return float(f"{value:.3g}")
+
+
 def _fraction(value: float) -> str:
     if value >= 1:
         return f"{value:.4g} times"
@@ -123,7 +79,28 @@ def _fraction(value: float) -> str:
     return f"1/{round(inverse)} of" if abs(inverse - round(inverse)) < 1e-3 else f"{value:.4g} times"
 
 
-class _Diagnosis:
+def _proportional(actual: Arrays, expected: Arrays) -> float | None:
+    """c where actual == c * expected for every tensor (c != 1, c > 0), else None."""
+    scale = scale_of(actual, expected)
+    if np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3 and _close(actual, _scaled(expected, scale)):
+        return scale
+    return None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Where the run first leaves the reference, in measured terms, and the fitted values the
+    hypotheses may use."""
+
+    step: int
+    phase: str  # "gradient" or "update"
+    sentence: str
+    fits: dict[str, float]
+    measured_only: bool = False  # a fact that needs no replay (no gradient at all, nothing moved...)
+    advice: str = ""  # where to look, true for any cause in this phase
+
+
+class _Locator:
     def __init__(
         self, steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
     ) -> None:
@@ -133,17 +110,145 @@ class _Diagnosis:
 
     def at(self, step: int) -> str:
         label = self.setting.labels.get(step)
-        return f"at step {step}" + (f" ({label})" if label else "")
+        return f"{self.setting.context}step {step}" + (f" ({label})" if label else "") + f", {self.setting.subject}"
 
-    def _exact_factor(self, actual: Arrays, expected: Arrays, table: dict) -> list[tuple[str, int, int]]:
-        """The named factors (name, power, value) for which actual == value**power * expected."""
-        return [
-            (name, power, value)
-            for (name, power) in table
-            if (value := self.setting.factors.get(name))
-            and value != 1
-            and _close(actual, _scaled(expected, float(value) ** power))
-        ]
+    def _loss(self, step: int) -> tuple[bool, str]:
+        """(whether the losses equal the reference's, a sentence when they are a multiple of them)."""
+        expected = (self.setting.losses or [])[step - 1 : step]
+        got = self.steps[step - 1].get("losses")
+        if not expected or got is None or len(got) != len(expected[0]) or not got:
+            return False, ""
+        want, have = np.asarray(expected[0], dtype=np.float64), np.asarray(got, dtype=np.float64)
+        if np.allclose(have, want, rtol=1e-5, atol=1e-7):
+            return True, ""
+        ratios = have / np.where(want == 0, np.nan, want)
+        if np.all(np.isfinite(ratios)) and np.allclose(ratios, ratios[0], rtol=1e-4):
+            return False, (
+                f"the loss backward() started from is exactly {_fraction(float(ratios[0]))} the mean squared "
+                "error of the batch"
+            )
+        return False, f"the loss backward() started from is {have[0]:.6g}, the batch's mean squared error {want[0]:.6g}"
+
+    def gradient(self, step: int) -> Observation:
+        got, want = self.steps[step - 1], self.reference[step - 1]
+        grads, expected = got["grads"], want["grads"]
+        at = self.at(step)
+        missing = [name for name in expected if name not in grads]
+        if missing:
+            foreign = sum(name not in expected for name in grads)
+            extra = f"; it holds {foreign} tensor(s) that are not the model's parameters" if foreign else ""
+            return Observation(
+                step,
+                "gradient",
+                f"{at}: the optimizer does not hold {', '.join(missing)}{extra}: those parameters never change; "
+                "build it over all of the model's parameters",
+                {},
+                measured_only=True,
+            )
+        if got.get("no_grad") and len(got["no_grad"]) == len(grads):
+            return Observation(
+                step,
+                "gradient",
+                f"{at}: no parameter had a gradient (.grad was None) when optimizer.step() ran",
+                {},
+                measured_only=True,
+            )
+        before = "the weights before it" if step > 1 else "the starting weights"
+        loss_equal, loss_sentence = self._loss(step)
+        same = f"{before} and the loss equal the reference's" if loss_equal else f"{before} equal the reference's"
+        fits: dict[str, float] = {}
+        if _largest(grads) == 0.0 and _largest(expected) > 0.0:
+            measured = "every gradient was zero when optimizer.step() ran, where the reference's are not"
+        elif (scale := _proportional(grads, expected)) is not None:
+            fits["loss_scale"] = _round(scale)
+            if scale < 1:
+                fits["clip_norm"] = _round(_norm(grads))
+            measured = f"the gradient at optimizer.step() is exactly {_fraction(scale)} the reference's"
+        else:
+            difference = first_difference(grads, expected)
+            measured = (
+                f"the gradient at optimizer.step() differs from the reference's ({self.setting.reference}): "
+                f"{difference}; it is not a multiple of it (least-squares ratio {scale_of(grads, expected):.3g})"
+            )
+        evidence = f" ({loss_sentence})" if loss_sentence else ""
+        return Observation(
+            step,
+            "gradient",
+            f"{at}: {same}; {measured}{evidence}",
+            fits,
+            advice="So the gradient is wrong before any step is taken: look at the loss, backward() and how the "
+            "gradients are averaged across ranks",
+        )
+
+    def _updates(self, step: int) -> tuple[Arrays, Arrays]:
+        before = self.steps[step - 2]["params"] if step > 1 else self.start
+        reference_before = self.reference[step - 2]["params"] if step > 1 else self.reference_start
+        return (
+            _minus(self.steps[step - 1]["params"], before),
+            _minus(self.reference[step - 1]["params"], reference_before),
+        )
+
+    def _state(self, step: int) -> str:
+        """The optimizer's buffers against the reference's, when they are of other kinds."""
+        got, want = self.steps[step - 1].get("state"), self.reference[step - 1].get("state")
+        if not isinstance(got, dict) or not isinstance(want, dict):
+            return ""
+        kinds = sorted({k for buffers in got.values() if isinstance(buffers, dict) for k in buffers})
+        expected = sorted({k for buffers in want.values() if isinstance(buffers, dict) for k in buffers})
+        if kinds == expected:
+            return ""
+        kept = ", ".join(kinds) or "no state"
+        return f"; the optimizer keeps {kept} where the reference's keeps {', '.join(expected)}"
+
+    def earlier_update(self, step: int) -> Observation | None:
+        """An update before `step` that differs on its own, far finer scale: weight decay of 1e-4 moves a
+        weight within fp32 tolerance of itself, yet can change a later gradient beyond it."""
+        for earlier in range(1, step):
+            if first_difference(*self._updates(earlier)) is not None:
+                return self.update(earlier)
+        return None
+
+    def update(self, step: int) -> Observation:
+        at, lr, momentum = self.at(step), self.setting.lr, self.setting.momentum
+        grads = self.steps[step - 1]["grads"]
+        update, expected = self._updates(step)
+        loss_equal, _ = self._loss(step)
+        same = "the loss and the gradient equal" if loss_equal else "the gradient equals"
+        same += " the reference's"
+        advice = "So the gradient is right and the step is not: look at the learning rate and the optimizer"
+        if _largest(update) == 0.0:
+            return Observation(
+                step,
+                "update",
+                f"{at}: {same}, but no weight changed in optimizer.step(){self._state(step)}",
+                {},
+                measured_only=True,
+            )
+        fits: dict[str, float] = {}
+        scale = _proportional(update, expected)
+        if scale is not None:
+            fits["lr_scale"] = _round(scale)
+            measured = f"the update is exactly {_fraction(scale)} the reference's for every parameter"
+        else:
+            difference = first_difference(update, expected)
+            measured = (
+                f"the update differs from that of SGD(lr={lr:g}, momentum={momentum:g}) by up to "
+                f"{difference.max_abs if difference else 0:.3g} ({difference.name if difference else ''}; "
+                f"least-squares ratio {scale_of(update, expected):.3g})"
+            )
+        buffer: Arrays = {}  # the reference's momentum buffer before this step
+        for earlier in self.reference[: step - 1]:
+            buffer = _plus(_scaled(buffer, momentum), earlier["grads"]) if buffer else dict(earlier["grads"])
+        if buffer:
+            fitted = scale_of(_minus(_scaled(update, -1 / lr), grads), buffer)
+            if np.isfinite(fitted) and 0 <= fitted < 1:
+                fits["momentum"] = _round(fitted)
+        new_buffer = _plus(_scaled(buffer, momentum), grads) if buffer else grads
+        decayed = self._weights_in_buffer(step)
+        decay = scale_of(_minus(_scaled(update, -1 / lr), new_buffer), decayed)
+        if np.isfinite(decay) and decay > 0:
+            fits["weight_decay"] = float(f"{decay:.2g}")
+        return Observation(step, "update", f"{at}: {same}; {measured}{self._state(step)}", fits, advice=advice)
 
     def _weights_in_buffer(self, step: int) -> Arrays:
         """sum over steps j <= step of momentum**(step - j) * (weights before step j): what weight decay
@@ -154,224 +259,51 @@ class _Diagnosis:
             total = _plus(_scaled(total, self.setting.momentum), weights) if total else dict(weights)
         return total
 
-    # --- the gradient differs ------------------------------------------------------------
-    def gradient(self, step: int) -> Finding:
-        got, want = self.steps[step - 1], self.reference[step - 1]
-        grads, expected = got["grads"], want["grads"]
-        at, context = self.at(step), self.setting.context
-        missing = [name for name in expected if name not in grads]
-        if missing:
-            foreign = sum(name not in expected for name in grads)
-            extra = f"; it holds {foreign} tensor(s) that are not the model's parameters" if foreign else ""
-            return Finding(
-                "optimizer_parameters",
-                f"the optimizer does not hold {', '.join(missing)}{extra}: those "
-                "parameters never change; build it over all of the model's parameters",
-                step,
-            )
-        if got.get("no_grad") and len(got["no_grad"]) == len(grads):
-            return Finding(
-                "no_gradient",
-                f"{context}{at} no parameter had a gradient (.grad was None) when optimizer.step() ran",
-                step,
-            )
-        if _largest(grads) == 0.0 and _largest(expected) > 0.0:
-            return Finding(
-                "zero_gradient",
-                f"{context}{at} every gradient was zero when optimizer.step() ran, where the reference's are not",
-                step,
-            )
-        for probe in self.setting.probes:
-            if probe.step == step and _close(grads, probe.grads):
-                return Finding(probe.cause, probe.message, step)
-        if step > 1 and _close(grads, _plus(self.steps[step - 2]["grads"], expected)):
-            return Finding(
-                "gradients_not_cleared",
-                f"gradients never cleared: {context}the gradient {at} is step "
-                f"{step - 1}'s plus step {step}'s own; call optimizer.zero_grad() once per step",
-                step,
-            )
-        named = self._exact_factor(grads, expected, _GRADIENT_SCALES)
-        if len(named) == 1:
-            name, power, value = named[0]
-            cause, headline, why = _GRADIENT_SCALES[(name, power)]
-            ratio = f"{value} times" if power == 1 else f"1/{value} of"
-            return Finding(
-                cause,
-                f"{headline}: {context}the gradient {at} is exactly {ratio} the reference's, {why.format(v=value)}",
-                step,
-            )
-        scale = scale_of(grads, expected)
-        # a ratio of 1 is no scale: a gradient that merely drifts (from weights that drifted) is not "1/1 of" it
-        proportional = (
-            np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3 and _close(grads, _scaled(expected, scale))
-        )
-        if len(named) > 1:
-            names = " = ".join(name for name, _, _ in named)
-            return Finding(
-                "ambiguous_scale",
-                f"{context}the gradient {at} is exactly {_fraction(scale)} the "
-                f"reference's ({names} here, so the numbers cannot tell which)",
-                step,
-            )
-        if proportional and scale < 1:
-            norm = _norm(grads)
-            bound = next((r for r in _ROUND_NORMS if abs(norm - r) <= 1e-4 * r), None)
-            if bound is not None:
-                return Finding(
-                    "gradient_clipped",
-                    f"gradient clipped: {context}the gradient {at} is exactly "
-                    f"{scale:.4g} times the reference's, rescaled to a norm of {bound:g}; the reference "
-                    "does not clip",
-                    step,
-                )
-        if proportional:
-            return Finding(
-                "measured",
-                f"{context}the gradient {at} is exactly {_fraction(scale)} the reference's "
-                f"({self.setting.reference}), where it should be equal",
-                step,
-            )
-        difference = first_difference(grads, expected)
-        return Finding(
-            "measured",
-            f"{context}the gradient {at} differs from the reference's "
-            f"({self.setting.reference}): {difference}; it is not a multiple of it "
-            f"(least-squares ratio {scale:.3g})",
-            step,
-        )
 
-    # --- the gradient is right, the update is not ------------------------------------------
-    def _updates(self, step: int) -> tuple[Arrays, Arrays]:
-        """(this trajectory's update at `step`, the reference's)."""
-        before = self.steps[step - 2]["params"] if step > 1 else self.start
-        reference_before = self.reference[step - 2]["params"] if step > 1 else self.reference_start
-        return (
-            _minus(self.steps[step - 1]["params"], before),
-            _minus(self.reference[step - 1]["params"], reference_before),
-        )
-
-    def earlier_update(self, step: int) -> Finding | None:
-        """A named mistake in an update before `step`: one too small to show in the weights (weight
-        decay 1e-4 moves a weight by lr * 1e-4 of itself, within fp32 tolerance of the weight) can
-        still change a later gradient beyond it. Updates are compared on their own, far finer scale."""
-        for earlier in range(1, step):
-            if first_difference(*self._updates(earlier)) is not None:
-                found = self.update(earlier)
-                return found if found.cause != "measured" else None
-        return None
-
-    def update(self, step: int) -> Finding:
-        setting, at, context = self.setting, self.at(step), self.setting.context
-        lr, momentum = setting.lr, setting.momentum
-        grads = self.steps[step - 1]["grads"]
-        update, expected = self._updates(step)
-        buffer: Arrays = {}  # the reference's momentum buffer before this step
-        for earlier in self.reference[: step - 1]:
-            buffer = _plus(_scaled(buffer, momentum), earlier["grads"]) if buffer else dict(earlier["grads"])
-        headline = f"{context}the gradient {at} is right, but the update is not"
-        if _largest(update) == 0.0:
-            return Finding("no_update", f"{headline}: no weight changed in optimizer.step()", step)
-        if step > 1 and _close(update, _scaled(grads, -lr)):
-            return Finding(
-                "no_momentum",
-                f"momentum missing: {context}steps 1 to {step - 1} match, but the update "
-                f"{at} is -lr * gradient, plain SGD; use SGD(..., momentum={momentum:g})",
-                step,
-            )
-        if buffer:
-            residual = _minus(_scaled(update, -1 / lr), grads)
-            fitted = scale_of(residual, buffer)
-            if (
-                np.isfinite(fitted)
-                and abs(fitted - momentum) > 1e-3
-                and _close(update, _scaled(_plus(_scaled(buffer, fitted), grads), -lr))
-            ):
-                return Finding(
-                    "other_momentum",
-                    f"momentum {fitted:.3g} instead of {momentum:g}: {context}the update "
-                    f"{at} fits SGD with momentum {fitted:.3g}",
-                    step,
-                )
-        new_buffer = _plus(_scaled(buffer, momentum), grads) if buffer else grads
-        if momentum and _close(update, _scaled(_plus(grads, _scaled(new_buffer, momentum)), -lr)):
-            return Finding(
-                "nesterov",
-                f"Nesterov momentum: {context}the update {at} is SGD's with nesterov=True; "
-                "the reference uses plain momentum",
-                step,
-            )
-        decayed = self._weights_in_buffer(step)  # what weight decay adds to the buffer, per unit of decay
-        decay = scale_of(_minus(_scaled(update, -1 / lr), new_buffer), decayed)
-        decayed_update = _scaled(_plus(new_buffer, _scaled(decayed, decay)), -lr)
-        if np.isfinite(decay) and decay > 0 and _close(update, decayed_update):
-            # two digits: the fit rests on the update's fp32 rounding, a few parts in a thousand
-            return Finding(
-                "weight_decay",
-                f"weight decay {decay:.2g}: {context}the update {at} fits SGD with "
-                f"weight_decay={decay:.2g}; the reference has no weight decay",
-                step,
-            )
-        if step == 1:
-            moved = np.concatenate([np.abs(v).ravel() for v in update.values()])
-            steep = np.concatenate([np.abs(v).ravel() for v in grads.values()]) > 1e-4
-            if steep.any() and np.allclose(moved[steep], lr, rtol=1e-3):
-                return Finding(
-                    "adam_like",
-                    f"another optimizer: {context}{at} every weight with a gradient moved by "
-                    f"exactly lr = {lr:g}, whatever its gradient: Adam's first step, not SGD's",
-                    step,
-                )
-        named = self._exact_factor(update, expected, _UPDATE_SCALES)
-        if len(named) > 1:
-            names = " = ".join(name for name, _, _ in named)
-            return Finding(
-                "ambiguous_scale",
-                f"{headline}: it is exactly {_fraction(scale_of(update, expected))} the "
-                f"reference's ({names} here, so the numbers cannot tell which)",
-                step,
-            )
-        if len(named) == 1:
-            name, power, value = named[0]
-            cause, headline_scale = _UPDATE_SCALES[(name, power)]
-            ratio = f"{value} times" if power == 1 else f"1/{value} of"
-            effective = lr * float(value) ** power
-            return Finding(
-                cause,
-                f"{headline_scale}: {headline}: it is exactly {ratio} the reference's, an effective "
-                f"learning rate of {effective:g} instead of {lr:g}; use the lr given",
-                step,
-            )
-        scale = scale_of(update, expected)
-        if np.isfinite(scale) and scale > 0 and _close(update, _scaled(expected, scale)):
-            return Finding(
-                "learning_rate",
-                f"{headline}: it is exactly {_fraction(scale)} the reference's, an "
-                f"effective learning rate of {lr * scale:.4g} instead of {lr:g}",
-                step,
-            )
-        difference = first_difference(update, expected)
-        return Finding(
-            "measured",
-            f"{headline}: the update differs from that of SGD(lr={lr:g}, momentum="
-            f"{momentum:g}) by up to {difference.max_abs if difference else 0:.3g} "
-            f"({difference.name if difference else ''}; least-squares ratio {scale:.3g})",
-            step,
-        )
+def locate(
+    steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
+) -> Observation | None:
+    """The first step, and phase within it, where `steps` leaves `reference`; None if every common step
+    matches. Step counts are the caller's to compare first."""
+    locator = _Locator(steps, start, reference, reference_start, setting)
+    for number, (got, want) in enumerate(zip(steps, reference), 1):
+        if first_difference(got["grads"], want["grads"]) is not None:
+            return locator.earlier_update(number) or locator.gradient(number)
+        if first_difference(got["params"], want["params"]) is not None:
+            return locator.update(number)
+    return None
 
 
 def diagnose(
     steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
 ) -> Finding | None:
-    """The first step where `steps` (each {"grads", "params"}) leaves `reference`, and why; None if
-    every common step matches. Step counts are the caller's to compare first."""
-    diagnosis = _Diagnosis(steps, start, reference, reference_start, setting)
-    for number, (got, want) in enumerate(zip(steps, reference), 1):
-        if first_difference(got["grads"], want["grads"]) is not None:
-            return diagnosis.earlier_update(number) or diagnosis.gradient(number)
-        if first_difference(got["params"], want["params"]) is not None:
-            return diagnosis.update(number)
-    return None
+    """None if every common step matches; else what was measured where the run first leaves the
+    reference, naming a cause only when exactly one hypothesis' replay reproduces every step."""
+    observation = locate(steps, start, reference, reference_start, setting)
+    if observation is None:
+        return None
+    plain = f"{observation.sentence}. {observation.advice}" if observation.advice else observation.sentence
+    if observation.measured_only or setting.replay is None or not setting.hypotheses:
+        return Finding("measured", plain, observation.step)
+    numbers = {name: float(value) for name, value in setting.factors.items()}
+    numbers |= {"lr": setting.lr, "momentum": setting.momentum}
+    proof = prove(steps, start, setting.hypotheses, numbers, observation.fits, setting.replay)
+    named = proof.named
+    recorded = f"replaying it on the reference reproduces all {len(steps)} recorded steps"
+    if named is not None:
+        hypothesis, says = named
+        return Finding(
+            hypothesis.cause, f"{says}. Measured: {observation.sentence}; {recorded}", observation.step, hypothesis.hint
+        )
+    if proof.proven:
+        candidates = "; ".join(says for _, says in proof.proven)
+        return Finding(
+            "measured",
+            f"{plain}. Each of these reproduces every step, and this run's numbers cannot tell them apart: "
+            f"{candidates}",
+            observation.step,
+        )
+    return Finding("measured", plain, observation.step)
 
 
 def _joined(

@@ -103,15 +103,54 @@ class ForwardRecorder:
         setattr(DistributedDataParallel, "forward", self._original)
 
 
+class LossRecorder:
+    """The value of every scalar `.backward()` the process runs, in order: the loss a step's
+    gradient came from. Evidence for localizing a mistake (the loss phase), never a reason to fail:
+    a correct loop may scale its loss (by 1/k, say) where another scales its gradients."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self._original = original = torch.Tensor.backward
+        recorder = self
+
+        @functools.wraps(original)
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if tensor.numel() == 1:
+                recorder.losses.append(float(tensor.detach().float().cpu().reshape(())))
+            return original(tensor, *args, **kwargs)
+
+        setattr(torch.Tensor, "backward", backward)  # a monkeypatch: mypy refuses to assign to a method
+
+    def close(self) -> None:
+        setattr(torch.Tensor, "backward", self._original)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, named: list[tuple[str, torch.Tensor]]) -> dict[str, Any]:
+    """Per parameter, the optimizer's state buffers by name (momentum_buffer, exp_avg...) and the
+    norm of each: which buffers exist says which optimizer ran, their norms whether they were kept."""
+    summary: dict[str, Any] = {}
+    for name, p in named:
+        buffers = optimizer.state.get(p, {})
+        summary[name] = {
+            key: float(value.detach().float().norm()) if isinstance(value, torch.Tensor) else float(value)
+            for key, value in buffers.items()
+            if isinstance(value, (torch.Tensor, int, float))
+        }
+    return summary
+
+
 class StepRecorder:
     """Records, for every optimizer step anywhere in the process, the gradients before the step
     and the parameters after it, named after `model`'s parameters (a tensor that is not one of
-    them is named paramN), the parameters that had no gradient at all, and how many forward passes
-    `forwards` had recorded by then."""
+    them is named paramN), the parameters that had no gradient at all, the optimizer's state after
+    the step (optimizer_state), how many forward passes `forwards` had recorded by then and the
+    losses `losses` recorded since the step before."""
 
-    def __init__(self, model: nn.Module, forwards: ForwardRecorder | None = None) -> None:
+    def __init__(
+        self, model: nn.Module, forwards: ForwardRecorder | None = None, losses: LossRecorder | None = None
+    ) -> None:
         self._names = {id(p): name for name, p in model.named_parameters()}
-        self._forwards = forwards
+        self._forwards, self._losses, self._losses_seen = forwards, losses, 0
         self.initial = state(model)
         self.start: dict[str, torch.Tensor] = {}  # the weights the first step started from
         self.steps: list[dict[str, Any]] = []
@@ -135,10 +174,15 @@ class StepRecorder:
         step: dict[str, Any] = {"grads": grads, "no_grad": [name for name, p in named if p.grad is None]}
         if self._forwards is not None:
             step["forwards"] = len(self._forwards.calls)
+        if self._losses is not None:
+            step["losses"] = self._losses.losses[self._losses_seen :]
+            self._losses_seen = len(self._losses.losses)
         self.steps.append(step)
 
     def _after(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        self.steps[-1]["params"] = {name: p.detach().cpu().clone() for name, p in self._named(optimizer)}
+        named = self._named(optimizer)
+        self.steps[-1]["params"] = {name: p.detach().cpu().clone() for name, p in named}
+        self.steps[-1]["state"] = optimizer_state(optimizer, named)
 
     def close(self) -> None:
         for handle in self._handles:
@@ -214,11 +258,13 @@ def record_training(
     over the dataset's `inputs` when given; record every step and forward pass, the type it
     returned and the final weights of the plain model it returned (unwrapping DDP)."""
     forwards = ForwardRecorder(model, inputs) if inputs is not None else None
-    recorder = StepRecorder(model, forwards)
+    losses = LossRecorder()
+    recorder = StepRecorder(model, forwards, losses)
     try:
         trained = train()
     finally:
         recorder.close()
+        losses.close()
         if forwards is not None:
             forwards.close()
     facts.update(recorder.facts())
@@ -292,21 +338,84 @@ def train_reference(
     lr: float,
     grad_scale: float = 1.0,
     losses: list[float] | None = None,
+    mistake: dict[str, Any] | None = None,
+    parts: list[list[list[int]]] | None = None,
 ) -> StepRecorder:
     """Plain SGD with momentum on one process, one union batch per step; each step's loss is
-    appended to `losses` when given."""
+    appended to `losses` when given. `mistake` replays a hypothesis of the judge on the same inputs
+    (grader.judge.replay): knobs from MISTAKE_KNOBS, each changing one thing of the correct loop.
+    `parts`: per step, the batches one rank draws; each step then records their mean losses at the
+    weights it starts from ("part_losses"), what that rank's backward() should start from."""
+    knobs = {**MISTAKE_KNOBS, **(mistake or {})}
+    unknown = set(knobs) - set(MISTAKE_KNOBS)
+    if unknown:
+        raise ValueError(f"unknown mistake knobs: {sorted(unknown)}")
     recorder = StepRecorder(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    optimizer = _optimizer(model, lr * knobs["lr_scale"], knobs)
     inputs, targets = dataset.tensors
-    for indices in steps:
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(inputs[indices]), targets[indices]) * grad_scale
+    for number, indices in enumerate(steps):
+        if parts is not None:
+            with torch.no_grad():
+                part_losses = [F.mse_loss(model(inputs[part]), targets[part]).item() for part in parts[number]]
+        if not knobs["keep_grads"] or number == 0:
+            optimizer.zero_grad()
+        scale = grad_scale * knobs["loss_scale"] * (len(indices) / knobs["summed_in"] if knobs["summed_in"] else 1)
+        loss = F.mse_loss(model(inputs[indices]), targets[indices]) * scale
         if losses is not None:
             losses.append(loss.item())
         loss.backward()
+        if knobs["clip_norm"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), knobs["clip_norm"])
         optimizer.step()
+        if parts is not None:
+            recorder.steps[-1]["part_losses"] = part_losses
     recorder.close()
     return recorder
+
+
+# What a replay may change, and the correct loop's value of each (train_reference)
+MISTAKE_KNOBS: dict[str, Any] = {
+    "loss_scale": 1.0,  # the loss times this (divided by W on top of DDP's mean: 1/W)
+    "summed_in": 0,  # the loss summed over each of this many equal shares of a step's samples, not averaged
+    "lr_scale": 1.0,  # the learning rate times this
+    "optimizer": "sgd",  # or "adam", "adamw" at the same learning rate
+    "momentum": MOMENTUM,
+    "nesterov": False,
+    "weight_decay": 0.0,
+    "clip_norm": 0.0,  # clip_grad_norm_ to this norm; 0: no clipping
+    "keep_grads": False,  # gradients never cleared: each step's adds to the ones before
+}
+
+
+def _optimizer(model: nn.Module, lr: float, knobs: dict[str, Any]) -> torch.optim.Optimizer:
+    if knobs["optimizer"] == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=knobs["weight_decay"])
+    if knobs["optimizer"] == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=lr,
+        momentum=knobs["momentum"],
+        nesterov=knobs["nesterov"],
+        weight_decay=knobs["weight_decay"],
+    )
+
+
+def replay_all(
+    make: Callable[[], nn.Module],
+    dataset: TensorDataset,
+    schedules: dict[str, list[list[int]]],
+    lr: float,
+    hypotheses: dict[str, dict[str, Any]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Each hypothesis (name -> {"schedule": a key of `schedules`, "mistake": knobs}) replayed from
+    the same initial weights on the same samples: its steps ({"grads", "params"} each)."""
+    replays = {}
+    for name, hypothesis in hypotheses.items():
+        steps = schedules[hypothesis.get("schedule", "correct")]
+        recorder = train_reference(make(), dataset, steps, lr, mistake=hypothesis.get("mistake"))
+        replays[name] = [{"grads": step["grads"], "params": step["params"]} for step in recorder.steps]
+    return replays
 
 
 def steps_per_epoch(size: int, world_size: int, batch_size: int) -> int:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
-from grader.judge.trajectory import Finding, Probe, Setting, diagnose
+from grader.judge.trajectory import Finding, Setting, diagnose
 from grader.judge.writes import landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
+_HYPOTHESES = replay.load(__package__ or "")
 
 # the hint that addresses each cause a diagnosis can name
 _HINTS = {
@@ -82,7 +84,8 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
-    return ctx.fail(prefix + finding.message, hint=_HINTS.get(finding.cause))
+    proven = "" if finding.cause == "measured" else finding.cause
+    return ctx.fail(prefix + finding.message, hint=finding.hint or _HINTS.get(finding.cause), cause=proven)
 
 
 def _differs(a: dict, b: dict) -> bool:
@@ -140,20 +143,28 @@ def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
     per_epoch = len(reference["batches"][0]) // EPOCHS
     # steps count from 1 (the first update is step 1); epochs from 0, as set_epoch(epoch) counts them
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
-    not_averaged = Probe(
-        1,
-        reference["own_batch_grads"],
-        "not_averaged",
-        "gradients not averaged across ranks: rank 0's first gradient is that of its own batch "
-        "alone; run the forward pass through the DDP wrapper",
-    )
+
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return ctx.reference(
+            "replays",
+            world_size=ctx.world_size,
+            size=SIZE,
+            epochs=EPOCHS,
+            batch_size=BATCH,
+            lr=LR,
+            hypotheses=hypotheses,
+            **ctx.seeds("data", "model"),
+        )
+
     return Setting(
         lr=LR,
         momentum=reference["momentum"],
         factors={"b": BATCH, "W": ctx.world_size},
         reference="one process on the union of the ranks' batches",
         labels=labels,
-        probes=(not_averaged,),
+        hypotheses=_HYPOTHESES,
+        replay=replays,
+        losses=[step["part_losses"] for step in reference["steps"]],
     )
 
 

@@ -16,11 +16,11 @@ from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
     TinyRegressor,
-    gradient_on,
     loader_batches,
     make_model,
     make_regression,
     record_training,
+    replay_all,
     train_reference,
     union_batches,
 )
@@ -71,22 +71,42 @@ def reference(
     model_seed: int,
 ) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, the union of the ranks' batches per step;
-    the batches each rank should draw and those of known data mistakes; rank 0's first gradient
-    from its own batch alone (what a gradient never averaged across ranks is)."""
+    the batches each rank should draw and those of known data mistakes; per step, the mean loss of
+    rank 0's batch at the weights it starts from."""
     model = make_model(seed=model_seed)
     dataset = make_regression(size, data_seed)
     expected = loader_batches(size, world_size, batch_size, epochs)
-    own = gradient_on(model, dataset, expected[0][0])
-    facts = train_reference(model, dataset, union_batches(size, world_size, batch_size, epochs), lr).facts()
+    steps = union_batches(size, world_size, batch_size, epochs)
+    facts = train_reference(model, dataset, steps, lr, parts=[[batch] for batch in expected[0]]).facts()
     facts["batches"] = expected
     facts["mistaken_batches"] = {
         "no_set_epoch": loader_batches(size, world_size, batch_size, epochs, set_epoch=False),
         "unshuffled": loader_batches(size, world_size, batch_size, epochs, shuffle=False),
         "epochs_from_one": loader_batches(size, world_size, batch_size, epochs, first_epoch=1),
     }
-    facts["own_batch_grads"] = own
     facts["momentum"] = MOMENTUM
     return facts
+
+
+def replays(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """Trusted: each of the judge's hypotheses (hypotheses.toml) replayed from rank 0's initial weights on
+    the same samples: the correct steps' union batches, or rank 0's own batches alone ("rank0_own")."""
+    dataset = make_regression(size, data_seed)
+    schedules = {
+        "correct": union_batches(size, world_size, batch_size, epochs),
+        "rank0_own": loader_batches(size, world_size, batch_size, epochs)[0],
+    }
+    return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses)
 
 
 def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:

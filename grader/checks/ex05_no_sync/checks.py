@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
-from grader.judge.trajectory import Finding, Probe, Setting, diagnose
+from grader.judge.trajectory import Finding, Setting, diagnose
 
 # 151 samples, batches of 3: the sampler pads, the loader drops a partial micro-batch, and at W=2 a
 # trailing group of fewer than k micro-batches makes no step. b = 3 is neither a world size nor a k,
 # so a gradient ratio of b, W or k names one cause.
 SIZE, BATCH, LR = 151, 3, 0.05
 KS = (2, 4)
+_HYPOTHESES = replay.load(__package__ or "")
 
 _HINTS = {
     **dict.fromkeys(
@@ -141,22 +143,27 @@ def _step_count(
 
 
 def _setting(ctx: CheckContext, k: int, want: dict[str, Any]) -> Setting:
-    last_micro = want["last_micro_grads"]
-    zeroed = (
-        f"zero_grad on every micro-step: with k={k} the first step's gradient is that of the last micro-batch "
-        "alone; clear the gradients only after optimizer.step()"
-    )
-    probes = (
-        Probe(1, last_micro, "zero_grad_every_micro_step", zeroed),
-        Probe(1, {n: g * k for n, g in last_micro.items()}, "zero_grad_every_micro_step", zeroed),
-    )
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return ctx.reference(
+            "replays",
+            world_size=ctx.world_size,
+            size=SIZE,
+            batch_size=BATCH,
+            k=k,
+            lr=LR,
+            hypotheses=hypotheses,
+            **ctx.seeds("data", "model"),
+        )
+
     return Setting(
         lr=LR,
         momentum=want["momentum"],
         factors={"b": BATCH, "W": ctx.world_size, "k": k},
         reference=f"one process on the k*b*W = {k * BATCH * ctx.world_size} samples of the step",
         context=f"with k={k}, ",
-        probes=probes,
+        hypotheses=_HYPOTHESES,
+        replay=replays,
+        losses=[step["part_losses"] for step in want["steps"]],
     )
 
 
@@ -196,9 +203,10 @@ def _problem(ctx: CheckContext, k: int) -> Finding | None:
 def matches_large_batch(ctx: CheckContext) -> str:
     found = [finding for k in KS if (finding := _problem(ctx, k))]
     if found:
-        # a ratio equal to two of the run's numbers (k = W = 2) names nothing; the other k may
-        chosen = next((f for f in found if f.cause != "ambiguous_scale"), found[0])
-        raise ctx.fail(chosen.message, hint=_HINTS.get(chosen.cause))
+        # causes this run cannot tell apart (k = W = 2) are named by neither; the other k may tell them apart
+        chosen = next((f for f in found if f.cause != "measured"), found[0])
+        proven = "" if chosen.cause == "measured" else chosen.cause
+        raise ctx.fail(chosen.message, hint=chosen.hint or _HINTS.get(chosen.cause), cause=proven)
     return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
 
 

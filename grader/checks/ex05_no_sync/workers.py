@@ -14,11 +14,11 @@ from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
     accumulation_batches,
-    gradient_on,
     loader_batches,
     make_model,
     make_regression,
     record_training,
+    replay_all,
     train_reference,
 )
 
@@ -87,18 +87,37 @@ def reference(
     ctx: RankContext, world_size: int, size: int, batch_size: int, k: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
     """Trusted: one process, rank 0's initial weights, one step per k*b*W samples; the micro-batches
-    each rank should draw (full ones only) and those of an unshuffled sampler; the first step's
-    gradient from the last micro-batch alone (what zero_grad on every micro-step leaves)."""
+    each rank should draw (full ones only) and those of an unshuffled sampler; per step, the mean loss
+    of each of rank 0's k micro-batches at the weights the step starts from."""
     model = make_model(seed=model_seed)
     dataset = make_regression(size, data_seed)
     steps = accumulation_batches(size, world_size, batch_size, k)
-    last_micro = gradient_on(model, dataset, steps[0][-batch_size * world_size :], grad_scale=1.0 / k)
-    facts = train_reference(model, dataset, steps, lr).facts()
-    facts["last_micro_grads"] = last_micro
-    facts["batches"] = _full(loader_batches(size, world_size, batch_size, epochs=1), batch_size)
+    batches = _full(loader_batches(size, world_size, batch_size, epochs=1), batch_size)
+    parts = [batches[0][g * k : (g + 1) * k] for g in range(len(steps))]
+    facts = train_reference(model, dataset, steps, lr, parts=parts).facts()
+    facts["batches"] = batches
     facts["mistaken_batches"] = {
         "unshuffled": _full(loader_batches(size, world_size, batch_size, epochs=1, shuffle=False), batch_size)
     }
     facts["micro_batches"] = len(facts["batches"][0])
     facts["momentum"] = MOMENTUM
     return facts
+
+
+def replays(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    batch_size: int,
+    k: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """Trusted: the judge's hypotheses (hypotheses.toml) replayed from rank 0's initial weights on the same
+    samples: each step's k micro-batches of every rank ("correct"), or only the last of them ("last_micro")."""
+    dataset = make_regression(size, data_seed)
+    steps = accumulation_batches(size, world_size, batch_size, k)
+    schedules = {"correct": steps, "last_micro": [step[-batch_size * world_size :] for step in steps]}
+    return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses)

@@ -1,0 +1,162 @@
+"""Causes as hypotheses the judge can run: a mistake is named only when replaying it reproduces the run.
+
+Each training exercise keeps its hypotheses as data, in `hypotheses.toml` next to its checks. A
+hypothesis is one change to the trusted reference loop (a knob of grader.rank.training.MISTAKE_KNOBS,
+or another batch schedule the exercise's reference computes). Its values may be the run's numbers
+("b", "W", "1/W", "k"...) or a parameter fitted from the first step that differs ("fit"). The
+exercise's trusted worker replays every hypothesis on the same inputs; the judge names a cause only
+when its replay equals the student's run at every recorded step and no other hypothesis' does.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+FIT = "fit"  # a knob's value fitted from the student's numbers (see grader.judge.trajectory.fitted)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    cause: str
+    says: str  # the cause and its fix, as a message names it; {b}, {W}, {k}, {value} are filled in
+    hint: str | None = None
+    schedule: str = "correct"  # the samples of each step: a key of the reference's schedules
+    mistake: dict[str, Any] = field(default_factory=dict)  # knob -> value, a symbol of the run, or "fit"
+    fitted: bool = False  # tried only when no hypothesis without a fitted value reproduces the run
+
+    def resolved(self, numbers: dict[str, float], fits: dict[str, float]) -> dict[str, Any] | None:
+        """The replay's knobs with the run's numbers; None where it cannot differ from the correct run
+        here (a factor that is 1) or a fitted value is missing."""
+        knobs: dict[str, Any] = {}
+        for knob, value in self.mistake.items():
+            if value == FIT:
+                if knob not in fits:
+                    return None
+                value = fits[knob]
+            elif isinstance(value, str) and knob not in ("optimizer",):
+                if not names_in(value) <= numbers.keys():
+                    return None  # a number this run does not have (k where nothing accumulates)
+                value = evaluate(value, numbers)
+                if value == 1 and knob.endswith("_scale"):
+                    return None
+            knobs[knob] = value
+        return knobs
+
+    def sentence(self, numbers: dict[str, float], knobs: dict[str, Any]) -> str:
+        fitted = next((knobs[k] for k, v in self.mistake.items() if v == FIT), None)
+        words = {name: f"{value:g}" for name, value in numbers.items()}
+        return self.says.format(**words, value=f"{fitted:.3g}" if fitted is not None else "")
+
+
+_OPERATORS = {ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Add: operator.add, ast.Sub: operator.sub}
+
+
+def names_in(expression: str) -> set[str]:
+    return {node.id for node in ast.walk(ast.parse(expression, mode="eval")) if isinstance(node, ast.Name)}
+
+
+def evaluate(expression: str, numbers: dict[str, float]) -> float:
+    """A product or quotient of the run's named numbers ("b", "1/W", "W*k"), and nothing else."""
+
+    def value(node: ast.expr) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.Name) and node.id in numbers:
+            return float(numbers[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return float(_OPERATORS[type(node.op)](value(node.left), value(node.right)))
+        raise ValueError(f"not a number of the run: {ast.unparse(node)}")
+
+    return value(ast.parse(expression, mode="eval").body)
+
+
+def load(package: str) -> tuple[Hypothesis, ...]:
+    """The hypotheses of an exercise: `hypotheses.toml` in its checks package."""
+    text = resources.files(package).joinpath("hypotheses.toml").read_text()
+    return tuple(Hypothesis(**entry) for entry in tomllib.loads(text)["hypothesis"])
+
+
+REPLAY_RTOL = 1e-3  # of each tensor's largest value: fp32 rounding differs between DDP and one process
+
+
+def _within(got: dict, want: dict) -> bool:
+    """Every tensor of `want` in `got`, off by at most REPLAY_RTOL of its own scale. Gradients and updates are
+    compared, not weights: a weight's size would hide a wrong update."""
+    for name, expected in want.items():
+        actual = got.get(name)
+        if actual is None or np.shape(actual) != np.shape(expected):
+            return False
+        scale = float(np.max(np.abs(expected))) if np.size(expected) else 0.0
+        if np.size(expected) and float(np.max(np.abs(np.asarray(actual) - expected))) > REPLAY_RTOL * scale + 1e-7:
+            return False
+    return True
+
+
+def _updates(steps: list[dict], start: dict) -> list[dict]:
+    before, updates = start, []
+    for step in steps:
+        updates.append({name: step["params"][name] - before[name] for name in step["params"] if name in before})
+        before = step["params"]
+    return updates
+
+
+def reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool:
+    """Whether a replay from the same `start` equals the run at every recorded step: the gradient each step
+    used and the update it made."""
+    if len(observed) != len(replayed) or not observed:
+        return False
+    return all(
+        _within(got["grads"], want["grads"]) and _within(got_update, want_update)
+        for got, want, got_update, want_update in zip(
+            observed, replayed, _updates(observed, start), _updates(replayed, start)
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What the replays showed: the hypotheses whose replay reproduces the run (several when this
+    run's numbers cannot tell them apart), each with the sentence naming it."""
+
+    proven: tuple[tuple[Hypothesis, str], ...]
+
+    @property
+    def named(self) -> tuple[Hypothesis, str] | None:
+        return self.proven[0] if len(self.proven) == 1 else None
+
+
+def prove(
+    observed: list[dict],
+    start: dict,
+    hypotheses: tuple[Hypothesis, ...],
+    numbers: dict[str, float],
+    fits: dict[str, float],
+    replay: Any,
+) -> Proof:
+    """Replay the hypotheses that can differ from the correct run here (`replay`: {name: {"schedule",
+    "mistake"}} -> {name: steps}, the exercise's trusted worker) and keep those that reproduce
+    `observed`. Fitted hypotheses are replayed only when no other one reproduces the run."""
+    for fitted in (False, True):
+        candidates = {
+            h.cause: (h, knobs)
+            for h in hypotheses
+            if h.fitted == fitted and (knobs := h.resolved(numbers, fits)) is not None
+        }
+        if not candidates:
+            continue
+        replays = replay({name: {"schedule": h.schedule, "mistake": knobs} for name, (h, knobs) in candidates.items()})
+        proven = tuple(
+            (h, h.sentence(numbers, knobs))
+            for name, (h, knobs) in candidates.items()
+            if reproduces(observed, replays.get(name) or [], start)
+        )
+        if proven:
+            return Proof(proven)
+    return Proof(())
