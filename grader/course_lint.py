@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader import student_files
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
+from grader.judge import replay
 from grader.paths import CATALOG
 
 CHECK_MODULES = ("checks", "hidden")  # where `@check` registers a catalog check (hidden.py: hidden checks only)
@@ -114,7 +116,20 @@ def _exercise(catalog: Catalog, exercise: Exercise, lines: _CatalogLines, counts
     workers = parsed["workers"]
     if isinstance(workers, _Module):
         problems += _worker_uses(exercise, modules, workers, counts)
-    return problems + _files(catalog, exercise, lines)
+    return problems + _files(catalog, exercise, lines) + _hypotheses(catalog, exercise)
+
+
+def _hypotheses(catalog: Catalog, exercise: Exercise) -> list[Problem]:
+    """The exercise's hypotheses.toml, where it has one: causes the judge replays (grader/judge/replay.py)."""
+    path = catalog.checks_path(exercise, "checks").with_name("hypotheses.toml")
+    if not path.is_file():
+        return []
+    shown = _relative(catalog, path)
+    try:
+        entries = tomllib.loads(path.read_text()).get("hypothesis")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return [Problem(shown, None, f"not valid TOML: {exc}")]
+    return [Problem(shown, None, said) for said in replay.problems(entries, {hint.name for hint in exercise.hints})]
 
 
 def _registered(module: _Module) -> Iterator[tuple[str, int]]:

@@ -203,3 +203,36 @@ def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch
         ("joins_group", "failed", "the group was not formed", None),
         ("cleans_up", "failed", "the group was not formed", 3),
     ]
+
+
+EX03_HYPOTHESES = "grader/checks/ex03_train_ddp/hypotheses.toml"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            'hint = "mean_loss"',
+            'hint = "mean_los"',
+            "hypothesis 'loss_summed': hint 'mean_los' is not a hint of this exercise",
+        ),
+        ('{ summed_in = "W" }', '{ sumed_in = "W" }', "unknown knob 'sumed_in'"),
+        ('{ loss_scale = "1/b" }', '{ loss_scale = "1/B" }', "names ['B'], not numbers of the run"),
+        ('mistake = { momentum = "fit" }\nfitted = true', 'mistake = { momentum = "fit" }', 'one knob = "fit"'),
+        ("the batch size (b = {b})", "the batch size (b = {batch})", "says names 'batch'"),
+        ('cause = "divided_by_b"', 'cause = "loss_summed"', "hypothesis 'loss_summed': named twice"),
+        ("[[hypothesis]]\ncause", "[[hypothesis]]\ncauses", "needs a cause and a says"),
+    ],
+)
+def test_a_broken_hypothesis(course: Path, old: str, new: str, said: str) -> None:
+    _edit(course / EX03_HYPOTHESES, old, new)
+    problems = _lint(course)
+    assert any(p.startswith(EX03_HYPOTHESES) and said in p for p in problems), problems
+
+
+def test_the_judges_knobs_are_the_replays() -> None:
+    """The lint knows the knobs without importing the rank side (torch): the two lists must agree."""
+    from grader.judge.replay import KNOBS
+    from grader.rank.training import MISTAKE_KNOBS
+
+    assert set(MISTAKE_KNOBS) == KNOBS

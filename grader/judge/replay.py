@@ -19,7 +19,23 @@ from typing import Any
 
 import numpy as np
 
-FIT = "fit"  # a knob's value fitted from the student's numbers (see grader.judge.trajectory.fitted)
+FIT = "fit"  # a knob's value fitted from the student's numbers (grader.judge.trajectory's Observation.fits)
+# the knobs of grader.rank.training.MISTAKE_KNOBS (the rank side, which the judge does not import)
+KNOBS = frozenset(
+    {
+        "loss_scale",
+        "summed_in",
+        "lr_scale",
+        "optimizer",
+        "momentum",
+        "nesterov",
+        "weight_decay",
+        "clip_norm",
+        "keep_grads",
+    }
+)
+NUMBERS = frozenset({"b", "W", "k", "lr", "momentum"})  # the run's numbers a value or a sentence may name
+FIELDS = frozenset({"cause", "says", "hint", "schedule", "mistake", "fitted"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,54 @@ def evaluate(expression: str, numbers: dict[str, float]) -> float:
         raise ValueError(f"not a number of the run: {ast.unparse(node)}")
 
     return value(ast.parse(expression, mode="eval").body)
+
+
+def problems(entries: object, hints: set[str]) -> list[str]:
+    """What is wrong with a hypotheses.toml's entries (for `grader lint-course`): each must say a cause with
+    known fields, a hint of its exercise, known knobs, values that are the run's numbers, "fit" only where
+    fitted, and sentences that name only what is filled in."""
+    if not isinstance(entries, list) or not entries:
+        return ["it holds no [[hypothesis]] entries"]
+    found, seen = [], set()
+    for number, entry in enumerate(entries, 1):
+        where = f"hypothesis {number}"
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("cause"), str)
+            or not isinstance(entry.get("says"), str)
+        ):
+            found.append(f"{where}: needs a cause and a says, both strings")
+            continue
+        where = f"hypothesis {entry['cause']!r}"
+        found += [f"{where}: unknown field {key!r}" for key in sorted(set(entry) - FIELDS)]
+        if entry["cause"] in seen:
+            found.append(f"{where}: named twice")
+        seen.add(entry["cause"])
+        if entry.get("hint") is not None and entry["hint"] not in hints:
+            found.append(f"{where}: hint {entry['hint']!r} is not a hint of this exercise")
+        mistake = entry.get("mistake", {})
+        if not isinstance(mistake, dict):
+            found.append(f"{where}: mistake must be a table of knobs")
+            continue
+        found += [
+            f"{where}: unknown knob {knob!r} (knobs: {', '.join(sorted(KNOBS))})" for knob in set(mistake) - KNOBS
+        ]
+        fits = [knob for knob, value in mistake.items() if value == FIT]
+        if bool(fits) != bool(entry.get("fitted", False)):
+            found.append(f'{where}: a fitted hypothesis has one knob = "fit", and only a fitted one')
+        for knob, value in mistake.items():
+            if isinstance(value, str) and value != FIT and knob != "optimizer":
+                try:
+                    unknown = names_in(value) - NUMBERS
+                except SyntaxError:
+                    unknown = {value}
+                if unknown:
+                    found.append(f"{where}: {knob} = {value!r} names {sorted(unknown)}, not numbers of the run")
+        try:
+            entry["says"].format(**dict.fromkeys(NUMBERS, 1), value=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            found.append(f"{where}: says names {exc}, which is not filled in (only {sorted(NUMBERS)} and value)")
+    return found
 
 
 def load(package: str) -> tuple[Hypothesis, ...]:
