@@ -2,8 +2,10 @@
 the limits (one worker, serial or fully parallel work, one rank, a huge W) and published figures
 (the ZeRO paper's 7.5B parameters on 64 GPUs).
 
-Each check evaluates only its own functions (one small job each), and names the usual wrong
-formula from the numbers it gave. The right values come from `expected`: the closed forms
+Each check evaluates only its own functions (one small job each) and says what it measured; it
+names a slip (a unit, a percentage, floor division, W off by one, ... or the function's own usual
+mistakes in NAMED_SLIPS) only when that slip gives the value at every probed input, never from one
+input (grader/judge/slips.py, docs/maintainers/DIAGNOSES.md). The right values come from `expected`: the closed forms
 (answers.py, a secret) in the course, the table of the public probes in a student copy; the check
 at random inputs, which only the closed forms can judge, is hidden (hidden.py).
 """
@@ -105,7 +107,8 @@ def judge_values(
     if slip is None:
         raise ctx.fail(measured, hint=hint)
     raise ctx.fail(
-        f"{measured}. {slip.sentence[0].upper()}{slip.sentence[1:]} (this slip gives the value at all {len(probed)} inputs probed)",
+        f"{measured}. {slip.sentence[0].upper()}{slip.sentence[1:]} "
+        f"(this slip gives the value at all {len(probed)} inputs probed)",
         hint=hint,
         cause=slip.name,
     )
@@ -306,11 +309,13 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
 @check("lr_schedule")
 def lr_schedule(ctx: CheckContext) -> None:
     lr = _values(ctx, "scaled_lr")["scaled_lr"]
+    wrong = [args for args, got in lr.items() if not _close(got, expected("scaled_lr", *args))]
+    after_warmup = any(step >= warmup for _, _, _, step, warmup in wrong)  # the target itself is wrong
     judge_values(
         ctx,
         "scaled_lr",
         lr,
-        "warmup",
+        "linear_scaling" if after_warmup else "warmup",
         " (linear from base_lr at step 0 to base_lr x batch/base_batch at "
         "step warmup_steps, the target from then on; with warmup_steps=0 the target from step 0)",
     )
