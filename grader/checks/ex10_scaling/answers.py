@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from grader.checks.ex10_scaling.probes import PROBES
+from grader.judge.slips import Formula
 
 
 def warmup_lr(base_lr: float, base_batch: int, batch: int, step: int, warmup: int) -> float:
@@ -20,13 +21,15 @@ def zero_memory(params: float, world: int, stage: int, optimizer_bytes: int) -> 
     return params * sum(b / world if i in divided else b for i, b in enumerate(shards))
 
 
+# Kept as expressions where one line says it, so that the slip search (grader/judge/slips.py) can
+# rewrite the formula itself (a `/` read as `//`), not only its inputs and result.
 CLOSED_FORMS: dict[str, Callable[..., float]] = {
     "scaled_lr": warmup_lr,
-    "effective_batch": lambda b, w, a: b * w * a,
-    "amdahl_speedup": lambda p, n: 1 / ((1 - p) + p / n),
-    "parallel_efficiency": lambda p, n: 1 / ((1 - p) + p / n) / n,
-    "ring_allreduce_bytes": lambda m, w: 2 * (w - 1) / w * m,
-    "allreduce_seconds": lambda m, w, bandwidth: 2 * (w - 1) / w * m / bandwidth,
+    "effective_batch": Formula(("b", "w", "a"), "b * w * a"),
+    "amdahl_speedup": Formula(("p", "n"), "1 / ((1 - p) + p / n)"),
+    "parallel_efficiency": Formula(("p", "n"), "1 / ((1 - p) + p / n) / n"),
+    "ring_allreduce_bytes": Formula(("m", "w"), "2 * (w - 1) / w * m"),
+    "allreduce_seconds": Formula(("m", "w", "bandwidth"), "2 * (w - 1) / w * m / bandwidth"),
     "zero_memory_per_gpu": zero_memory,
 }
 

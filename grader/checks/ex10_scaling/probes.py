@@ -13,10 +13,20 @@ PROBES: dict[str, list[tuple]] = {
     "amdahl_speedup": [(p, n) for p in (0.0, 0.5, 0.9, 0.99, 1.0) for n in (1, 2, 4, 8, 64, 10**6)],
     "parallel_efficiency": [(p, n) for p in (0.5, 0.9, 1.0) for n in (1, 2, 8, 64)],
     "ring_allreduce_bytes": [(m, w) for m in (1e6, 4e8) for w in (1, 2, 3, 4, 8, 1024)],
-    "allreduce_seconds": [(4e8, w, bw) for w in (2, 8) for bw in (12.5e9, 25e9, 300e9)],
+    "allreduce_seconds": [(4e8, w, bw) for w in (2, 3, 8, 1024) for bw in (12.5e9, 25e9, 300e9)],
     "zero_memory_per_gpu": [(7.5e9, w, s, k) for w in (1, 8, 64) for s in (0, 1, 2, 3) for k in (12, 16)],
 }
 BAD_ZERO_STAGES = (4, -1)
+# The student's names of each function's parameters, for messages that say which one slipped.
+PARAMS: dict[str, tuple[str, ...]] = {
+    "scaled_lr": ("base_lr", "base_batch", "batch", "step", "warmup_steps"),
+    "effective_batch": ("per_gpu_batch", "world_size", "accumulation_steps"),
+    "amdahl_speedup": ("parallel_fraction", "n"),
+    "parallel_efficiency": ("parallel_fraction", "n"),
+    "ring_allreduce_bytes": ("message_bytes", "world_size"),
+    "allreduce_seconds": ("message_bytes", "world_size", "bandwidth"),
+    "zero_memory_per_gpu": ("num_params", "world_size", "stage", "optimizer_bytes"),
+}
 
 
 def random_probes(seed: int) -> dict[str, list[tuple]]:
