@@ -139,3 +139,14 @@ def test_a_cause_that_flips_with_the_seed_is_unproven(tmp_path: Path) -> None:
     assert outcome.causes == 1 and outcome.unproven == 1 and outcome.caught
     assert sweep.tally([outcome])["unproven_causes"] == 1
     assert "UNPROVEN" in sweep.summary([outcome])
+
+
+class _RaisingPool:
+    def grade(self, exercise: object, path: Path, options: object) -> list:
+        raise KeyError("facts of an unexpected shape")
+
+
+def test_a_grading_that_raises_is_a_crash_not_the_end_of_the_sweep(tmp_path: Path) -> None:
+    exercise = sweep.load_catalog(REPO).get("ex03")
+    outcome = sweep.grade_mutant(_RaisingPool(), exercise, _mutants()[0], seed=1, deadline=5.0, folder=tmp_path)
+    assert outcome.crashes == 1 and sweep.tally([outcome])["crashes"] == 1

@@ -379,7 +379,14 @@ def grade_mutant(
     options = GradeOptions(visibilities=ALL_CHECKS, deadline=deadline, seed=_mutant_seed(seed, mutant.id))
     outcome = Outcome(mutant.id, mutant.exercise, mutant.operator, mutant.location, mutant.diff, options.seed or 0)
     started = time.perf_counter()
-    outcome.checks = [_check_record(r) for r in pool.grade(exercise, target, options)]
+    try:
+        outcome.checks = [_check_record(r) for r in pool.grade(exercise, target, options)]
+    except Exception as exc:  # grade_exercise itself raised: the judge's bug, counted as a crash, the sweep goes on
+        crash = f"{CRASH} outside the checks: {type(exc).__name__}: {exc}"
+        outcome.checks = [{"check": "(grade_exercise)", "world_size": 0, "status": "error", "message": crash}]
+        outcome.checks[0].update(cause="", engine_failed=False, seconds=0.0)
+        outcome.seconds = round(time.perf_counter() - started, 3)
+        return outcome
     named = {c["check"] for c in outcome.checks if c["cause"]}
     if named:
         again = replace(options, only=frozenset(named), seed=_mutant_seed(seed + 1, mutant.id))
