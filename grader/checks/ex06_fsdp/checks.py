@@ -186,6 +186,23 @@ def wraps_each_block(ctx: CheckContext) -> str:
             "(one fully_shard call per block), then wrap the root",
             hint="blocks_before_root",
         )
+    for index, params in enumerate(block_params):
+        held = {unit["name"]: sorted(params & {p["name"] for p in unit["params"]}) for unit in units}
+        held["(no unit)"] = sorted(params - {p["name"] for unit in units for p in unit["params"]})
+        holders = [
+            f"{name} holds {', '.join(n.removeprefix(f'blocks.{index}.') for n in mine)}"
+            for name, mine in held.items()
+            if mine
+        ]
+        if len(holders) > 1:
+            found = [unit["name"] for unit in units]
+            raise ctx.fail(
+                f"a block split over several FSDP units: the parameters of blocks.{index} are in {len(holders)} "
+                f"units ({'; '.join(holders)}), not one. Units found ({len(found)}): {_listed(found, 9)}; "
+                f"expected one unit per block ({', '.join(f'blocks.{i}' for i in range(blocks))}), then the root "
+                "for the rest. Call fully_shard once on each block, not on the layers inside it",
+                hint="blocks_before_root",
+            )
     return f"{len(units)} FSDP units: {', '.join(unit['name'] for unit in units)}"
 
 
