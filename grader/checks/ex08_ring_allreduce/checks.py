@@ -144,7 +144,11 @@ def _wrong_sum(
         return ctx.fail(
             f"nothing was added up: every element of {whole} holds a single rank's input ("
             f"{'; '.join(run.describe(rank) for run in runs[:3])}). "
-            + (step or "The messages were not views of the tensor, so the grader cannot tell which step went wrong"),
+            + (
+                step
+                or "The grader cannot place the messages in a ring's steps (copies rather than views of the tensor, "
+                "or not 2(W-1) messages per rank), so no step is named"
+            ),
             hint="chunk_bounds",
         )
     if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
@@ -195,7 +199,9 @@ def _first_wrong_message(inputs: np.ndarray, sends: list[list[dict[str, Any]]]) 
     measured from the values each rank sent and where they sit in its tensor; "" when the messages
     cannot be placed in the tensor (copies, not views) or every message is a ring's."""
     world = inputs.shape[0]
-    if not all(sends) or any(m.get("offset") is None or "values" not in m for mine in sends for m in mine):
+    if any(len(mine) != 2 * (world - 1) for mine in sends):
+        return ""  # not a ring's count of messages: the k-th message is no step of a ring
+    if any(m.get("offset") is None or "values" not in m for mine in sends for m in mine):
         return ""
     for step in range(min(len(mine) for mine in sends)):
         phase, right = _expected(step, world)
