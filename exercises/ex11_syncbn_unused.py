@@ -8,7 +8,9 @@ per-GPU batches (detection, segmentation, large inputs) those statistics are noi
 not what one process training on the W x b samples would compute. `SyncBatchNorm` all-reduces
 the per-channel sums across the ranks in every forward pass, so every rank normalizes with, and
 keeps running statistics of, the *global* batch. `nn.SyncBatchNorm.convert_sync_batchnorm(model)`
-replaces every BatchNorm layer (weights and buffers kept); convert before wrapping in DDP.
+replaces every BatchNorm layer (weights and buffers kept). Convert before wrapping in DDP, the usual
+order; converting the wrapped model works the same (the new layers keep the very parameters and
+buffers DDP already holds), and the checks judge the statistics and the training, not the order.
 
 **Branches that skip parameters.** DDP all-reduces gradients in buckets, each launched when all of
 its gradients are ready. If a forward pass does not use some parameters (an auxiliary head used

@@ -131,3 +131,24 @@ def went_on_early(ranks_events: list[Events], path: str, hosts: list[str], momen
             if rank != last.rank and hosts[rank] == hosts[last.rank] and any(t < last.time for t in times)
         }
     return sorted(early)
+
+
+def barrier_callers(ranks_events: list[Events], early: list[int]) -> str:
+    """Who called a barrier, when that is why ranks in `early` went on before the checkpoint landed
+    (some ranks called one, these did not: a barrier only some ranks reach, such as one inside
+    `if rank == 0:`); "" otherwise. Other ways to wait (an all_reduce, store.wait) are not barriers:
+    the record only words the failure, it is never required."""
+    called: dict[int, set[str]] = {}
+    for rank, events in enumerate(ranks_events):
+        names = {e["name"] for e in events if e["op"] == "barrier"}
+        if names:
+            called[rank] = names
+    skipped = [rank for rank in early if rank not in called]
+    if not called or not skipped:
+        return ""
+    spelled = sorted(set().union(*called.values()))
+    inside = " (inside the `if rank == 0:`?)" if list(called) == [0] else ""
+    return (
+        f"only {_ranks(list(called))} called {' or '.join(f'dist.{n}()' for n in spelled)}{inside}; "
+        f"{_ranks(skipped)} never did"
+    )

@@ -8,9 +8,10 @@ from typing import Any
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.diagnose import where
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.judge.trajectory import Finding, Setting, diagnose
-from grader.judge.writes import landed_at, went_on_early, writers_problem
+from grader.judge.writes import barrier_callers, landed_at, went_on_early, writers_problem
 
 SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 _HYPOTHESES = replay.load(__package__ or "")
@@ -248,14 +249,58 @@ def checkpoint_rank0_only(ctx: CheckContext) -> None:
         raise ctx.fail(problem, hint="rank0_saves")
 
 
+def _barrier_reached_by_some(ctx: CheckContext) -> None:
+    """A run that failed because a barrier only some ranks called was left alone by the others (rank 0
+    then raises in it, its peers gone): fail with who called the barrier and who went on, measured
+    from the facts every rank reported, before the run's failure is reported as a crash."""
+    result = ctx.run(  # the shared run of _ranks: same arguments, run once
+        "train",
+        size=SIZE,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        lr=LR,
+        checkpoint_path=_checkpoint_path(ctx),
+        **ctx.seeds("data", "model"),
+    )
+    failed = [outcome for outcome in result.ranks if not outcome.ok]
+    if not failed or any((outcome.error or {}).get("not_implemented") for outcome in failed):
+        return
+    facts = [outcome.facts for outcome in result.ranks]
+    writes = [f.get("writes", []) for f in facts]
+    returns = [[f["returned_at"]] if "returned_at" in f else [] for f in facts]
+    early = went_on_early(writes, _checkpoint_path(ctx), [f.get("host", "") for f in facts], returns)
+    callers = barrier_callers(writes, early)
+    if callers:
+        then = "; ".join(
+            f"rank {outcome.rank} then raised {(outcome.error or {}).get('type', 'an error')}"
+            + (f" at {place}" if (place := where(outcome, ctx.student_file)) else "")
+            for outcome in failed
+        )
+        raise ctx.fail(
+            f"{callers}: rank {early[0]} returned from train_ddp before rank 0's checkpoint was on disk"
+            f"{'; ' + then if then else ''}. A barrier holds the ranks back only when every rank calls it: "
+            "after rank 0's torch.save, outside the `if`",
+            hint="rank0_saves",
+        )
+
+
 @check("waits_for_checkpoint")
 def waits_for_checkpoint(ctx: CheckContext) -> None:
+    _barrier_reached_by_some(ctx)
     ranks = _ranks(ctx)
     writes = [f["writes"] for f in ranks]
     if landed_at(writes, _checkpoint_path(ctx)) is None:
         raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint="rank0_saves")
     returns = [[f["returned_at"]] for f in ranks]
     early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
+    callers = barrier_callers(writes, early)
+    if callers:
+        raise ctx.fail(
+            f"{callers}: rank {early[0]} returned from train_ddp before rank 0's checkpoint was on disk (the "
+            "grader holds rank 0's save until the other ranks wait for it or move on). A barrier holds the "
+            "ranks back only when every rank calls it: after rank 0's torch.save, outside the `if`",
+            hint="rank0_saves",
+        )
     if early:
         raise ctx.fail(
             f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "

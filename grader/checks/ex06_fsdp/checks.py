@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.judge.api import CheckContext, check
+from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import first_difference
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
@@ -186,6 +186,23 @@ def wraps_each_block(ctx: CheckContext) -> str:
             "(one fully_shard call per block), then wrap the root",
             hint="blocks_before_root",
         )
+    for index, params in enumerate(block_params):
+        held = {unit["name"]: sorted(params & {p["name"] for p in unit["params"]}) for unit in units}
+        held["(no unit)"] = sorted(params - {p["name"] for unit in units for p in unit["params"]})
+        holders = [
+            f"{name} holds {', '.join(n.removeprefix(f'blocks.{index}.') for n in mine)}"
+            for name, mine in held.items()
+            if mine
+        ]
+        if len(holders) > 1:
+            found = [unit["name"] for unit in units]
+            raise ctx.fail(
+                f"a block split over several FSDP units: the parameters of blocks.{index} are in {len(holders)} "
+                f"units ({'; '.join(holders)}), not one. Units found ({len(found)}): {_listed(found, 9)}; "
+                f"expected one unit per block ({', '.join(f'blocks.{i}' for i in range(blocks))}), then the root "
+                "for the rest. Call fully_shard once on each block, not on the layers inside it",
+                hint="blocks_before_root",
+            )
     return f"{len(units)} FSDP units: {', '.join(unit['name'] for unit in units)}"
 
 
@@ -252,6 +269,30 @@ def _match_keys(keys: list[str], wanted: list[str]) -> tuple[dict[str, str], str
     return {name: name for name in wanted}, ""
 
 
+def _initial_weights(ctx: CheckContext, facts: dict[str, Any], initial: dict[str, Any]) -> CheckFailed:
+    """The checkpoint equals the initial weights: when it was gathered is proven only by the weights the
+    grader gathered itself after training. Where training left them unchanged too, that is
+    matches_reference's finding, and nothing here tells when the checkpoint was taken."""
+    after = facts.get("final") or {}
+    if facts.get("gather_error") or not after:
+        return ctx.fail(
+            "the checkpoint holds the initial weights, not the trained ones (the grader could not gather the "
+            "model after training to compare)",
+            hint="full_state_dict",
+        )
+    if first_difference(after, initial, rtol=0.0, atol=0.0) is None:
+        return ctx.fail(
+            "the checkpoint holds the initial weights, and so did the model after training: no optimizer "
+            "step changed them; see matches_reference"
+        )
+    return ctx.fail(
+        "the checkpoint holds the initial weights, while the model after training holds other ones: it was "
+        "gathered before the training steps",
+        hint="full_state_dict",
+        cause="checkpoint_before_training",
+    )
+
+
 @check("full_checkpoint")
 def full_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -293,10 +334,7 @@ def full_checkpoint(ctx: CheckContext) -> None:
             f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint="full_state_dict"
         )
     if first_difference(saved["tensors"], reference["initial"], rtol=0.0, atol=0.0) is None:
-        raise ctx.fail(
-            "the checkpoint holds the initial weights, not the trained ones: it was gathered before the training steps",
-            hint="full_state_dict",
-        )
+        raise _initial_weights(ctx, ranks[0], reference["initial"])
     difference = first_difference(saved["tensors"], want)
     if difference:
         raise ctx.fail(

@@ -5,6 +5,7 @@ A wrong sum is described by what its elements hold (mixtures.py), whatever the c
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 from typing import Any
 
@@ -19,6 +20,8 @@ from grader.judge.diagnose import where
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
 FLOAT_BYTES = 4
+GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")  # gloo: message, buffer bytes
+SIZE_MISMATCH = re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)")
 
 
 def _timed_out(outcome: RankOutcome, operation: str) -> bool:
@@ -31,11 +34,28 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
     """Name the failures the ring's own mistakes cause, from where each rank was."""
     places = {r.rank: where(r, ctx.student_file) for r in failing}
     aborted = [r for r in failing if r.status == -signal.SIGABRT]
+    sizes = {r.rank: GLOO_SIZES.search(r.output) for r in aborted}
+    received = "; ".join(
+        f"rank {rank} aborted inside gloo: a message of {int(m[1]) // FLOAT_BYTES} floats ({m[1]} bytes) arrived "
+        f"into a receive buffer of {int(m[2]) // FLOAT_BYTES} ({m[2]} bytes)"
+        for rank, m in sizes.items()
+        if m
+    )
+    for outcome in failing:
+        mismatch = SIZE_MISMATCH.search((outcome.error or {}).get("message", ""))
+        if mismatch and places[outcome.rank]:
+            raise ctx.fail(
+                f"tensors of different sizes: rank {outcome.rank} raised at {places[outcome.rank]}: {mismatch[0]}"
+                f"{'; ' + received if received else ''}. A received chunk and the chunk it goes into must have "
+                "the same size: allocate each receive buffer like the chunk that arrives in it (chunks of a "
+                "tensor_split differ in size when W does not divide the tensor)"
+            )
     if aborted:
         rank = aborted[0].rank
         raise ctx.fail(
             f"rank {rank} aborted inside gloo (SIGABRT) at {places[rank] or 'a point-to-point call'}: a "
-            "message arrived into a receive buffer of another size, so the chunk a rank sends is not the "
+            "message arrived into a receive buffer of another size"
+            f"{' (' + received + ')' if received else ''}, so the chunk a rank sends is not the "
             "chunk its neighbour receives at that step",
             hint="chunk_bounds",
         )
@@ -87,7 +107,13 @@ def _count(number: int, noun: str) -> str:
 
 
 def _wrong_sum(
-    ctx: CheckContext, rank: int, shape: list[int], output: np.ndarray, inputs: np.ndarray, messages: int
+    ctx: CheckContext,
+    rank: int,
+    shape: list[int],
+    output: np.ndarray,
+    inputs: np.ndarray,
+    messages: int,
+    sends: list[list[dict[str, Any]]],
 ) -> CheckFailed:
     """What is wrong with one rank's result, named from what its elements hold: the failure to raise."""
     world = ctx.world_size
@@ -114,11 +140,15 @@ def _wrong_sum(
             hint="chunk_bounds",
         )
     if all(run.mixture is not None and sorted(run.mixture) == [0.0] * (world - 1) + [1.0] for run in runs):
+        step = _first_wrong_message(inputs, sends)
         return ctx.fail(
             f"nothing was added up: every element of {whole} holds a single rank's input ("
-            f"{'; '.join(run.describe(rank) for run in runs[:3])}), so no chunk that went around the "
-            "ring carried a sum: either the reduce-scatter overwrites the chunks it receives instead of "
-            "adding them (+=), or the all-gather passes on chunks the reduce-scatter had not completed",
+            f"{'; '.join(run.describe(rank) for run in runs[:3])}). "
+            + (
+                step
+                or "The grader cannot place the messages in a ring's steps (copies rather than views of the tensor, "
+                "or not 2(W-1) messages per rank), so no step is named"
+            ),
             hint="chunk_bounds",
         )
     if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
@@ -152,6 +182,71 @@ def _wrong_sum(
     )
 
 
+def _expected(step: int, world: int) -> tuple[str, Any]:
+    """What a ring's message at `step` (0-based, over both phases) holds: the phase, and a test of a
+    mixture (reduce-scatter step s: a partial sum of s + 1 ranks' inputs, the sender's among them;
+    all-gather: the complete sum)."""
+    if step < world - 1:
+        return (
+            f"reduce-scatter step {step + 1}",
+            lambda m, sender: m is not None and set(m) <= {0.0, 1.0} and sum(m) == step + 1 and m[sender] == 1.0,
+        )
+    return f"all-gather step {step - world + 2}", lambda m, _sender: m == (1.0,) * world
+
+
+def _first_wrong_message(inputs: np.ndarray, sends: list[list[dict[str, Any]]]) -> str:
+    """The first message (by step, then rank) whose values are not what a ring sends at that step,
+    measured from the values each rank sent and where they sit in its tensor; "" when the messages
+    cannot be placed in the tensor (copies, not views) or every message is a ring's."""
+    world = inputs.shape[0]
+    if any(len(mine) != 2 * (world - 1) for mine in sends):
+        return ""  # not a ring's count of messages: the k-th message is no step of a ring
+    if any(m.get("offset") is None or "values" not in m for mine in sends for m in mine):
+        return ""
+    for step in range(min(len(mine) for mine in sends)):
+        phase, right = _expected(step, world)
+        for sender, mine in enumerate(sends):
+            message = mine[step]
+            start, values = message["offset"], np.asarray(message["values"], dtype=np.float64)
+            stop = start + values.size
+            runs = [r for r in explain(values, inputs[:, start:stop]) if not right(r.mixture, sender)]
+            if not runs:
+                continue
+            shifted = [dataclasses.replace(r, start=r.start + start, stop=r.stop + start) for r in runs]
+            what = "; ".join(r.describe(sender) for r in shifted[:2])
+            should = (
+                "the complete sum"
+                if step >= world - 1
+                else "its own input"
+                if step == 0
+                else f"a partial sum of {step + 1} ranks' inputs, its own among them"
+            )
+            text = (
+                f"The first message that is not a ring's: at {phase} rank {sender} sent elements {start}-{stop - 1}: "
+                f"{what}, where a ring sends {should}"
+            )
+            return text + _held_then(inputs, message, sender, step >= world - 1)
+    return ""
+
+
+def _held_then(inputs: np.ndarray, message: dict[str, Any], sender: int, gathering: bool) -> str:
+    """What the sender's tensor held when it sent a wrong all-gather message: whether a complete chunk
+    was there to send (then the wrong one was sent) or none (the reduce-scatter completed none)."""
+    if not gathering or "held" not in message:
+        return ""
+    held = np.asarray(message["held"], dtype=np.float64)
+    complete = [r for r in explain(held, inputs) if r.mixture == (1.0,) * inputs.shape[0]]
+    if complete:
+        return (
+            f". At that moment elements {complete[0].start}-{complete[0].stop - 1} of its tensor already held "
+            "the complete sum: the all-gather sent another chunk than the one the reduce-scatter completed"
+        )
+    return (
+        ". At that moment no element of its tensor held the complete sum: the reduce-scatter had completed "
+        "no chunk on this rank"
+    )
+
+
 @check("sums_correctly")
 def sums_correctly(ctx: CheckContext) -> None:
     calls = _calls(ctx)
@@ -178,7 +273,8 @@ def sums_correctly(ctx: CheckContext) -> None:
                     else ""
                 )
                 raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint="in_place")
-            raise _wrong_sum(ctx, rank, shape, output, inputs, call["messages"])
+            sends = [rank_calls[index].get("sends") or [] for rank_calls in calls]
+            raise _wrong_sum(ctx, rank, shape, output, inputs, call["messages"], sends)
 
 
 @check("ring_traffic")

@@ -34,20 +34,43 @@ COLLECTIVES = (
 )
 
 
-def _sent_bytes(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: Any) -> dict[str, Any]:
-    return {"bytes": sum(t.numel() * t.element_size() for t in tensors)}
+def _offset(part: torch.Tensor, whole: torch.Tensor) -> int | None:
+    """Where `part` starts in `whole`'s flat elements, if it is a contiguous view of them; else None."""
+    if not part.is_contiguous() or part.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr():
+        return None
+    start = (part.data_ptr() - whole.data_ptr()) // max(whole.element_size(), 1)
+    return start if 0 <= start and start + part.numel() <= whole.numel() else None
+
+
+def _sender(held: dict[str, torch.Tensor]) -> Any:
+    """The describe of ProcessGroup.send: the bytes, and for the localization of a wrong sum what was sent
+    (the values, where they sit in the tensor being reduced) and what the tensor held at that moment."""
+
+    def describe(group: Any, tensors: list[torch.Tensor], *rest: Any, **kwargs: Any) -> dict[str, Any]:
+        facts: dict[str, Any] = {"bytes": sum(t.numel() * t.element_size() for t in tensors)}
+        whole = held.get("tensor")
+        if whole is not None and len(tensors) == 1:
+            facts["values"] = tensors[0].detach().reshape(-1).clone()
+            facts["offset"] = _offset(tensors[0], whole)
+            facts["held"] = whole.detach().reshape(-1).clone()
+        return facts
+
+    return describe
 
 
 def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
     """For each shape: the tensor after the student's call (its input is the judge's to know), the
-    bytes and the number of messages sent."""
+    bytes and the number of messages sent, and each message's values, offset in the tensor and the
+    tensor's values when it was sent (the steps of the ring, for localizing a wrong sum)."""
     ctx.init_group()
-    sent = ctx.spy(ProcessGroup, "send", _sent_bytes)
+    held: dict[str, torch.Tensor] = {}
+    sent = ctx.spy(ProcessGroup, "send", _sender(held))
     ctx.facts["collectives"] = {name: ctx.spy(ProcessGroup, name) for name in COLLECTIVES}
     ring_all_reduce = ctx.student("ring_all_reduce")
     ctx.facts["calls"] = []
     for index, shape in enumerate(shapes):
         tensor = torch.from_numpy(rank_input(seed, index, ctx.rank, shape))
+        held["tensor"] = tensor
         call: dict[str, Any] = {"sent_before": len(sent)}
         ctx.facts["calls"].append(call)
         returned = ring_all_reduce(tensor)
@@ -56,4 +79,6 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
         messages = sent[call.pop("sent_before") :]
         call["bytes"] = sum(s["bytes"] for s in messages)
         call["messages"] = len(messages)
+        call["sends"] = [{key: s[key] for key in ("values", "offset", "held") if key in s} for s in messages]
+    held.clear()
     return {}

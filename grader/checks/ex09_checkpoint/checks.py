@@ -9,7 +9,7 @@ from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.trajectory import Setting, diagnose
-from grader.judge.writes import went_on_early, writers_problem
+from grader.judge.writes import barrier_callers, went_on_early, writers_problem
 
 SIZE, BATCH, LR = 96, 4, 0.05
 STEPS_BEFORE, STEPS_AFTER = 3, 3
@@ -29,7 +29,10 @@ def _early_load(result: RunResult, path: str) -> str:
     missing = [o.rank for o in result.ranks if (o.error or {}).get("type") == "FileNotFoundError" and loads[o.rank]]
     for rank in sorted({*early, *missing} - {0}):
         if loads[rank]:
-            return f"rank {rank} called torch.load before rank 0 had finished writing the checkpoint"
+            raced = f"rank {rank} called torch.load before rank 0 had finished writing the checkpoint"
+            others = sorted(r for r in {*early, *missing} - {0} if loads[r])
+            callers = barrier_callers([f.get("writes", []) for f in facts], others)
+            return f"{callers}: {raced}" if callers else raced
     return ""
 
 
@@ -47,6 +50,12 @@ def _run(ctx: CheckContext) -> RunResult:
     )
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
     race = "" if stub else _early_load(result, _path(ctx))
+    if race.startswith("only "):  # some ranks called a barrier: said as measured, not as "no barrier"
+        raise ctx.fail(
+            f"{race} (the grader holds rank 0's save until the other ranks wait for it or move on). A barrier "
+            "holds the ranks back only when every rank calls it: after rank 0's torch.save, outside the `if`",
+            hint="barrier_after_save",
+        )
     if race:
         raise ctx.fail(
             f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
