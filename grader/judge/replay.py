@@ -32,9 +32,11 @@ KNOBS = frozenset(
         "weight_decay",
         "clip_norm",
         "keep_grads",
+        "fresh_optimizer_at",
     }
 )
-NUMBERS = frozenset({"b", "W", "k", "lr", "momentum"})  # the run's numbers a value or a sentence may name
+# the run's numbers a value or a sentence may name (resumed: the first step after resuming, ex09)
+NUMBERS = frozenset({"b", "W", "k", "lr", "momentum", "resumed"})
 FIELDS = frozenset({"cause", "says", "hint", "schedule", "mistake", "fitted"})
 
 

@@ -75,8 +75,9 @@ def _round(value: float) -> float:
 def _fraction(value: float) -> str:
     if value >= 1:
         return f"{value:.4g} times"
-    inverse = 1 / value
-    return f"1/{round(inverse)} of" if abs(inverse - round(inverse)) < 1e-3 else f"{value:.4g} times"
+    inverse = 1 / value  # 1/n only for the small n a run names (b, W, k); 0.0182 is no "1/55"
+    whole = round(inverse)
+    return f"1/{whole} of" if whole <= 16 and abs(inverse - whole) < 1e-4 * whole else f"{value:.4g} times"
 
 
 def _proportional(actual: Arrays, expected: Arrays) -> float | None:

@@ -357,6 +357,8 @@ def train_reference(
         if parts is not None:
             with torch.no_grad():
                 part_losses = [F.mse_loss(model(inputs[part]), targets[part]).item() for part in parts[number]]
+        if number + 1 == knobs["fresh_optimizer_at"]:
+            optimizer = _optimizer(model, lr * knobs["lr_scale"], knobs)  # its state (momentum) lost
         if not knobs["keep_grads"] or number == 0:
             optimizer.zero_grad()
         scale = grad_scale * knobs["loss_scale"] * (len(indices) / knobs["summed_in"] if knobs["summed_in"] else 1)
@@ -384,6 +386,7 @@ MISTAKE_KNOBS: dict[str, Any] = {
     "weight_decay": 0.0,
     "clip_norm": 0.0,  # clip_grad_norm_ to this norm; 0: no clipping
     "keep_grads": False,  # gradients never cleared: each step's adds to the ones before
+    "fresh_optimizer_at": 0,  # a new optimizer from this step (counted from 1) on: its state lost, as on resuming
 }
 
 

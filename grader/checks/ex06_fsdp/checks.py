@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import first_difference
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
+_HYPOTHESES = replay.load(__package__ or "")
 
 
 def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
@@ -23,11 +25,26 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: di
     steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
     if steps is None or len(steps) != len(want["steps"]):
         return None
+
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return ctx.reference(
+            "replays",
+            world_size=ctx.world_size,
+            steps=STEPS,
+            batch_size=BATCH,
+            lr=LR,
+            hypotheses=hypotheses,
+            **ctx.seeds("data", "model"),
+        )
+
     setting = Setting(
         lr=LR,
         momentum=want["momentum"],
         factors={"b": BATCH, "W": ctx.world_size},
         reference="one process on all ranks' batches of the step",
+        subject="every rank's shards joined",
+        hypotheses=_HYPOTHESES,
+        replay=replays,
     )
     return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
@@ -218,7 +235,8 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
     finding = _trajectory_finding(ctx, ranks, want)
     if finding is not None:
-        raise ctx.fail(finding.message, hint="optimizer_after_sharding")
+        proven = "" if finding.cause == "measured" else finding.cause
+        raise ctx.fail(finding.message, hint=finding.hint or "optimizer_after_sharding", cause=proven)
     if first_difference(facts["final"], want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (

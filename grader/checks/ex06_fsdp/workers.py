@@ -32,6 +32,7 @@ from grader.rank.training import (
     TinyTransformer,
     make_regression,
     make_transformer,
+    replay_all,
     state,
     train_reference,
 )
@@ -240,3 +241,21 @@ def reference(
         "start": every["start"],
         "momentum": MOMENTUM,
     }
+
+
+def replays(
+    ctx: RankContext,
+    world_size: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """Trusted: the judge's hypotheses (hypotheses.toml) replayed from the reference's initial weights on
+    each step's batches of every rank together."""
+    union = batch_size * world_size
+    dataset: TensorDataset = make_regression(steps * union, data_seed)
+    schedules = {"correct": [list(range(i * union, (i + 1) * union)) for i in range(steps)]}
+    return replay_all(lambda: make_transformer(seed=model_seed), dataset, schedules, lr, hypotheses)

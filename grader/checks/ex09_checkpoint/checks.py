@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.engine import RunResult
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.trajectory import Setting, diagnose
@@ -14,6 +15,7 @@ from grader.judge.writes import barrier_callers, went_on_early, writers_problem
 SIZE, BATCH, LR = 96, 4, 0.05
 STEPS_BEFORE, STEPS_AFTER = 3, 3
 PARAMETERS = 4  # TinyRegressor: two weights, two biases
+_HYPOTHESES = replay.load(__package__ or "")
 MODEL_KEYS = "hidden.weight, hidden.bias, out.weight, out.bias"
 
 
@@ -167,25 +169,43 @@ def resume_matches(ctx: CheckContext) -> None:
                 hint="load_checkpoint",
             )
     resumed = STEPS_BEFORE + 1
-    setting = Setting(
-        lr=LR,
-        momentum=reference["momentum"],
-        factors={"W": ctx.world_size},
-        reference="uninterrupted training",
-        labels={resumed: "the first step after resuming"},
-    )
+
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return ctx.reference(
+            "replays",
+            world_size=ctx.world_size,
+            size=SIZE,
+            batch_size=BATCH,
+            steps_before=STEPS_BEFORE,
+            steps_after=STEPS_AFTER,
+            lr=LR,
+            hypotheses=hypotheses,
+            **ctx.seeds("data", "model"),
+        )
+
     for rank, facts in enumerate(ranks):
+        setting = Setting(
+            lr=LR,
+            momentum=reference["momentum"],
+            factors={"W": ctx.world_size, "resumed": resumed},
+            reference="uninterrupted training",
+            labels={resumed: "the first step after resuming"},
+            subject=f"rank {rank}",
+            hypotheses=_HYPOTHESES,
+            replay=replays,
+        )
         finding = diagnose(facts["steps"], facts["start"], reference["steps"], reference["start"], setting)
         if finding is None:
             continue
-        where = f"on rank {rank}, " if rank else ""
-        if finding.cause in ("no_momentum", "other_momentum") and finding.step == resumed:
+        proven = "" if finding.cause == "measured" else finding.cause
+        if finding.cause == "momentum_lost":
             restored = facts["momentum_restored"]
             raise ctx.fail(
-                f"momentum lost: {where}step {resumed}, the first after resuming, is -lr * gradient, as if "
-                f"SGD's momentum buffer restarted from zero (after load_checkpoint the optimizer held "
-                f"{restored} momentum buffers for {PARAMETERS} parameters). Save optimizer.state_dict() "
-                "and load it on every rank",
-                hint="optimizer_state",
+                f"{finding.message} (after load_checkpoint the optimizer held {restored} momentum buffers for "
+                f"{PARAMETERS} parameters)",
+                hint=finding.hint,
+                cause=proven,
             )
-        raise ctx.fail(f"{where}resumed training differs from uninterrupted training: {finding.message}")
+        raise ctx.fail(
+            f"resumed training differs from uninterrupted training: {finding.message}", hint=finding.hint, cause=proven
+        )

@@ -26,6 +26,7 @@ from grader.rank.training import (
     make_model,
     make_regression,
     rank_batches,
+    replay_all,
     state,
     train_reference,
     union_batches,
@@ -111,6 +112,24 @@ def reference(
     facts = train_reference(make_model(seed=model_seed), dataset, steps, lr).facts()
     facts["momentum"] = MOMENTUM
     return facts
+
+
+def replays(
+    ctx: RankContext,
+    world_size: int,
+    size: int,
+    batch_size: int,
+    steps_before: int,
+    steps_after: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """Trusted: the judge's hypotheses (hypotheses.toml) replayed on the uninterrupted run's samples."""
+    dataset = make_regression(size, data_seed)
+    schedules = {"correct": union_batches(size, world_size, batch_size, epochs=1)[: steps_before + steps_after]}
+    return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses)
 
 
 def _as_step(value: Any) -> int | None:
