@@ -2,7 +2,8 @@
 
 A mistake is kept as a variant of the reference solution (tests/mistakes/<exercise>.toml, see
 variants.py): the test grades it and expects the failure message to name the mistake, or, where
-the numbers carry no signature of a cause, to say plainly what was measured.
+no replay proves a cause, to say plainly what was measured; `cause` pins the proven cause the
+verdict carries ("" where none may be named).
 """
 
 from __future__ import annotations
@@ -33,3 +34,5 @@ def test_mistake_is_named(grade, catalog, tmp_path, exercise_id, mistake):
     assert failed, describe(results)
     for result in failed:
         assert re.search(mistake["expect"], result.message, re.I), describe([result])
+        if "cause" in mistake:  # the cause proven ("" where the message must name none)
+            assert result.cause == mistake["cause"], describe([result])
