@@ -9,6 +9,12 @@ older checkout of the grader can be timed the same way):
 never_exits: the launched processes never exit after sending their result, so the final join waits
 forever (only the healthy-ranks worker hangs: a raising rank makes torch's join return).
 loops_forever: launch_distributed loops before starting anything (every worker hangs).
+
+Measured 2026-11-26 on the 2-core machine, default deadline (30 s + ex04's 30 s start allowance),
+one run at a time at load 3-7: never_exits 123.7 s before issue 21's rule (f040643), 73.1 s after;
+loops_forever 125.3 s after (one deadline per worker: launch_identity and launch_failing each hang
+once). Four runs at once at load ~8: never_exits 150.5 s before, 87.1 s after; loops_forever 267.1 s
+before, 145.0 s after.
 """
 
 from __future__ import annotations
