@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +65,38 @@ class References:
             return self._results[key]
 
 
+@dataclass(frozen=True)
+class Hang:
+    """A run of a grading in which a rank was stopped at its deadline: which check, at which W, said how."""
+
+    check: str
+    world_size: int
+    verdict: Verdict
+
+
 class RunCache:
-    """Runs each identical job once per grading of an exercise.
+    """Runs each identical job once per grading of an exercise, and pays for a hang once.
 
     Several checks judge different claims about the same run (ranks in sync, equal to the
     reference, checkpoint written once); running it once keeps `grader check` fast.
+
+    Once a run of the student's code hangs (a rank stopped at the deadline), a later check that
+    would run the same worker on the same student file and backend fails at once with "the same
+    hang", without starting ranks: a hanging launcher then costs one deadline, not one per check
+    and world size. The world size and the kwargs (drawn inputs, delays, sizes) are not part of
+    that rule: they are inputs of the same kind to the same code, which waited at a line that does
+    not depend on them as far as anyone can tell without paying another deadline, and the message
+    says the check was not run, so it claims nothing that was not measured. The worker is: another
+    worker drives the student's code another way (ex04's failing rank makes a join raise where
+    healthy ranks leave it waiting), so its checks still run. Deterministic: it depends only on the
+    order of the checks and on which run hung.
     """
 
     def __init__(self, engine: Runner, references: References | None = None) -> None:
         self._engine = engine
         self._references = references or References(engine)
         self._results: dict[str, RunResult] = {}
+        self._hangs: dict[tuple[str, str, str], Hang] = {}
         self._scratch = ""
 
     @property
@@ -91,11 +112,42 @@ class RunCache:
             self._engine.discard_scratch(self._scratch)
             self._scratch = ""
 
-    def run(self, job: Job) -> RunResult:
-        key = repr(job)
+    @staticmethod
+    def _hang_key(job: Job) -> tuple[str, str, str] | None:
+        """What makes two runs "the same code run the same way" (class docstring); None for trusted
+        runs, which never load the student's code."""
+        if job.student_file is None:
+            return None
+        return job.target, str(job.student_file.resolve()), job.backend
+
+    def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
+        """The job's result; `by`: the check and world size asking, named in "the same hang" and
+        recorded when this run hangs. Raises CheckFailed instead of running a job that would hang."""
+        key, hang_key = repr(job), self._hang_key(job)
+        hang = self._hangs.get(hang_key) if hang_key else None
+        if hang is not None and (hang.check, hang.world_size) != by:
+            raise CheckFailed(
+                replace(
+                    hang.verdict,
+                    message=f"the same hang as in check {hang.check} (W={hang.world_size}), so not run again: "
+                    f"{hang.verdict.message}",
+                )
+            )
         if key not in self._results:
             self._results[key] = self._engine.run(job)
+            result = self._results[key]
+            if hang_key and by[0] and any(rank.stopped == "deadline" for rank in result.ranks):
+                verdict = failure_verdict(result, job.student_file)
+                if verdict is not None:
+                    self._hangs.setdefault(hang_key, Hang(*by, verdict))
         return self._results[key]
+
+    def explain_hang(self, by: tuple[str, int], verdict: Verdict) -> None:
+        """Say a hang, in later checks, as the check that met it said it (a check may know more than
+        failure_verdict: "deadlock: every rank waits in send", say)."""
+        for key, hang in self._hangs.items():
+            if (hang.check, hang.world_size) == by and verdict.status == "failed":
+                self._hangs[key] = Hang(*by, replace(verdict))
 
     def reference(self, job: Job) -> RunResult:
         return self._references.run(job)
@@ -110,6 +162,7 @@ class CheckContext:
     backend: str = "gloo"
     deadline: float = DEFAULT_DEADLINE_S
     seed: int = 0  # drawn per grading: inputs derived from it cannot be answered from a table
+    check: str = ""  # the check's name, for "the same hang as in check <name>" (RunCache)
     notes: list[str] = field(default_factory=list)
     used: list[RunResult] = field(default_factory=list)  # the runs this check looked at
 
@@ -153,7 +206,7 @@ class CheckContext:
 
     def run(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> RunResult:
         """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
-        result = self.runs.run(self.job(worker, nprocs, **kwargs))
+        result = self.runs.run(self.job(worker, nprocs, **kwargs), (self.check, self.world_size))
         self.used.append(result)
         return result
 

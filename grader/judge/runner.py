@@ -114,9 +114,17 @@ def _grade_checks(
                 )
             else:
                 context = CheckContext(
-                    runs, exercise, student_file, world_size, options.backend, options.deadline, options.seed or 0
+                    runs,
+                    exercise,
+                    student_file,
+                    world_size,
+                    options.backend,
+                    options.deadline,
+                    options.seed or 0,
+                    check=spec.name,
                 )
                 verdict = _verdict(function, context)
+                runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
                 if left and spec.strays == "fail" and verdict.status == "passed":
                     verdict = Verdict("failed", f"process left behind: {left}")

@@ -27,10 +27,23 @@ import torch.distributed as dist
 class SimulatedGpuNode:
     """The GPUs of one node, the one this process has bound, and each binding as it happens."""
 
-    def __init__(self, gpus: int, record: Callable[[dict[str, Any]], None] = lambda event: None) -> None:
+    def __init__(
+        self,
+        gpus: int,
+        record: Callable[[dict[str, Any]], None] = lambda event: None,
+        on_query: Callable[[dict[str, Any]], None] = lambda event: None,
+    ) -> None:
         self.gpus = gpus
         self.current = 0
+        self.bindings = 0
         self._record = record
+        self._on_query = on_query
+
+    def query(self, api: str) -> int:
+        """The bound GPU, as current_device() answers; each question recorded with whether anything had
+        been bound yet, so the judge can tell "asked before set_device" from what it sees."""
+        self._on_query({"call": "current_device", "api": api, "answer": self.current, "after_bind": self.bindings > 0})
+        return self.current
 
     def index(self, device: Any) -> int | None:
         """The GPU an argument names (3, "cuda:3", torch.device("cuda", 3); "cuda" is the bound
@@ -57,6 +70,7 @@ class SimulatedGpuNode:
                 f"{self.gpus} GPU{'s' if self.gpus > 1 else ''})"
             )
         self.current = index
+        self.bindings += 1
 
     @contextlib.contextmanager
     def scoped(self, device: Any, api: str) -> Iterator[None]:
@@ -74,7 +88,7 @@ class SimulatedGpuNode:
         cuda.is_available = lambda: True
         cuda.device_count = lambda: self.gpus
         cuda.set_device = lambda device: self.bind(device, "torch.cuda.set_device")
-        cuda.current_device = lambda: self.current
+        cuda.current_device = lambda: self.query("torch.cuda.current_device")
         # torch.cuda.device and torch.accelerator.device_index are classes, torch.get_device_module a cached
         # function: mypy refuses to assign a function to them, so these three are set with setattr
         setattr(cuda, "device", lambda device: self.scoped(device, "torch.cuda.device"))
@@ -83,7 +97,8 @@ class SimulatedGpuNode:
         accelerator.device_count = lambda: self.gpus
         accelerator.set_device_index = lambda device: self.bind(device, "torch.accelerator.set_device_index")
         accelerator.set_device_idx = lambda device: self.bind(device, "torch.accelerator.set_device_idx")
-        accelerator.current_device_index = accelerator.current_device_idx = lambda: self.current
+        accelerator.current_device_index = lambda: self.query("torch.accelerator.current_device_index")
+        accelerator.current_device_idx = lambda: self.query("torch.accelerator.current_device_idx")
         setattr(accelerator, "device_index", lambda device: self.scoped(device, "torch.accelerator.device_index"))
         device_module = torch.get_device_module
         setattr(torch, "get_device_module", lambda device=None: cuda if device is None else device_module(device))

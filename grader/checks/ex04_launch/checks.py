@@ -8,7 +8,7 @@ from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payloa
 from grader.judge.api import CheckContext, check
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
-FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading
+FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading (workers.py forces it)
 # A launcher may start fresh interpreters (spawn), each importing torch: seconds each on a loaded
 # two-core laptop (measured: 31 s for W=4 at load 12), on top of the deadline of a run.
 START_ALLOWANCE_S = 30.0
@@ -58,8 +58,9 @@ def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
 def _order_problem(ranks: list[int], finish_order: list[int]) -> str:
     if ranks == finish_order:
         return (
-            f"results in arrival order: position i holds the i-th rank to finish (this time the ranks finished "
-            f"in the order {finish_order}); place each result by its rank"
+            f"results in arrival order: the results are in the order the ranks finished, not by rank (the "
+            f"grader made the ranks finish in the order {finish_order}, so position i holds the i-th rank to "
+            "finish); place each result by its rank"
         )
     return f"results are not in rank order: the positions hold the results of ranks {ranks}"
 

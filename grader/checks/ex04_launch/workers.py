@@ -3,7 +3,9 @@
 The launched functions leave evidence the launcher cannot fake, as files in a folder of the run:
 their pid when they start, the time they finish or raise, and, if their process is still alive a
 while after they returned, the Python stacks of that process. They return a large result (more
-than a pipe holds) and finish in an order the grader chose, not in rank order.
+than a pipe holds) and finish in an order the grader chose, not in rank order: each waits for the
+one before it in that order to finish and its process to exit (so its result has left it), whatever
+pace the launcher started them at, so a launcher that keeps results in arrival order fails every time.
 
 While the launcher runs, a watchdog thread looks for one deadlock: every function has returned,
 its process is still alive and blocked writing its result, and the launcher has been waiting in a
@@ -30,6 +32,12 @@ from grader.engine.rank_runtime import RankContext
 FAILING_RANK_MESSAGE = "planted failure on the last rank"
 STALL_S = 4.0  # how long after every function returned a launcher still joining is looked at
 STACK_DUMP_FILE = "stack-{rank}.txt"
+LAUNCHER_MARKER = "launcher"
+# A rank waits for the one before it in the order only while that one may still start: this long
+# after the first rank started (a fresh interpreter importing torch, at load), a launcher that
+# starts one process after another has exited (a mistake of its own) is not deadlocked.
+TURN_GRACE_S = 8.0
+EXIT_WAIT_S = 2.0  # at most this long for the previous rank's process to exit, once its function returned
 _stack_file: TextIO | None = None  # kept open in a launched process for its delayed stack dump
 
 
@@ -52,12 +60,53 @@ def report_identity(
         "pid": os.getpid(),
         "payload": payload(seed, rank, size),
     }
-    time.sleep(delays[rank] if 0 <= rank < len(delays) else 0.0)
+    _wait_turn(rank, Path(marker_dir), delays)
     _mark(marker_dir, f"done-{rank}", repr(time.time()))
     # If this process is still alive well after returning, its stacks show what holds it.
     _stack_file = open(Path(marker_dir, STACK_DUMP_FILE.format(rank=rank)), "w")
     faulthandler.dump_traceback_later(STALL_S / 2, file=_stack_file)
     return result
+
+
+def _exited(pid: int) -> bool:
+    """A sibling process has exited (a zombie counts: its result has left it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZXx"
+    except (OSError, IndexError):
+        return child_state(pid) != "running"
+
+
+def _wait_turn(rank: int, folder: Path, delays: list[float]) -> None:
+    """Return after the rank before this one in the drawn order (ranks by delay) has finished, its
+    process has exited (or EXIT_WAIT_S passed), and the difference of their delays: the ranks finish
+    in that order even when the launcher started them at another pace (a loaded machine)."""
+    if not 0 <= rank < len(delays):
+        return
+    order = sorted(range(len(delays)), key=lambda r: (delays[r], r))
+    position = order.index(rank)
+    launcher = _markers(folder, LAUNCHER_MARKER).get(0)
+    if position == 0 or launcher == str(os.getpid()):  # fn called in the launcher: nothing to wait for
+        time.sleep(delays[rank])
+        return
+    before = order[position - 1]
+    while not Path(folder, f"done-{before}").exists():
+        started = _markers(folder, "started")
+        first = min((_mtime(folder, f"started-{r}") for r in started), default=time.time())
+        if before not in started and time.time() - first > TURN_GRACE_S:
+            break  # it never started: the launcher runs one process at a time
+        time.sleep(0.01)
+    else:
+        pid, waited = int(_markers(folder, "started")[before]), time.monotonic()
+        while pid != os.getpid() and not _exited(pid) and time.monotonic() - waited < EXIT_WAIT_S:
+            time.sleep(0.01)
+    time.sleep(max(0.0, delays[rank] - delays[before]))
+
+
+def _mtime(folder: Path, name: str) -> float:
+    try:
+        return Path(folder, name).stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def fail_on_last_rank(rank: int, world_size: int, marker_dir: str) -> None:
@@ -211,6 +260,7 @@ def launch_identity(
     launch = ctx.student("launch_distributed")
     markers = ctx.run_dir / "markers"
     markers.mkdir()
+    _mark(str(markers), f"{LAUNCHER_MARKER}-0", str(os.getpid()))
     _warm_forkserver()
     ctx.facts["launcher_pid"] = os.getpid()
     started = time.perf_counter()

@@ -247,33 +247,80 @@ def trains_in_sync(ctx: CheckContext) -> None:
             raise ctx.fail(_off_reference(ctx, rank0, step, want), hint="ddp_training")
 
 
+def _place(env: dict[str, str]) -> str:
+    return (
+        f"the process with RANK={env['RANK']} (node {env['GROUP_RANK']}, LOCAL_RANK={env['LOCAL_RANK']}, "
+        f"{env['LOCAL_WORLD_SIZE']} GPUs on its node)"
+    )
+
+
+def _picked(process: dict[str, Any]) -> str:
+    """What pick_device() did in one process, said as a predicate."""
+    error = process["error"]
+    return f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
+
+
+def _what_each_did(processes: list[dict[str, Any]], wrong: list[dict[str, Any]]) -> str:
+    """Every process's device, grouped by what it did, then what the wrong ones should have returned."""
+    groups: dict[str, list[str]] = {}
+    for process in processes:
+        groups.setdefault(_picked(process), []).append(process["env"]["RANK"])
+    said = "; ".join(
+        f"{what} in the process{'es' if len(ranks) > 1 else ''} with RANK {', '.join(ranks)}"
+        for what, ranks in groups.items()
+    )
+    expected = ", ".join(
+        f"cuda:{p['env']['LOCAL_RANK']} for RANK {p['env']['RANK']} (LOCAL_RANK={p['env']['LOCAL_RANK']} on node "
+        f"{p['env']['GROUP_RANK']})"
+        for p in wrong
+    )
+    return f"pick_device() on nodes with simulated GPUs {said}; expected cuda:LOCAL_RANK: {expected}"
+
+
+def _asked_before_binding(process: dict[str, Any]) -> dict[str, Any] | None:
+    """The current_device() question whose answer pick_device() returned, asked before anything was
+    bound, if the recorded facts show exactly that; else None."""
+    if process["error"]:
+        return None
+    asked = next((q for q in process.get("queried") or [] if not q.get("after_bind")), None)
+    if asked is None or process["device"] != f"cuda:{asked['answer']}":
+        return None
+    return asked
+
+
 @check("device_from_local_rank")
 def device_from_local_rank(ctx: CheckContext) -> None:
-    for process in _processes(ctx):
-        env, error = process["env"], process["error"]
+    processes = _processes(ctx)
+    wrong = [p for p in processes if p["error"] or p["device"] != f"cuda:{p['env']['LOCAL_RANK']}"]
+    for process in wrong:
+        env, chosen = process["env"], process.get("set_device") or []
         rank, local = env["RANK"], env["LOCAL_RANK"]
-        place = (
-            f"the process with RANK={rank} (node {env['GROUP_RANK']}, LOCAL_RANK={local}, "
-            f"{env['LOCAL_WORLD_SIZE']} GPUs on its node)"
-        )
-        chosen = process.get("set_device") or []
-        if error or process["device"] != f"cuda:{local}":
-            picked = process["device"] or (f"cuda:{chosen[-1]}" if chosen else None)
-            if picked == f"cuda:{rank}" and rank != local:
-                raise ctx.fail(
-                    f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {place} picked "
-                    f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK",
-                    hint="local_rank_gpu",
-                )
-            shown = f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
+        picked = process["device"] or (f"cuda:{chosen[-1]}" if chosen else None)
+        if picked == f"cuda:{rank}" and rank != local:
             raise ctx.fail(
-                f"pick_device() on a node with simulated GPUs, in {place}, {shown}; expected cuda:{local}",
+                f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {_place(env)} picked "
+                f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK",
                 hint="local_rank_gpu",
             )
+    if wrong:
+        message = _what_each_did(processes, wrong)
+        asked = [_asked_before_binding(p) for p in wrong]
+        if all(asked):
+            apis = sorted({q["api"] for q in asked if q})
+            message += (
+                f". In each of them pick_device() returned what {' and '.join(apis)}() answered before anything "
+                "was bound: the GPU a new process starts on, GPU 0 on every node, whatever its LOCAL_RANK. Read "
+                "LOCAL_RANK from the environment, then torch.cuda.set_device(local_rank)"
+            )
+            raise ctx.fail(message, hint="local_rank_gpu", cause="current_device_before_set_device")
+        raise ctx.fail(message, hint="local_rank_gpu")
+    for process in processes:
+        env, chosen = process["env"], process.get("set_device") or []
+        local = env["LOCAL_RANK"]
         if process.get("bound") != int(local):
             bound = f"left GPU {process.get('bound')} bound" if chosen else "bound no GPU"
             raise ctx.fail(
-                f"pick_device() in {place} returned cuda:{local} but {bound}; bind the process to its GPU "
+                f"pick_device() in {_place(env)} returned cuda:{local} but {bound}; bind the process to its GPU "
                 f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
                 hint="local_rank_gpu",
             )

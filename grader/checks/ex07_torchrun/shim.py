@@ -191,8 +191,9 @@ def _record_steps(facts: Facts) -> None:
 
 
 def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str | None:
-    """What pick_device() returns on a node with LOCAL_WORLD_SIZE (simulated) GPUs, and the GPU bound
-    when it returns; "cuda" alone means that bound GPU, as it would for a tensor."""
+    """What pick_device() returns on a node with LOCAL_WORLD_SIZE (simulated) GPUs, the GPU bound when it
+    returns, and what it asked (current_device(), before or after a binding); "cuda" alone means the
+    bound GPU, as it would for a tensor."""
     import torch
 
     from grader.rank.simulated_gpu import SimulatedGpuNode
@@ -206,7 +207,13 @@ def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str |
         bindings.append(event["device"])
         facts.update(set_device=bindings)
 
-    node = SimulatedGpuNode(int(os.environ["LOCAL_WORLD_SIZE"]), record)
+    queries: list[dict[str, Any]] = []
+
+    def ask(event: dict[str, Any]) -> None:
+        queries.append(event)
+        facts.update(queried=queries)
+
+    node = SimulatedGpuNode(int(os.environ["LOCAL_WORLD_SIZE"]), record, ask)
     node.install()
     chosen = pick_device()
     facts.update(bound=node.current)
