@@ -62,6 +62,29 @@ def stuck_frame(stack_dump: str, student_file: Path | None) -> str:
     return f"{name}:{chosen['line']} in {chosen['function']}()" + (f": `{code}`" if code else "")
 
 
+def error_chain(error: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Type and message of a reported error and of every error it was raised from or while
+    handling (the rank's `chain`), outermost first; the error alone where the report has no chain."""
+    if not isinstance(error, dict):
+        return []
+    chain = error.get("chain")
+    if isinstance(chain, list) and chain:
+        links = [e for e in chain if isinstance(e, dict)]
+    else:
+        links = [error]
+    return [{"type": str(e.get("type", "")), "message": str(e.get("message", ""))} for e in links]
+
+
+def error_messages(error: dict[str, Any] | None) -> str:
+    """Every message in a reported error's chain, one per line: what a check searches for a known text."""
+    return "\n".join(e["message"] for e in error_chain(error))
+
+
+def error_types(error: dict[str, Any] | None) -> list[str]:
+    """The exception types in a reported error's chain, outermost first."""
+    return [e["type"] for e in error_chain(error)]
+
+
 def student_line(error: dict[str, Any]) -> str:
     frames = error.get("student_frames") or []
     if not frames:

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from grader.judge.api import CheckContext, check
+from grader.judge.diagnose import error_messages
 
 SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")
@@ -31,7 +32,7 @@ def sampler_seed(ctx: CheckContext) -> int:
 def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
     """Errors DistributedSampler and DataLoader raise themselves, named from what they say."""
     for outcome in ranks:
-        message = (outcome.error or {}).get("message", "")
+        message = error_messages(outcome.error)
         if "mutually exclusive with shuffle" in message:
             raise ctx.fail(
                 "shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "

@@ -6,6 +6,7 @@ from typing import Any
 
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
+from grader.judge.diagnose import error_messages
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading
@@ -147,7 +148,7 @@ def propagates_errors(ctx: CheckContext) -> None:
             f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed returned normally",
             hint="join_raises",
         )
-    if "planted failure" not in raised["message"]:
+    if "planted failure" not in error_messages(raised):  # anywhere in the chain: `raise ... from exc` keeps it
         raise ctx.fail(
             f"launch_distributed raised {raised['type']} without the failing rank's traceback "
             f"(message: {raised['message'][:200]!r})",

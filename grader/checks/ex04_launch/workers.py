@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.engine.processes import child_state, kill_process
-from grader.engine.rank_runtime import RankContext
+from grader.engine.rank_runtime import RankContext, chain_facts
 
 FAILING_RANK_MESSAGE = "planted failure on the last rank"
 STALL_S = 4.0  # how long after every function returned a launcher still joining is looked at
@@ -242,7 +242,8 @@ def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict
     except NotImplementedError:
         raise  # the untouched stub: "not implemented yet", not "an error without a traceback"
     except Exception as exc:
-        ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:]}
+        # the whole chain: a launcher may re-raise the rank's error `from` it, as its __cause__
+        ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:], "chain": chain_facts(exc)}
     returned = time.time()
     raised_at = _markers(markers, "raised").get(world_size - 1)
     ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None

@@ -14,7 +14,7 @@ from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, CheckFailed, check
-from grader.judge.diagnose import where
+from grader.judge.diagnose import error_messages, where
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -23,7 +23,7 @@ FLOAT_BYTES = 4
 
 def _timed_out(outcome: RankOutcome, operation: str) -> bool:
     """Whether the rank gave up waiting in `operation` ("send" or "recv"), or hung to the deadline."""
-    message = (outcome.error or {}).get("message", "")
+    message = error_messages(outcome.error)
     return f"for {operation} operation" in message or outcome.stopped == "deadline"
 
 
