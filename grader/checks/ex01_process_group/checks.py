@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 from grader.engine import RunResult
 from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 from grader.judge.api import CheckContext, check
-from grader.judge.diagnose import error_messages
+from grader.judge.explain import error_messages
 
 
 def _port_overridden(facts: dict[str, Any]) -> str | None:

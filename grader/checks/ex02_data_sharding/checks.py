@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from grader.judge.api import CheckContext, check
-from grader.judge.diagnose import error_messages
+from grader.judge.explain import error_messages
 
 SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")

@@ -6,7 +6,7 @@ from typing import Any
 
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
-from grader.judge.diagnose import error_messages
+from grader.judge.explain import error_messages
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading

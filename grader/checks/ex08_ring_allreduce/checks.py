@@ -14,7 +14,8 @@ from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, CheckFailed, check
-from grader.judge.diagnose import error_messages, where
+from grader.judge.diagnose import where
+from grader.judge.explain import error_messages
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long

@@ -8,7 +8,7 @@ from typing import Any
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
-from grader.judge.diagnose import error_types
+from grader.judge.explain import error_types
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.writes import went_on_early, writers_problem
 

@@ -10,7 +10,7 @@ import numpy as np
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
-from grader.judge.diagnose import error_messages
+from grader.judge.explain import error_messages
 
 SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
