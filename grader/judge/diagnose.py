@@ -134,6 +134,13 @@ def _with_subject(subject: str, predicate: str) -> str:
 
 MEANING_PREFIX = "what this error means here: "  # before a known torch error's meaning (torch_errors.toml)
 
+
+def meaning_line(error: dict[str, Any] | None) -> str:
+    """The line that says what a known torch error means here (torch_errors.toml), or ""."""
+    known = explain(error)
+    return f"\n  {MEANING_PREFIX}{known.meaning}" if known else ""
+
+
 MEMORY_LIMIT = (
     "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
 )
@@ -147,9 +154,7 @@ def _describe(
     if error is not None:
         where = student_line(error)
         summary = f"raised {error['type']}: {error['message']}".rstrip(": ")
-        known = explain(error)
-        meaning = f"\n  {MEANING_PREFIX}{known.meaning}" if known else ""
-        return summary + (f"\n  at {where}" if where else "") + meaning, error.get("traceback", "")
+        return summary + (f"\n  at {where}" if where else "") + meaning_line(error), error.get("traceback", "")
     where = stuck_frame(outcome.stack_dump, student_file)
     at = f"\n  it was at {where}" if where else ""
     if outcome.stopped == "deadline":
@@ -190,7 +195,12 @@ _ECHOES = tuple(  # most telling first: the phrase a verdict quotes
 def echo_phrase(outcome: RankOutcome) -> str:
     """The words of a rank's error that say it lost a peer ("Connection reset by peer"), or "" when
     the rank failed by itself."""
-    texts = [f"{link['type']}: {link['message']}" for link in error_chain(outcome.error)]
+    return error_echo_phrase(outcome.error)
+
+
+def error_echo_phrase(error: dict[str, Any] | None) -> str:
+    """The same, for a reported error (a rank's, or a process's under torchrun)."""
+    texts = [f"{link['type']}: {link['message']}" for link in error_chain(error)]
     for pattern in _ECHOES:
         found = next((m for m in map(pattern.search, texts) if m), None)
         if found:
