@@ -167,6 +167,26 @@ def load_module_from_file(path: Path) -> ModuleType:
     return module
 
 
+CHAIN_MESSAGE_CHARS = 4000  # of each exception's message in a reported chain
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """The exception and those it was raised from or while handling, as Python prints them:
+    `__cause__`, else `__context__` unless `raise ... from None` suppressed it. A wrapper that
+    re-raises keeps the original error, and a check must see it there."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain
+
+
+def chain_facts(exc: BaseException) -> list[dict[str, str]]:
+    """Type and message of every exception in the chain, outermost first (plain values, for a report)."""
+    return [{"type": type(e).__name__, "message": str(e)[-CHAIN_MESSAGE_CHARS:]} for e in exception_chain(exc)]
+
+
 def describe_exception(exc: BaseException, student_file: Path | None) -> dict[str, Any]:
     """Raw facts about an exception: the student's frames, where it was raised, the traceback."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -189,6 +209,7 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
         "not_implemented": isinstance(inner, NotImplementedError) and raised_by_student,
         "student_frames": student_frames,
         "traceback": "".join(traceback.format_exception(inner)),
+        "chain": chain_facts(inner),
     }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from grader.engine import RankOutcome, RunResult
 from grader.engine.rank_runtime import IMPORT_CALLS
+from grader.judge.explain import error_chain, explain
 from grader.judge.verdict import Verdict
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
@@ -131,6 +132,15 @@ def _with_subject(subject: str, predicate: str) -> str:
     return f"{subject} {'were' + predicate[3:] if plural and predicate.startswith('was ') else predicate}"
 
 
+MEANING_PREFIX = "what this error means here: "  # before a known torch error's meaning (torch_errors.toml)
+
+
+def meaning_line(error: dict[str, Any] | None) -> str:
+    """The line that says what a known torch error means here (torch_errors.toml), or ""."""
+    known = explain(error)
+    return f"\n  {MEANING_PREFIX}{known.meaning}" if known else ""
+
+
 MEMORY_LIMIT = (
     "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
 )
@@ -144,7 +154,7 @@ def _describe(
     if error is not None:
         where = student_line(error)
         summary = f"raised {error['type']}: {error['message']}".rstrip(": ")
-        return summary + (f"\n  at {where}" if where else ""), error.get("traceback", "")
+        return summary + (f"\n  at {where}" if where else "") + meaning_line(error), error.get("traceback", "")
     where = stuck_frame(outcome.stack_dump, student_file)
     at = f"\n  it was at {where}" if where else ""
     if outcome.stopped == "deadline":
@@ -161,6 +171,65 @@ def _describe(
     code = outcome.status
     why = " (does the code call sys.exit() or os._exit()?)" if code == 0 else ""
     return f"exited with code {code} before reporting{why}{at}", ""
+
+
+# What a rank's collective raises when a peer's process is gone or never comes: the peer's failure seen
+# from the other end of a gloo/c10d connection, not a mistake of the rank that raised it.
+_ECHOES = tuple(  # most telling first: the phrase a verdict quotes
+    re.compile(pattern)
+    for pattern in (
+        r"Connection (?:reset|closed) by peer",
+        r"Broken pipe",
+        r"Ranks? [\d, ]+ failed to pass monitoredBarrier",
+        r"Timed out waiting",
+        r"Socket Timeout",
+        r"ECONNRESET|EPIPE",
+        r"(?:Read|Write) error",
+        r"(?:recv|send)Bytes",
+        r"ProcessGroupGloo.*(?:[Rr]ead|[Ww]rite)",
+        r"gloo/transport/tcp",
+    )
+)
+
+
+def echo_phrase(outcome: RankOutcome) -> str:
+    """The words of a rank's error that say it lost a peer ("Connection reset by peer"), or "" when
+    the rank failed by itself."""
+    return error_echo_phrase(outcome.error)
+
+
+def error_echo_phrase(error: dict[str, Any] | None) -> str:
+    """The same, for a reported error (a rank's, or a process's under torchrun)."""
+    texts = [f"{link['type']}: {link['message']}" for link in error_chain(error)]
+    for pattern in _ECHOES:
+        found = next((m for m in map(pattern.search, texts) if m), None)
+        if found:
+            return found[0]
+    return ""
+
+
+def _is_echo(outcome: RankOutcome) -> bool:
+    return outcome.stopped == "peer failure" or bool(echo_phrase(outcome))
+
+
+def _their_error(subject: str, phrase: str) -> str:
+    """'rank 0's error, "Broken pipe", is' / 'the errors of ranks 0-2, "Broken pipe", are'."""
+    if subject.startswith(("ranks", "every")):
+        return f'the errors of {subject}, "{phrase}", are'
+    return f'{subject}\'s error, "{phrase}", is'
+
+
+def _echo_sentence(echoes: Sequence[RankOutcome], causes: Sequence[int], world_size: int) -> str:
+    """One sentence for the ranks whose connection errors only repeat another rank's failure."""
+    by_phrase: dict[str, list[int]] = {}
+    for outcome in echoes:
+        by_phrase.setdefault(echo_phrase(outcome), []).append(outcome.rank)
+    cause = rank_phrase(causes, world_size)
+    return "\n".join(
+        f"{_their_error(rank_phrase(ranks, world_size), phrase)} the echo of {cause}'s failure above: a "
+        "collective loses its connection, or waits in vain, once a peer has failed (the echo in full: -v)"
+        for phrase, ranks in by_phrase.items()
+    )
 
 
 def _grouped(outcomes: Sequence[RankOutcome], describe: Any) -> list[tuple[list[int], str, str]]:
@@ -202,19 +271,30 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
         return Verdict("error", f"{message}: {first}".rstrip(": "), student_traceback(full), verbose_details=full)
     world_size = len(result.ranks)
     deadline = result.job.deadline
-    # The root cause is a rank that failed by itself, not one stopped because of another.
-    causes = [r for r in failing if r.stopped != "peer failure"] or failing
+    # The root cause is a rank that failed by itself, not one stopped because of another, nor one whose
+    # collective lost its connection to a failed peer (an echo).
+    causes = [r for r in failing if not _is_echo(r)] or failing
+    echoes = [r for r in failing if r not in causes and r.error is not None]
     groups = _grouped(causes, lambda o: _describe(o, student_file, deadline, result.memory_exceeded))
-    groups += _grouped([r for r in failing if r not in causes], lambda o: _describe(o, student_file, deadline))
+    stopped = [r for r in failing if r not in causes and r not in echoes]
+
+    def describe_stopped(outcome: RankOutcome) -> tuple[str, str]:
+        return _describe(outcome, student_file, deadline)
+
+    groups += _grouped(stopped, describe_stopped)
     (ranks, predicate, first_details), others = groups[0], groups[1:]
     sentences = [_with_subject(rank_phrase(r, world_size), p) for r, p, _ in others]
+    echo = f"\n{_echo_sentence(echoes, [r.rank for r in causes], world_size)}" if echoes else ""
+    echoed = [_with_subject(rank_phrase(r, world_size), p) for r, p, _ in _grouped(echoes, describe_stopped)]
     outputs = _outputs(failing)
     prefix = f"{stage}: " if stage else ""
+    known = next((k for k in (explain(r.error) for r in causes if r.rank in ranks) if k), None)
     return Verdict(
         "failed",
-        prefix + _with_subject(rank_phrase(ranks, world_size), predicate),
+        prefix + _with_subject(rank_phrase(ranks, world_size), predicate) + echo,
         "\n".join(filter(None, [student_traceback(first_details), *sentences, *outputs])),
-        verbose_details="\n".join(filter(None, [first_details.rstrip(), *sentences, *outputs])),
+        hint=known.hint if known else None,
+        verbose_details="\n".join(filter(None, [first_details.rstrip(), *sentences, *echoed, *outputs])),
     )
 
 

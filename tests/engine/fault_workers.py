@@ -99,3 +99,33 @@ def leaves_temp_files(ctx: RankContext) -> dict[str, Any]:
     handle, name = tempfile.mkstemp(prefix="left-")
     os.close(handle)
     return {"folder": folder, "file": name}
+
+
+def model_to_rank(ctx: RankContext) -> None:
+    """`model.to(rank)` on a run without a GPU: torch's error has one meaning here."""
+    import torch
+
+    torch.nn.Linear(2, 2).to(ctx.rank)
+
+
+def dies_while_peer_reduces(ctx: RankContext) -> None:
+    """Rank 1 dies (its process gone at once, as a crash would) while rank 0 waits in an all_reduce:
+    rank 0's gloo connection breaks, an echo of rank 1's failure."""
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    if ctx.rank == 1:
+        os._exit(3)
+    dist.all_reduce(torch.zeros(4))
+
+
+def raises_while_peer_reduces(ctx: RankContext) -> None:
+    """Rank 1 raises while rank 0 waits in an all_reduce."""
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    if ctx.rank == 1:
+        raise ValueError("planted error on rank 1")
+    dist.all_reduce(torch.zeros(4))

@@ -6,6 +6,7 @@ a hang gets a short one, since it takes all of it."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,3 +128,22 @@ def test_temporary_files_a_rank_leaves_go_with_its_run(fault_engine):
     left = [rank.facts[kind] for rank in result.ranks for kind in ("folder", "file")]
     assert all(str(fault_engine.scratch_root) in path for path in left), left  # not the system's temp folder
     assert not any(os.path.exists(path) for path in left), left
+
+
+def test_a_gpu_call_on_a_cpu_run_keeps_torchs_message_and_says_what_it_means(fault_engine):
+    _, verdict, _ = run_fault(fault_engine, "model_to_rank")
+    assert "raised RuntimeError: Cannot access accelerator device when none is available" in verdict.message
+    assert "what this error means here: this run has no GPU" in verdict.message
+
+
+@pytest.mark.parametrize("worker", ["raises_while_peer_reduces", "dies_while_peer_reduces"])
+@pytest.mark.parametrize("debug_collectives", [False, True])
+def test_a_peers_connection_error_is_named_as_the_echo_of_the_rank_that_failed(fault_engine, worker, debug_collectives):
+    fault_engine.wait_warm()
+    job = Job(f"fault_workers:{worker}", 2, student_file=FAULTS, deadline=8.0, debug_collectives=debug_collectives)
+    result = fault_engine.run(job)
+    verdict = failure_verdict(result, FAULTS)
+    assert verdict.message.startswith("rank 1 "), verdict.message  # the rank that failed by itself
+    if result.ranks[0].error is not None:  # rank 0's collective failed before the grader stopped it
+        assert re.search(r"rank 0's error, \".+\", is the echo of rank 1's failure above", verdict.message)
+        assert "rank 0" not in verdict.message.splitlines()[0]

@@ -8,6 +8,7 @@ from urllib.parse import urlparse
 from grader.engine import RunResult
 from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 from grader.judge.api import CheckContext, check
+from grader.judge.explain import error_messages
 
 
 def _port_overridden(facts: dict[str, Any]) -> str | None:
@@ -81,7 +82,7 @@ def _named_init_mistake(ctx: CheckContext, rank: int, facts: dict[str, Any]) -> 
 def _rank_from_environment(result: RunResult) -> bool:
     """env:// asked for RANK or WORLD_SIZE, which this launcher passes as arguments instead."""
     for outcome in result.ranks:
-        message = (outcome.error or {}).get("message", "")
+        message = error_messages(outcome.error)
         if "env:// rendezvous" in message and ("RANK" in message or "WORLD_SIZE" in message):
             return True
     return False

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from grader.judge.api import CheckContext, check
+from grader.judge.explain import error_messages
 
 SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")
@@ -31,7 +32,7 @@ def sampler_seed(ctx: CheckContext) -> int:
 def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
     """Errors DistributedSampler and DataLoader raise themselves, named from what they say."""
     for outcome in ranks:
-        message = (outcome.error or {}).get("message", "")
+        message = error_messages(outcome.error)
         if "mutually exclusive with shuffle" in message:
             raise ctx.fail(
                 "shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "
@@ -54,11 +55,20 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
             )
 
 
+def require_loader(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
+    """Fails with what make_loader returned, or its loader yielded, where that was no loader of the
+    dataset's batches (the rank's worker says so instead of tripping over it)."""
+    for rank, facts in enumerate(ranks):
+        if facts.get("loader_problem"):
+            raise ctx.fail(f"on rank {rank}, {facts['loader_problem']}", hint="distributed_sampler")
+
+
 def _epochs(ctx: CheckContext) -> list[Shards]:
     """epochs[e][r]: the indices rank r saw in epoch e. Mistakes that spoil every claim are named first."""
     result = ctx.run("epoch_indices", size=SIZE, batch_size=BATCH, epochs=EPOCHS, seed=sampler_seed(ctx))
     _sampler_error(ctx, result.ranks)
     ranks = ctx.require(result)
+    require_loader(ctx, ranks)
     padded = math.ceil(SIZE / ctx.world_size)
     for rank, facts in enumerate(ranks):
         for epoch, sizes in enumerate(facts["batches"]):

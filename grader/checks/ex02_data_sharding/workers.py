@@ -20,12 +20,46 @@ def epoch_indices(ctx: RankContext, size: int, batch_size: int, epochs: int, see
     ctx.facts["sampler"] = type(getattr(loader, "sampler", None)).__name__
     ctx.facts["epochs"] = []
     ctx.facts["batches"] = []
+    if not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, dict)):
+        ctx.facts["loader_problem"] = f"make_loader returned {_what(loader)}, expected a DataLoader"
+        return {}
     for epoch in range(epochs):
         start_epoch(loader, epoch)
-        batches = [torch.as_tensor(batch[0]).flatten() for batch in loader]
-        ctx.facts["epochs"].append([int(i) for batch in batches for i in batch])
+        batches: list[list[int]] = []
+        for batch in loader:
+            indices = _indices(batch, size)
+            if isinstance(indices, str) or len(batches) > size:
+                ctx.facts["loader_problem"] = (
+                    f"make_loader's loader yielded {indices}, expected batches of the dataset's samples "
+                    "(a DataLoader over `dataset`)"
+                    if isinstance(indices, str)
+                    else f"make_loader's loader yielded more than {size} batches in an epoch of {size} samples"
+                )
+                return {}
+            batches.append(indices)
+        ctx.facts["epochs"].append([i for batch in batches for i in batch])
         ctx.facts["batches"].append([len(batch) for batch in batches])
     return {}
+
+
+def _what(value: Any) -> str:
+    """A value in a few words: its type and its start."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name} ({' '.join(repr(value)[:80].split())})"
+
+
+def _indices(batch: Any, size: int) -> list[int] | str:
+    """The dataset indices one batch holds (a TensorDataset's batch is a list holding one integer
+    tensor), or what the batch was instead, in words."""
+    first = batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 1 else None
+    if not isinstance(first, torch.Tensor) or first.dtype != torch.int64 or first.dim() > 1:
+        return _what(batch)
+    indices = [int(i) for i in first.flatten()]
+    if any(not 0 <= i < size for i in indices):
+        return f"a batch holding {indices[:8]}, not samples of the {size}-sample dataset"
+    return indices
 
 
 def permutations(ctx: RankContext, size: int, seeds: list[int]) -> dict[str, Any]:

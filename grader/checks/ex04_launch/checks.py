@@ -6,6 +6,7 @@ from typing import Any
 
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
+from grader.judge.explain import error_messages
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading (workers.py forces it)
@@ -65,6 +66,23 @@ def _order_problem(ranks: list[int], finish_order: list[int]) -> str:
     return f"results are not in rank order: the positions hold the results of ranks {ranks}"
 
 
+def _what(value: Any) -> str:
+    """A returned value in a few words: its type, and its start or its length."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[0] in "aeiou" else "a"
+    if isinstance(value, (list, dict)):
+        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}: {str(value)[:200]}"
+    return f"{article} {name}, {str(value)[:200]!r}"
+
+
+def _is_identity(result: Any) -> bool:
+    """Whether a result has the shape of what report_identity returns (a fact of its own otherwise)."""
+    types = {"rank": int, "pid": int, "token": str, "world_size": int}
+    return isinstance(result, dict) and all(type(result.get(key)) is kind for key, kind in types.items())
+
+
 @check("runs_every_rank")
 def runs_every_rank(ctx: CheckContext) -> None:
     facts, size = _identity(ctx)
@@ -73,10 +91,10 @@ def runs_every_rank(ctx: CheckContext) -> None:
         early = len(facts["finished_at_return"]) < world
         why = " and returned before the processes had finished (join=False?)" if early else ""
         raise ctx.fail(
-            f"launch_distributed returned {str(results)[:200]!r} instead of a list of {world} results{why}",
+            f"launch_distributed returned {_what(results)} instead of a list of {world} results{why}",
             hint="result_queue",
         )
-    if not all(isinstance(r, dict) and {"rank", "pid", "token", "world_size"} <= set(r) for r in results):
+    if not all(_is_identity(r) for r in results):
         raise ctx.fail(f"the results are not fn's return values: {str(results)[:300]}", hint="result_queue")
     ranks = [r["rank"] for r in results]
     if sorted(ranks) != list(range(world)):
@@ -148,7 +166,7 @@ def propagates_errors(ctx: CheckContext) -> None:
             f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed returned normally",
             hint="join_raises",
         )
-    if "planted failure" not in raised["message"]:
+    if "planted failure" not in error_messages(raised):  # anywhere in the chain: `raise ... from exc` keeps it
         raise ctx.fail(
             f"launch_distributed raised {raised['type']} without the failing rank's traceback "
             f"(message: {raised['message'][:200]!r})",

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.engine.processes import child_state, kill_process
-from grader.engine.rank_runtime import RankContext
+from grader.engine.rank_runtime import RankContext, chain_facts
 
 FAILING_RANK_MESSAGE = "planted failure on the last rank"
 STALL_S = 4.0  # how long after every function returned a launcher still joining is looked at
@@ -139,16 +139,28 @@ def _left_behind(folder: Path) -> dict[str, list[int]]:
     return states
 
 
-def _plain(value: Any) -> Any:
+PLAIN_DEPTH = 8  # deeper than any result of ours: below it a returned value travels as its repr
+PLAIN_ITEMS = 64  # items of a returned list or dict kept: the judge needs W of them
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A returned value as plain facts, bounded in depth and size whatever the launcher returned."""
+    if depth > PLAIN_DEPTH:
+        return repr(value)[:300]
     if isinstance(value, dict):
-        plain = {str(k): _plain(v) for k, v in value.items()}
-        if isinstance(plain.get("payload"), str):  # a digest travels, not the megabytes
-            text = plain.pop("payload")
+        items = list(value.items())[:PLAIN_ITEMS]
+        plain = {str(k): _plain(v, depth + 1) for k, v in items if k != "payload"}
+        text = value.get("payload")
+        if isinstance(text, str):  # a digest travels, not the megabytes
             plain.update(payload_chars=len(text), payload_digest=digest(text))
+        elif "payload" in value:
+            plain["payload"] = _plain(text, depth + 1)
         return plain
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
+        return [_plain(v, depth + 1) for v in value[:PLAIN_ITEMS]]
+    if isinstance(value, str):
+        return value[:10_000]
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     return repr(value)[:300]
 
@@ -292,7 +304,8 @@ def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict
     except NotImplementedError:
         raise  # the untouched stub: "not implemented yet", not "an error without a traceback"
     except Exception as exc:
-        ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:]}
+        # the whole chain: a launcher may re-raise the rank's error `from` it, as its __cause__
+        ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:], "chain": chain_facts(exc)}
     returned = time.time()
     raised_at = _markers(markers, "raised").get(world_size - 1)
     ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None

@@ -12,7 +12,7 @@ import numpy as np
 
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
-from grader.judge.diagnose import stuck_frame, student_line
+from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
 
 NODES = [2, 1]
 WORLD = sum(NODES)
@@ -135,12 +135,13 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
     named = _named_init_mistake(processes)
     if named:
         raise ctx.fail(named, hint="rank_from_env")
-    for process in processes:
+    # a process that failed by itself first: another's lost connection is only its echo
+    for process in sorted(processes, key=lambda p: bool(error_echo_phrase(p["error"]))):
         error = process["error"]
         if error and error["stage"] == "running the script":
             raise ctx.fail(
                 f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
-                f"{error['message']}{_at(error)}",
+                f"{error['message']}{_at(error)}{meaning_line(error)}",
                 details=error.get("traceback", ""),
             )
     if launch["timed_out"]:

@@ -219,7 +219,7 @@ def _device_on_simulated_gpu_node(script: dict[str, Any], facts: Facts) -> str |
     facts.update(bound=node.current)
     try:
         device = torch.device(chosen)
-    except (RuntimeError, TypeError):
+    except (RuntimeError, TypeError, ValueError, OverflowError):  # what it returned is the fact: no device
         return repr(chosen)[:80]
     if device.type == "cuda" and device.index is None:
         return f"cuda:{node.current}"

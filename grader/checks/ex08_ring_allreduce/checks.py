@@ -16,6 +16,7 @@ from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import where
+from grader.judge.explain import error_messages
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -26,7 +27,7 @@ SIZE_MISMATCH = re.compile(r"The size of tensor a \(\d+\) must match the size of
 
 def _timed_out(outcome: RankOutcome, operation: str) -> bool:
     """Whether the rank gave up waiting in `operation` ("send" or "recv"), or hung to the deadline."""
-    message = (outcome.error or {}).get("message", "")
+    message = error_messages(outcome.error)
     return f"for {operation} operation" in message or outcome.stopped == "deadline"
 
 
@@ -125,10 +126,15 @@ def _wrong_sum(
     # One mixture shared by every run: runs[0]'s, so it is None exactly when the set holds None.
     if len(mixtures) == 1 and (mixture := runs[0].mixture) is not None and len(set(mixture)) == 1:
         factor = mixture[0]
-        what = "averaged: it holds exactly 1/W of the sum (the mean)" if factor < 1 else f"{factor:g} times the sum"
-        return ctx.fail(
-            f"{whole} is {what}; all_reduce sums (SUM is its default op): do not divide by W", hint="in_place"
-        )
+        if abs(factor * world - 1) < 1e-9:
+            return ctx.fail(
+                f"{whole} is averaged: it holds exactly 1/W of the sum (the mean); all_reduce sums (SUM is its "
+                "default op): do not divide by W",
+                hint="in_place",
+            )
+        if factor == 0:
+            return ctx.fail(f"{whole} holds zeros: nothing of the ranks' inputs reached it", hint="in_place")
+        return ctx.fail(f"{whole} is {factor:g} times the sum of the ranks' tensors", hint="in_place")
     tail = size - size % world
     wrong = [run for run in runs if run.mixture != sum_]
     own = tuple(float(r == rank) for r in range(world))
@@ -260,12 +266,27 @@ def sums_correctly(ctx: CheckContext) -> None:
         expected = inputs.sum(axis=0)
         for rank, rank_calls in enumerate(calls):
             call = rank_calls[index]
-            output = np.asarray(call["output"])
-            if list(output.shape) != shape:
-                raise ctx.fail(f"the tensor changed shape: {list(output.shape)} instead of {shape}")
-            output = output.reshape(-1).astype(np.float64)
+            if call["shape"] != shape:
+                raise ctx.fail(
+                    f"ring_all_reduce left a tensor of shape {call['shape']} on rank {rank}, expected {shape} (the "
+                    "input's): the sum must be written into `tensor` itself",
+                    hint="in_place",
+                )
+            if call["dtype"] != "float32":
+                raise ctx.fail(
+                    f"ring_all_reduce left a tensor of dtype {call['dtype']} on rank {rank}, expected float32 (the "
+                    "input's): the sum must be written into `tensor` itself",
+                    hint="in_place",
+                )
+            output = np.asarray(call["output"]).reshape(-1).astype(np.float64)
             if np.allclose(output, expected, rtol=1e-5, atol=1e-5):
                 continue
+            odd = int(np.count_nonzero(~np.isfinite(output)))
+            if odd:
+                raise ctx.fail(
+                    f"{odd} of {output.size} elements of rank {rank}'s tensor of shape {shape} are NaN or infinite "
+                    "after ring_all_reduce; the sum of these inputs is finite everywhere"
+                )
             if np.allclose(output, inputs[rank]):
                 returned = (
                     " (the function returned a new tensor: the sum must be written into `tensor`)"

@@ -74,7 +74,11 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
         call: dict[str, Any] = {"sent_before": len(sent)}
         ctx.facts["calls"].append(call)
         returned = ring_all_reduce(tensor)
-        call["output"] = tensor.clone()
+        # What the tensor became, as facts the judge can always read: its values only when they are
+        # still float32 (a complex or bfloat16 tensor could not even be reported).
+        call["dtype"] = str(tensor.dtype).removeprefix("torch.")
+        call["shape"] = list(tensor.shape)
+        call["output"] = tensor.detach().clone() if tensor.dtype == torch.float32 else None
         call["returned_tensor"] = isinstance(returned, torch.Tensor)
         messages = sent[call.pop("sent_before") :]
         call["bytes"] = sum(s["bytes"] for s in messages)

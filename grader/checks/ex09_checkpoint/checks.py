@@ -9,6 +9,7 @@ from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.explain import error_types
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.writes import barrier_callers, went_on_early, writers_problem
 
@@ -28,7 +29,7 @@ def _early_load(result: RunResult, path: str) -> str:
     facts = [outcome.facts for outcome in result.ranks]
     loads = [[e["start"] for e in f.get("writes", []) if e["op"] == "load"] for f in facts]
     early = went_on_early([f.get("writes", []) for f in facts], path, [f.get("host", "") for f in facts], loads)
-    missing = [o.rank for o in result.ranks if (o.error or {}).get("type") == "FileNotFoundError" and loads[o.rank]]
+    missing = [o.rank for o in result.ranks if "FileNotFoundError" in error_types(o.error) and loads[o.rank]]
     for rank in sorted({*early, *missing} - {0}):
         if loads[rank]:
             raced = f"rank {rank} called torch.load before rank 0 had finished writing the checkpoint"

@@ -10,6 +10,7 @@ import numpy as np
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.explain import error_messages
 
 SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
@@ -34,7 +35,7 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
 
 def _unused_parameter_error(result: RunResult) -> str:
     for outcome in result.ranks:
-        message = (outcome.error or {}).get("message", "")
+        message = error_messages(outcome.error)
         if any(text in message for text in UNUSED_MESSAGES):
             return f"rank {outcome.rank}"
     return ""
