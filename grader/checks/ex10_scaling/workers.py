@@ -20,7 +20,18 @@ def _call(function: Any, args: tuple) -> Any:
         raise
     except Exception as exc:
         return {"raised": f"{type(exc).__name__}: {exc}"}
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
+    return _recorded(value)
+
+
+def _recorded(value: Any) -> Any:
+    """A real number as a float, anything else as its (short) repr: never an error of the grader's own, even
+    for an int too large for a float or an object whose repr raises."""
+    try:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        return repr(value)[:200]
+    except Exception as exc:  # OverflowError from float(10**400), anything from a student's __repr__
+        return f"<a {type(value).__name__} that cannot be shown: {type(exc).__name__}>"
 
 
 def evaluate(ctx: RankContext, names: list[str], seed: int | None = None) -> dict[str, Any]:
