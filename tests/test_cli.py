@@ -158,7 +158,17 @@ def test_import_error_in_student_file_is_an_error_not_a_crash(course, capsys):
     assert out.count("importing ex01_process_group.py failed: ModuleNotFoundError") == 1, "said once per exercise"
     entries = json.loads((course / "out.json").read_text())
     assert {e["status"] for e in entries} == {"error"}
-    assert set(entries[0]) == {"exercise", "check", "world_size", "status", "message", "seconds", "hint", "hint_text"}
+    assert set(entries[0]) == {
+        "exercise",
+        "check",
+        "world_size",
+        "status",
+        "message",
+        "seconds",
+        "cause",
+        "hint",
+        "hint_text",
+    }
 
 
 def test_hint_prints_objectives_and_hints(course, capsys):
@@ -284,3 +294,4 @@ def test_check_json_to_stdout_is_only_json_and_each_failure_carries_its_hint(cou
     assert failed["status"] == "failed" and failed["hint"] is not None
     assert failed["hint_text"] == exercise.hints[failed["hint"] - 1].text
     assert all(e["hint"] is None and e["hint_text"] is None for e in entries if e["status"] == "passed")
+    assert all(e["cause"] == "" for e in entries if e["status"] == "passed")  # a cause only where one is proven

@@ -15,7 +15,7 @@ from typing import Any
 from grader.catalog import Catalog, CatalogError
 from grader.judge.verdict import CheckResult
 
-FIELDS = ("exercise", "check", "world_size", "status", "message", "seconds")
+FIELDS = ("exercise", "check", "world_size", "status", "message", "seconds", "cause")  # cause: "" unless proven
 STDOUT = "-"
 
 
