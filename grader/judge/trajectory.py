@@ -242,7 +242,7 @@ class _Locator:
             buffer = _plus(_scaled(buffer, momentum), earlier["grads"]) if buffer else dict(earlier["grads"])
         if buffer:
             fitted = scale_of(_minus(_scaled(update, -1 / lr), grads), buffer)
-            if np.isfinite(fitted) and 0 <= fitted < 1:
+            if np.isfinite(fitted) and fitted >= 0:  # momentum 1 or more is a mistake too: the replay decides
                 fits["momentum"] = _round(fitted)
         new_buffer = _plus(_scaled(buffer, momentum), grads) if buffer else grads
         decayed = self._weights_in_buffer(step)

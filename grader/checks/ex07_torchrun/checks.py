@@ -16,6 +16,8 @@ from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, 
 
 NODES = [2, 1]
 WORLD = sum(NODES)
+FEATURES = 4  # the exercise's model: nn.Linear(FEATURES, 1), a weight and a bias
+MODEL_SHAPES = [[1, FEATURES], [1]]
 LOCAL_RANKS = [local for size in NODES for local in range(size)]
 STEP_CHOICES = (2, 4, 5)  # never the 3 of the docstring's example: a hard-coded count shows
 BATCH, LR = 8, 0.1
@@ -242,6 +244,13 @@ def trains_in_sync(ctx: CheckContext) -> None:
                     "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
                     hint="ddp_training",
                 )
+    shapes = [list(shape) for shape in (rank0["start"] or {}).get("shapes", [])]
+    if shapes != MODEL_SHAPES:
+        raise ctx.fail(
+            f"the model trained has parameters of shapes {shapes}; the exercise's nn.Linear({FEATURES}, 1) has "
+            f"{MODEL_SHAPES} (a weight and a bias), which the reference trains",
+            hint="ddp_training",
+        )
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
         if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
