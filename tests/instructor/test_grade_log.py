@@ -28,6 +28,7 @@ def _grade(name: str, passed: bool = True) -> SubmissionGrade:
         details="d",
         hint_number=None if passed else 2,
         notes=["n"],
+        cause="" if passed else "wrong_rank",  # a proven cause travels with the result
     )
     return SubmissionGrade(name, [result], 1.25, "" if passed else "a problem")
 
@@ -38,6 +39,7 @@ def test_grades_come_back_as_they_were_written(tmp_path: Path) -> None:
         for grade in grades:
             log.add(grade)
     assert read_grades(tmp_path / "grades.jsonl") == grades
+    assert read_grades(tmp_path / "grades.jsonl")[1].results[0].cause == "wrong_rank"
 
 
 def test_a_line_cut_off_by_an_interrupted_batch_is_dropped_only_at_the_end(tmp_path: Path) -> None:
