@@ -1,0 +1,346 @@
+"""Judging exercise 12: the numbers against one process on the union batch (localize, then replay),
+and what the grader's own instrumentation saw of the all-reduces: when each started, with async_op or
+not, how many per step and of how many elements, which handles were waited for before the step, the
+hooks registered on the tied weight and the frozen parameter's .grad."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.judge import replay
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.trajectory import Finding, Setting, diagnose
+
+STEPS, BATCH, LR, BUCKET_BYTES = 4, 4, 0.05, 256
+TIED, TIED_ALSO, FROZEN = "shared.weight", "shared_again.weight", "frozen.weight"
+_HYPOTHESES = replay.load(__package__ or "")
+
+
+def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+    ranks = ctx.facts(
+        "train", steps=STEPS, batch_size=BATCH, lr=LR, bucket_bytes=BUCKET_BYTES, **ctx.seeds("data", "model")
+    )
+    counts = [len(f["steps"]) for f in ranks]
+    if len(set(counts)) != 1:
+        raise ctx.fail(
+            f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops early leaves "
+            "the others waiting in an all-reduce"
+        )
+    if counts[0] == 0:
+        raise ctx.fail("train_overlapped never called optimizer.step()", hint="optimizer")
+    if counts[0] != STEPS:
+        raise ctx.fail(f"{counts[0]} optimizer steps for {STEPS} batches: one step per batch", hint="optimizer")
+    return ranks
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference(
+        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
+
+
+def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
+    proven = "" if finding.cause == "measured" else finding.cause
+    return ctx.fail(prefix + finding.message, hint=finding.hint or "wait_then_average", cause=proven)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return first_difference(a, b, rtol=1e-6, atol=1e-7) is None
+
+
+def _gradient_calls(facts: dict[str, Any], step: int) -> list[dict[str, Any]]:
+    """The all-reduces of `step` (from 1) issued once its backward had started."""
+    return [c for c in facts["comm"]["calls"] if c["step"] == step and (c["backward"] or c["after_backward"])]
+
+
+def _trained_elements(facts: dict[str, Any]) -> int:
+    comm = facts["comm"]
+    sizes = comm["sizes"]
+    return sum(sizes[name] for name in comm["trained"]) // 4  # fp32 elements
+
+
+def _sources(ranks: list[dict[str, Any]]) -> str | None:
+    """Whose initial weights the ranks started from, when they did not all start from rank 0's."""
+    starts = [f["start"] for f in ranks]
+    own = [_same(f["initial"], f["start"]) for f in ranks]
+    if not all(_same(s, starts[0]) for s in starts):
+        apart = next(r for r, s in enumerate(starts) if not _same(s, starts[0]))
+        if all(own):
+            return (
+                f"rank {apart} started its first step from other weights than rank 0: every rank started from "
+                "its own initial weights (the grader seeds each rank differently), so rank 0's weights were never "
+                "broadcast"
+            )
+        return f"rank {apart} started its first step from other weights than rank 0 ({first_difference(starts[apart], starts[0])})"
+    if not _same(ranks[0]["initial"], starts[0]):
+        source = next((r for r, f in enumerate(ranks) if _same(f["initial"], starts[0])), None)
+        if source is not None:
+            return (
+                f"every rank started from rank {source}'s initial weights, not rank 0's: the broadcast's source is "
+                "rank 0 (src=0)"
+            )
+        return "the ranks started from the same weights, but they are no rank's initial weights"
+    return None
+
+
+@check("matches_single_process")
+def matches_single_process(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    sources = _sources(ranks)
+    if sources:
+        cause = "no_broadcast" if "never broadcast" in sources else "broadcast_wrong_source" if "src=0" in sources else ""
+        raise ctx.fail(sources, hint="broadcast_first", cause=cause)
+    reference = _reference(ctx)
+
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return ctx.reference(
+            "replays",
+            world_size=ctx.world_size,
+            steps=STEPS,
+            batch_size=BATCH,
+            lr=LR,
+            hypotheses=hypotheses,
+            **ctx.seeds("data", "model"),
+        )
+
+    setting = Setting(
+        lr=LR,
+        momentum=reference["momentum"],
+        factors={"b": BATCH, "W": ctx.world_size},
+        reference="one process on the union of the ranks' batches",
+        hypotheses=_HYPOTHESES,
+        replay=replays,
+        losses=[step["part_losses"] for step in reference["steps"]],
+    )
+    finding = diagnose(ranks[0]["steps"], ranks[0]["start"], reference["steps"], reference["start"], setting)
+    if finding:
+        raise _fail(ctx, finding)
+    for rank, facts in enumerate(ranks[1:], 1):
+        for step, (mine, first) in enumerate(zip(facts["steps"], ranks[0]["steps"]), 1):
+            difference = first_difference(mine["params"], first["params"], rtol=1e-5, atol=1e-6)
+            if difference:
+                gradient = first_difference(mine["grads"], first["grads"], rtol=1e-5, atol=1e-6)
+                what = f"its gradient differs ({gradient})" if gradient else f"its weights differ ({difference})"
+                raise ctx.fail(
+                    f"rank 0 follows the reference, but rank {rank} leaves it at step {step}: {what}; every rank "
+                    "must hold the same averaged gradient at the step",
+                    hint="wait_then_average",
+                )
+    difference = first_difference(ranks[0]["final"], reference["steps"][-1]["params"])
+    if difference:
+        raise ctx.fail(f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}")
+
+
+@check("overlaps_backward")
+def overlaps_backward(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    for rank, facts in enumerate(ranks):
+        total = len(facts["comm"]["trained"])
+        for step in range(1, STEPS + 1):
+            calls = _gradient_calls(facts, step)
+            if not calls:
+                raise ctx.fail(
+                    f"step {step}, rank {rank}: no dist.all_reduce once backward had started, so nothing "
+                    "overlapped with it (the gradients were averaged some other way, or not at all)",
+                    hint="async_buckets",
+                )
+            blocking = [c for c in calls if not c["async"]]
+            if blocking:
+                during = sum(c["backward"] for c in blocking)
+                raise ctx.fail(
+                    f"synchronous all-reduce: step {step}, rank {rank}: {len(blocking)} of its {len(calls)} "
+                    f"all-reduces were called with async_op=False ({during} of them inside backward), and each "
+                    "blocks until its message is through: the numbers can be right, but backward waits for every "
+                    "bucket, so nothing overlaps. Launch them with dist.all_reduce(flat, async_op=True) and wait "
+                    "before optimizer.step()",
+                    hint="async_buckets",
+                    cause="synchronous_all_reduce",
+                )
+            first = calls[0]
+            if not first["backward"]:
+                raise ctx.fail(
+                    f"step {step}, rank {rank}: the first all-reduce started after backward had ended (all "
+                    f"{total} trained gradients were ready), so none overlapped with backward; launch each bucket "
+                    "from the post-accumulate-grad hook as soon as it is full",
+                    hint="post_accumulate_hook",
+                )
+            if first["ready"] >= total:
+                raise ctx.fail(
+                    f"step {step}, rank {rank}: the first all-reduce started only when all {total} trained "
+                    f"gradients were ready (the bucket of {BUCKET_BYTES} bytes is full earlier), so nothing was "
+                    "left of backward to overlap with",
+                    hint="async_buckets",
+                )
+            early = [c for c in calls if c["backward"] and c["ready"] < total]
+            if all(c.get("waited_in_backward") and c.get("waited_ready") == c["ready"] for c in early):
+                raise ctx.fail(
+                    f"step {step}, rank {rank}: every all-reduce launched during backward was waited for at once, "
+                    "before the next gradient was ready: async_op=True followed by wait() in the hook is a "
+                    "synchronous all-reduce. Keep the handles and wait for them after loss.backward()",
+                    hint="wait_then_average",
+                    cause="waited_in_hook",
+                )
+
+
+def _pack(order: list[str], sizes: dict[str, int], cap: int, before: bool) -> int:
+    """Buckets from `order`: closed once they hold `cap` bytes, or (`before`) also just before they would pass it."""
+    count = filled = 0
+    for name in order:
+        if before and filled and filled + sizes[name] > cap:
+            count, filled = count + 1, 0
+        filled += sizes[name]
+        if filled >= cap:
+            count, filled = count + 1, 0
+    return count + (1 if filled else 0)
+
+
+def _accepted(facts: dict[str, Any], step: int) -> set[int]:
+    comm = facts["comm"]
+    orders = [comm["trained"], comm["trained"][::-1]]
+    if len(comm["order"]) >= step:
+        seen = list(dict.fromkeys(comm["order"][step - 1]))
+        orders.append(seen)
+    return {_pack(order, comm["sizes"], BUCKET_BYTES, before) for order in orders for before in (False, True)}
+
+
+@check("buckets_by_size")
+def buckets_by_size(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    for rank, facts in enumerate(ranks):
+        total = _trained_elements(facts)
+        sizes = facts["comm"]["sizes"]
+        trained = facts["comm"]["trained"]
+        for step in range(1, STEPS + 1):
+            calls = _gradient_calls(facts, step)
+            elements = sum(c["numel"] for c in calls)
+            at = f"step {step}, rank {rank}"
+            if elements < total:
+                order = list(dict.fromkeys(facts["comm"]["order"][step - 1])) if len(facts["comm"]["order"]) >= step else []
+                tails = {sum(sizes[n] for n in order[-k:]) // 4 for k in range(1, len(order) + 1)}
+                if calls and total - elements in tails:
+                    raise ctx.fail(
+                        f"{at}: {elements} of the {total} trained gradient elements were all-reduced; the "
+                        f"{total - elements} missing are those of the last gradients to be ready: the last, "
+                        "partly filled bucket was never launched. Launch it after loss.backward()",
+                        hint="flush_last_bucket",
+                        cause="last_bucket_not_launched",
+                    )
+                raise ctx.fail(
+                    f"{at}: {elements} of the {total} trained gradient elements were all-reduced in {len(calls)} "
+                    "all-reduce(s); every trained gradient is reduced once per step",
+                    hint="flush_last_bucket",
+                )
+            if elements > total:
+                raise ctx.fail(
+                    f"{at}: {elements} elements were all-reduced where the trained gradients hold {total}: "
+                    f"{elements - total} too many (some gradients reduced twice, or a bucket left over from the step before)",
+                    hint="tied_and_frozen",
+                )
+            accepted = _accepted(facts, step)
+            if len(calls) in accepted:
+                continue
+            numels = sorted(c["numel"] for c in calls)
+            if len(calls) == len(trained) and numels == sorted(sizes[n] // 4 for n in trained):
+                raise ctx.fail(
+                    f"one all-reduce per parameter: {at}: {len(calls)} all-reduces, one for each trained "
+                    f"parameter, where buckets of {BUCKET_BYTES} bytes give {_counts(accepted)}; bucket_bytes is "
+                    "ignored, and each message pays its latency",
+                    hint="async_buckets",
+                    cause="one_per_parameter",
+                )
+            raise ctx.fail(
+                f"{at}: {len(calls)} all-reduce(s) of {numels} elements, where buckets of {BUCKET_BYTES} bytes "
+                f"({total * 4} bytes of gradients) give {_counts(accepted)}: a bucket is launched as soon as it "
+                "holds bucket_bytes or more",
+                hint="async_buckets",
+            )
+
+
+def _counts(accepted: set[int]) -> str:
+    values = sorted(accepted)
+    return " or ".join(str(v) for v in values) + " all-reduces"
+
+
+@check("tied_and_frozen")
+def tied_and_frozen(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    for rank, facts in enumerate(ranks):
+        comm = facts["comm"]
+        hooks = comm["registered"].get(TIED, {})
+        total = _trained_elements(facts)
+        tied = comm["sizes"][TIED] // 4
+        extra = [sum(c["numel"] for c in _gradient_calls(facts, s)) - total for s in range(1, STEPS + 1)]
+        registered = hooks.get("post_accumulate", 0) + hooks.get("tensor", 0)
+        if registered > 1:
+            measured = (
+                f"all-reduced {extra[0]} elements more than the trained gradients hold at step 1"
+                if extra[0] > 0
+                else "registered on one tensor"
+            )
+            raise ctx.fail(
+                f"tied weight reduced {registered} times: rank {rank} registered {registered} hooks on {TIED} "
+                f"({TIED_ALSO} is the same tensor), {measured}. A tied weight is one parameter: one hook, one "
+                "place in one bucket",
+                hint="tied_and_frozen",
+                cause="tied_reduced_twice",
+            )
+        if any(e == tied for e in extra):
+            step = extra.index(tied) + 1
+            raise ctx.fail(
+                f"step {step}, rank {rank}: {total + tied} elements all-reduced where the trained gradients hold "
+                f"{total}: {tied} too many, the size of the tied weight {TIED}",
+                hint="tied_and_frozen",
+            )
+        grads = comm["frozen_grads"]
+        held = next((s for s, g in enumerate(grads, 1) if g != "none"), None)
+        if held is not None:
+            frozen = comm["sizes"][FROZEN] // 4
+            also = (
+                f"; {frozen} elements more than the trained gradients hold were all-reduced, the size of {FROZEN}"
+                if extra[held - 1] == frozen
+                else ""
+            )
+            raise ctx.fail(
+                f"frozen parameter given a gradient: at step {held}, rank {rank}, {FROZEN} (requires_grad=False) "
+                f"had a .grad ({grads[held - 1]}) when optimizer.step() ran{also}. A frozen parameter has no "
+                "gradient, no hook and no place in a bucket: its .grad stays None",
+                hint="tied_and_frozen",
+                cause="frozen_reduced" if also else "",
+            )
+        if facts.get("frozen_moved", 0.0) > 0:
+            raise ctx.fail(
+                f"the frozen parameter {FROZEN} moved on rank {rank} (by up to {facts['frozen_moved']:.3g}) during "
+                "training; it is frozen",
+                hint="tied_and_frozen",
+            )
+
+
+@check("waits_before_step")
+def waits_before_step(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    for rank, facts in enumerate(ranks):
+        calls = facts["comm"]["calls"]
+        for step, unwaited in enumerate(facts["comm"]["unwaited"], 1):
+            if not unwaited:
+                continue
+            launched = [c for c in calls if c["step"] == step and c["async"]]
+            later = [calls[i] for i in unwaited if calls[i].get("waited")]
+            measured = (
+                f"step {step}, rank {rank}: {len(unwaited)} of the {len(launched)} asynchronous all-reduces of "
+                "the step had not been waited for when optimizer.step() ran, so the step used gradients that were "
+                "not yet averaged"
+            )
+            if len(later) == len(unwaited):
+                raise ctx.fail(
+                    f"optimizer.step() before wait(): {measured}; each was waited for only after the step. Wait for "
+                    "every handle, then step",
+                    hint="wait_then_average",
+                    cause="step_before_wait",
+                )
+            raise ctx.fail(
+                f"{measured}; {len(unwaited) - len(later)} of them were never waited for at all. Every handle is "
+                "waited for (a finished later one does not finish the earlier ones)",
+                hint="wait_then_average",
+                cause="handle_not_waited",
+            )
