@@ -10,17 +10,68 @@ from typing import Any
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.diagnose import failure_verdict
 from grader.judge.trajectory import Finding, Setting, diagnose
 
-STEPS, BATCH, LR, BUCKET_BYTES = 4, 4, 0.05, 256
+STEPS, BATCH, LR, BUCKET_BYTES = 4, 3, 0.05, 500
 TIED, TIED_ALSO, FROZEN = "shared.weight", "shared_again.weight", "frozen.weight"
 _HYPOTHESES = replay.load(__package__ or "")
 
 
+def _tensor_hooks(facts: dict[str, Any]) -> int:
+    """How many trained parameters got a tensor hook (register_hook) and no post-accumulate-grad hook."""
+    registered = facts.get("comm", {}).get("registered", {})
+    return sum(1 for counts in registered.values() if counts["tensor"] and not counts["post_accumulate"])
+
+
+def _short_tail(facts: dict[str, Any], step: int) -> int:
+    """The elements missing from `step`'s all-reduces when they are exactly the last gradients to be
+    ready (the last bucket, never launched); 0 otherwise."""
+    comm = facts.get("comm")
+    if not comm or len(comm["order"]) < step:
+        return 0
+    calls = _gradient_calls(facts, step)
+    missing = _trained_elements(facts) - sum(c["numel"] for c in calls)
+    order = list(dict.fromkeys(comm["order"][step - 1]))
+    tails = {sum(comm["sizes"][n] for n in order[-k:]) // 4 for k in range(1, len(order))}
+    return missing if calls and missing > 0 and missing in tails else 0
+
+
+def _explained(ctx: CheckContext, result: Any) -> None:
+    """A run that failed with what the grader measured before the error, when that names its cause."""
+    verdict = failure_verdict(result, ctx.student_file)
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = [r.facts for r in result.ranks]
+    none_grad = any("NoneType" in str((r.error or {}).get("message", "")) for r in result.ranks)
+    hooked = _tensor_hooks(facts[0]) if facts[0] else 0
+    if none_grad and hooked:
+        raise ctx.fail(
+            f"tensor hooks, not post-accumulate-grad hooks: rank 0 registered p.register_hook on {hooked} "
+            "parameters and none with register_post_accumulate_grad_hook; a tensor hook runs on the incoming "
+            "gradient before it is accumulated into .grad, which is still None there on the first step. "
+            f"{verdict.message}",
+            hint="post_accumulate_hook",
+            cause="tensor_hook",
+        )
+    missing = _short_tail(facts[0], 1) if facts[0] and facts[0].get("comm") else 0
+    if missing:
+        raise ctx.fail(
+            f"step 1, rank 0 all-reduced {_trained_elements(facts[0]) - missing} of the "
+            f"{_trained_elements(facts[0])} trained gradient elements; the {missing} missing are those of the last "
+            "gradients to be ready: the last, partly filled bucket was never launched, and was still open when the "
+            f"next step began. {verdict.message}",
+            hint="flush_last_bucket",
+            cause="last_bucket_not_launched",
+        )
+
+
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    ranks = ctx.facts(
+    result = ctx.run(
         "train", steps=STEPS, batch_size=BATCH, lr=LR, bucket_bytes=BUCKET_BYTES, **ctx.seeds("data", "model")
     )
+    _explained(ctx, result)
+    ranks = ctx.require(result)
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(
@@ -115,6 +166,14 @@ def matches_single_process(ctx: CheckContext) -> None:
     )
     finding = diagnose(ranks[0]["steps"], ranks[0]["start"], reference["steps"], reference["start"], setting)
     if finding:
+        hooked = _tensor_hooks(ranks[0])
+        if finding.cause == "measured" and hooked:
+            raise _fail(
+                ctx,
+                finding,
+                f"rank 0 registered tensor hooks (p.register_hook) on {hooked} parameters and no "
+                "post-accumulate-grad hook; a tensor hook runs before the gradient is accumulated into .grad. ",
+            )
         raise _fail(ctx, finding)
     for rank, facts in enumerate(ranks[1:], 1):
         for step, (mine, first) in enumerate(zip(facts["steps"], ranks[0]["steps"]), 1):
@@ -216,9 +275,7 @@ def buckets_by_size(ctx: CheckContext) -> None:
             elements = sum(c["numel"] for c in calls)
             at = f"step {step}, rank {rank}"
             if elements < total:
-                order = list(dict.fromkeys(facts["comm"]["order"][step - 1])) if len(facts["comm"]["order"]) >= step else []
-                tails = {sum(sizes[n] for n in order[-k:]) // 4 for k in range(1, len(order) + 1)}
-                if calls and total - elements in tails:
+                if _short_tail(facts, step):
                     raise ctx.fail(
                         f"{at}: {elements} of the {total} trained gradient elements were all-reduced; the "
                         f"{total - elements} missing are those of the last gradients to be ready: the last, "
