@@ -111,27 +111,30 @@ def _trained_elements(facts: dict[str, Any]) -> int:
     return sum(sizes[name] for name in comm["trained"]) // 4  # fp32 elements
 
 
-def _sources(ranks: list[dict[str, Any]]) -> str | None:
-    """Whose initial weights the ranks started from, when they did not all start from rank 0's."""
+def _sources(ranks: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """Whose initial weights the ranks started from, when they did not all start from rank 0's: the
+    measurement, and the cause it proves ("" where it proves none)."""
     starts = [f["start"] for f in ranks]
-    own = [_same(f["initial"], f["start"]) for f in ranks]
     if not all(_same(s, starts[0]) for s in starts):
         apart = next(r for r, s in enumerate(starts) if not _same(s, starts[0]))
-        if all(own):
+        if all(_same(f["initial"], f["start"]) for f in ranks):
             return (
                 f"rank {apart} started its first step from other weights than rank 0: every rank started from "
                 "its own initial weights (the grader seeds each rank differently), so rank 0's weights were never "
-                "broadcast"
+                "broadcast",
+                "no_broadcast",
             )
-        return f"rank {apart} started its first step from other weights than rank 0 ({first_difference(starts[apart], starts[0])})"
+        difference = first_difference(starts[apart], starts[0])
+        return f"rank {apart} started its first step from other weights than rank 0 ({difference})", ""
     if not _same(ranks[0]["initial"], starts[0]):
         source = next((r for r, f in enumerate(ranks) if _same(f["initial"], starts[0])), None)
         if source is not None:
             return (
                 f"every rank started from rank {source}'s initial weights, not rank 0's: the broadcast's source is "
-                "rank 0 (src=0)"
+                "rank 0 (src=0)",
+                "broadcast_wrong_source",
             )
-        return "the ranks started from the same weights, but they are no rank's initial weights"
+        return "the ranks started from the same weights, but they are no rank's initial weights", ""
     return None
 
 
@@ -140,8 +143,7 @@ def matches_single_process(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     sources = _sources(ranks)
     if sources:
-        cause = "no_broadcast" if "never broadcast" in sources else "broadcast_wrong_source" if "src=0" in sources else ""
-        raise ctx.fail(sources, hint="broadcast_first", cause=cause)
+        raise ctx.fail(sources[0], hint="broadcast_first", cause=sources[1])
     reference = _reference(ctx)
 
     def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
@@ -188,7 +190,9 @@ def matches_single_process(ctx: CheckContext) -> None:
                 )
     difference = first_difference(ranks[0]["final"], reference["steps"][-1]["params"])
     if difference:
-        raise ctx.fail(f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}")
+        raise ctx.fail(
+            f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}"
+        )
 
 
 @check("overlaps_backward")
@@ -291,7 +295,8 @@ def buckets_by_size(ctx: CheckContext) -> None:
             if elements > total:
                 raise ctx.fail(
                     f"{at}: {elements} elements were all-reduced where the trained gradients hold {total}: "
-                    f"{elements - total} too many (some gradients reduced twice, or a bucket left over from the step before)",
+                    f"{elements - total} too many (some gradients reduced twice, or a bucket left over from the "
+                    "step before)",
                     hint="tied_and_frozen",
                 )
             accepted = _accepted(facts, step)

@@ -123,7 +123,7 @@ class CommRecorder:
             self._handles.append(p.register_post_accumulate_grad_hook(self._accumulated))
         self._handles.append(register_optimizer_step_pre_hook(self._before_step))
         self._patch(dist, "all_reduce", self._all_reduce(dist.all_reduce))
-        self._patch(c10d, "all_reduce", getattr(dist, "all_reduce"))
+        self._patch(c10d, "all_reduce", dist.all_reduce)
         for name in ("register_post_accumulate_grad_hook", "register_hook"):
             self._patch(torch.Tensor, name, self._registration(getattr(torch.Tensor, name), name))
         self._patch(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
@@ -188,7 +188,9 @@ class CommRecorder:
         recorder = self
 
         @functools.wraps(original)
-        def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+        def all_reduce(
+            tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False
+        ) -> Any:
             record = {
                 "step": recorder.step + 1,
                 "numel": int(tensor.numel()) if isinstance(tensor, torch.Tensor) else 0,
@@ -238,7 +240,9 @@ def train(
     ctx.init_group()
     model = make_tied(seed=model_seed + ctx.rank)  # different on purpose: only the broadcast aligns them
     inputs, targets = make_regression(steps * ctx.world_size * batch_size, data_seed).tensors
-    batches = [(inputs[i].clone(), targets[i].clone()) for i in rank_indices(steps, ctx.world_size, batch_size, ctx.rank)]
+    batches = [
+        (inputs[i].clone(), targets[i].clone()) for i in rank_indices(steps, ctx.world_size, batch_size, ctx.rank)
+    ]
     comm = CommRecorder(model, ctx.facts).install()  # before the student's imports
     train_overlapped = ctx.student("train_overlapped")
     try:
@@ -264,7 +268,9 @@ def reference(
     per step, the mean loss of rank 0's batch at the weights it starts from."""
     dataset = make_regression(steps * world_size * batch_size, data_seed)
     parts = [[batch] for batch in rank_indices(steps, world_size, batch_size, 0)]
-    recorder = train_reference(make_tied(model_seed), dataset, union_indices(steps, world_size, batch_size), lr, parts=parts)
+    recorder = train_reference(
+        make_tied(model_seed), dataset, union_indices(steps, world_size, batch_size), lr, parts=parts
+    )
     facts = recorder.facts()
     _without_frozen(facts["steps"])
     facts["momentum"] = MOMENTUM
