@@ -64,6 +64,14 @@ def _explained(ctx: CheckContext, result: Any) -> None:
             hint="flush_last_bucket",
             cause="last_bucket_not_launched",
         )
+    sent = sum(c["numel"] for c in _gradient_calls(facts[0], 1)) if facts[0] and facts[0].get("comm") else 0
+    if sent > _trained_elements(facts[0]) > 0:
+        raise ctx.fail(
+            f"before the error, step 1 on rank 0 all-reduced {sent} elements where the trained gradients hold "
+            f"{_trained_elements(facts[0])}: some gradients were sent more than once (a bucket still holding "
+            f"gradients already launched?). {verdict.message}",
+            hint="async_buckets",
+        )
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -188,6 +196,8 @@ def matches_single_process(ctx: CheckContext) -> None:
                     "must hold the same averaged gradient at the step",
                     hint="wait_then_average",
                 )
+    if not ranks[0]["final"]:
+        raise ctx.fail(f"train_overlapped returned {ranks[0]['returned']}, not the model", hint="optimizer")
     difference = first_difference(ranks[0]["final"], reference["steps"][-1]["params"])
     if difference:
         raise ctx.fail(
