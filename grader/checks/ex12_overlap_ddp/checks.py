@@ -84,7 +84,8 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     if len(set(counts)) != 1:
         raise ctx.fail(
             f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops early leaves "
-            "the others waiting in an all-reduce"
+            "the others waiting in an all-reduce",
+            hint="optimizer",
         )
     if counts[0] == 0:
         raise ctx.fail("train_overlapped never called optimizer.step()", hint="optimizer")
@@ -201,7 +202,8 @@ def matches_single_process(ctx: CheckContext) -> None:
     difference = first_difference(ranks[0]["final"], reference["steps"][-1]["params"])
     if difference:
         raise ctx.fail(
-            f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}"
+            f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}",
+            hint="optimizer",
         )
 
 
