@@ -78,20 +78,21 @@ class _Deferred:
     def __init__(self, launch: Callable[[], Any], record: dict[str, Any], recorder: CommRecorder) -> None:
         self._launch, self._record, self._recorder, self._work = launch, record, recorder, None
 
-    def _started(self) -> Any:
+    def _started(self, blocking: bool = True) -> Any:
         if self._work is None:
             self._record["waited"] = True
+            self._work = self._launch()
+        if blocking and "waited_ready" not in self._record:  # the first wait: when, and in backward or not
             self._record["waited_ready"] = self._recorder.ready
             self._record["waited_in_backward"] = self._recorder.depth > 0
-            self._record["waited_step"] = self._recorder.step
-            self._work = self._launch()
         return self._work
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         return self._started().wait(*args, **kwargs)
 
     def get_future(self) -> Any:
-        return self._started().get_future()
+        # the future runs the all-reduce; taking it is no wait (a .then() callback chained in the hook overlaps)
+        return self._started(blocking=False).get_future()
 
     def is_completed(self) -> bool:
         return bool(self._started().is_completed())
