@@ -258,24 +258,27 @@ def overlaps_backward(ctx: CheckContext) -> None:
                 )
 
 
-def _pack(order: list[str], sizes: dict[str, int], cap: int, before: bool) -> int:
-    """Buckets from `order`: closed once they hold `cap` bytes, or (`before`) also just before they would pass it."""
-    count = filled = 0
+def _pack(order: list[str], sizes: dict[str, int], cap: int, before: bool) -> tuple[int, ...]:
+    """The elements of each bucket from `order`, sorted: a bucket is closed once it holds `cap` bytes, or
+    (`before`) also just before it would pass it; what is left is the last bucket."""
+    buckets: list[int] = []
+    filled = 0
     for name in order:
         if before and filled and filled + sizes[name] > cap:
-            count, filled = count + 1, 0
+            buckets, filled = [*buckets, filled], 0
         filled += sizes[name]
         if filled >= cap:
-            count, filled = count + 1, 0
-    return count + (1 if filled else 0)
+            buckets, filled = [*buckets, filled], 0
+    return tuple(sorted(size // 4 for size in [*buckets, *([filled] if filled else [])]))
 
 
-def _accepted(facts: dict[str, Any], step: int) -> set[int]:
+def _accepted(facts: dict[str, Any], step: int) -> set[tuple[int, ...]]:
+    """The buckets' elements the packing rules the stub accepts give: the order the gradients became
+    ready, the parameters' order or its reverse; closed at bucket_bytes, or just before passing it."""
     comm = facts["comm"]
     orders = [comm["trained"], comm["trained"][::-1]]
     if len(comm["order"]) >= step:
-        seen = list(dict.fromkeys(comm["order"][step - 1]))
-        orders.append(seen)
+        orders.append(list(dict.fromkeys(comm["order"][step - 1])))
     return {_pack(order, comm["sizes"], BUCKET_BYTES, before) for order in orders for before in (False, True)}
 
 
@@ -312,21 +315,23 @@ def buckets_by_size(ctx: CheckContext) -> None:
                     hint="tied_and_frozen",
                 )
             accepted = _accepted(facts, step)
-            if len(calls) in accepted:
+            numels = tuple(sorted(c["numel"] for c in calls))
+            if numels in accepted:
                 continue
-            numels = sorted(c["numel"] for c in calls)
-            if len(calls) == len(trained) and numels == sorted(sizes[n] // 4 for n in trained):
+            counts = {len(packing) for packing in accepted}
+            if len(calls) == len(trained) and list(numels) == sorted(sizes[n] // 4 for n in trained):
                 raise ctx.fail(
                     f"one all-reduce per parameter: {at}: {len(calls)} all-reduces, one for each trained "
-                    f"parameter, where buckets of {BUCKET_BYTES} bytes give {_counts(accepted)}; bucket_bytes is "
+                    f"parameter, where buckets of {BUCKET_BYTES} bytes give {_counts(counts)}; bucket_bytes is "
                     "ignored, and each message pays its latency",
                     hint="async_buckets",
                     cause="one_per_parameter",
                 )
+            expected = " or ".join(str(list(packing)) for packing in sorted(accepted))
             raise ctx.fail(
-                f"{at}: {len(calls)} all-reduce(s) of {numels} elements, where buckets of {BUCKET_BYTES} bytes "
-                f"({total * 4} bytes of gradients) give {_counts(accepted)}: a bucket is launched as soon as it "
-                "holds bucket_bytes or more",
+                f"{at}: {len(calls)} all-reduce(s) of {list(numels)} elements, where buckets of {BUCKET_BYTES} "
+                f"bytes ({total * 4} bytes of gradients) carry {expected} elements ({_counts(counts)}): a bucket is "
+                "launched as soon as it holds bucket_bytes or more",
                 hint="async_buckets",
             )
 
