@@ -400,6 +400,17 @@ def waits_before_step(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
         calls = facts["comm"]["calls"]
+        touched = [c for c in calls if c.get("modified")]
+        if touched:
+            touched = [c for c in touched if c["step"] == touched[0]["step"]]
+            raise ctx.fail(
+                f"tensor changed before wait(): step {touched[0]['step']}, rank {rank}: {len(touched)} tensor(s) "
+                "given to dist.all_reduce(..., async_op=True) were written in place after the call and before "
+                "the handle was waited for. Until wait() returns the backend may still be reading and writing "
+                "it: wait first, then divide (or divide before the call)",
+                hint="wait_then_average",
+                cause="modified_before_wait",
+            )
         for step, unwaited in enumerate(facts["comm"]["unwaited"], 1):
             if not unwaited:
                 continue

@@ -75,12 +75,17 @@ def union_indices(steps: int, world_size: int, batch_size: int) -> list[list[int
 class _Deferred:
     """A handle of an asynchronous all-reduce that runs it when it is first waited for."""
 
-    def __init__(self, launch: Callable[[], Any], record: dict[str, Any], recorder: CommRecorder) -> None:
+    def __init__(
+        self, launch: Callable[[], Any], record: dict[str, Any], recorder: CommRecorder, tensor: torch.Tensor
+    ) -> None:
         self._launch, self._record, self._recorder, self._work = launch, record, recorder, None
+        self._tensor, self._version = tensor, tensor._version
 
     def _started(self, blocking: bool = True) -> Any:
         if self._work is None:
             self._record["waited"] = True
+            # written in place between the call and the wait: a real backend may be reading or writing it then
+            self._record["modified"] = self._tensor._version != self._version
             self._work = self._launch()
         if blocking and "waited_ready" not in self._record:  # the first wait: when, and in backward or not
             self._record["waited_ready"] = self._recorder.ready
@@ -206,7 +211,7 @@ class CommRecorder:
             recorder.calls.append(record)
             if not async_op:
                 return original(tensor, op=op, group=group, async_op=False)
-            return _Deferred(lambda: original(tensor, op=op, group=group, async_op=True), record, recorder)
+            return _Deferred(lambda: original(tensor, op=op, group=group, async_op=True), record, recorder, tensor)
 
         return all_reduce
 
