@@ -59,6 +59,16 @@ def ring_alpha_beta_us(megabytes: float, world: int, alpha_us: float, gb_per_s: 
     return sum(alpha_us + chunk_bytes / (gb_per_s * 1e9) * 1e6 for _ in steps)
 
 
+def bucket_messages(sizes: list[float], cap: float) -> int:
+    """Walk the gradients in order: a bucket is sent once it holds cap or more, the rest at the end."""
+    sent, filled = 0, 0.0
+    for size in sizes:
+        filled += size
+        if filled >= cap:
+            sent, filled = sent + 1, 0.0
+    return sent + (1 if filled else 0)
+
+
 GB = 1e9
 REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
@@ -84,6 +94,9 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "ring-naive-ratio": lambda v: (2 * (v["W"] - 1) * 1.0) / (2 * ring_bytes(v["W"], 1.0)),
     "zero-comm-volume": lambda v: zero_sent_gb(v["P"], v["s"], v["N"]),
     "ring-alpha-beta": lambda v: ring_alpha_beta_us(v["M"], int(v["W"]), v["alpha"], v["B"]),
+    "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
+    "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
+    "overlap-exposed-time": lambda v: v["B"] + v["L"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
