@@ -8,7 +8,13 @@ runs=${1:-5}
 log=$(mktemp -d)
 (
     while :; do
-        if python -m grader check --solutions --all --no-warm >"$log/check.out" 2>&1; then echo ok; else echo FAIL; fi
+        n=$((${n:-0} + 1))
+        if python -m grader check --solutions --all --no-warm >"$log/check.out" 2>&1; then
+            echo ok
+        else
+            echo FAIL
+            cp "$log/check.out" "$log/check-failed-$n.out"  # kept: a failing check with a solution is a false failure
+        fi
     done >"$log/loop"
 ) &
 loop=$!
@@ -27,4 +33,7 @@ done
 kill $loop 2>/dev/null
 wait $loop 2>/dev/null
 echo "check loop beside it: $(grep -c . "$log/loop") runs, $(grep -c FAIL "$log/loop") failed; logs in $log"
+for failed_check in "$log"/check-failed-*.out; do
+    [ -e "$failed_check" ] && { echo "--- $failed_check"; grep -E "FAIL|ERROR" "$failed_check"; }
+done
 [ "$failed" -eq 0 ]
