@@ -232,6 +232,14 @@ class CheckContext:
         may be shared by every grading that asks for the same thing."""
         return self._trusted(worker, self.runs.reference(self.job(worker, 1, student=False, scratch=False, **kwargs)))
 
+    def replayer(self, **kwargs: Any) -> Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]]:
+        """The exercise's trusted `replays` worker with these arguments and the grading's data and model seeds,
+        as grader.judge.trajectory.Setting.replay takes it: hypotheses in, each one's replayed steps out. It
+        runs only when called, that is once a trajectory has left the reference."""
+        return lambda hypotheses: self.reference(
+            "replays", hypotheses=hypotheses, **kwargs, **self.seeds("data", "model")
+        )
+
     def inspect(self, worker: str, **kwargs: Any) -> dict[str, Any]:
         """Run a trusted worker that reads what the ranks left behind (a checkpoint file, say), on
         one fresh process that never loads the student's code, where the ranks ran (in a sandbox,

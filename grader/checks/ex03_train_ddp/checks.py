@@ -145,17 +145,13 @@ def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
     # steps count from 1 (the first update is step 1); epochs from 0, as set_epoch(epoch) counts them
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
 
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return ctx.reference(
-            "replays",
-            world_size=ctx.world_size,
-            size=SIZE,
-            epochs=EPOCHS,
-            batch_size=BATCH,
-            lr=LR,
-            hypotheses=hypotheses,
-            **ctx.seeds("data", "model"),
-        )
+    replays = ctx.replayer(
+        world_size=ctx.world_size,
+        size=SIZE,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        lr=LR,
+    )
 
     return Setting(
         lr=LR,

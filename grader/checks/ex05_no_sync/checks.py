@@ -143,17 +143,13 @@ def _step_count(
 
 
 def _setting(ctx: CheckContext, k: int, want: dict[str, Any]) -> Setting:
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return ctx.reference(
-            "replays",
-            world_size=ctx.world_size,
-            size=SIZE,
-            batch_size=BATCH,
-            k=k,
-            lr=LR,
-            hypotheses=hypotheses,
-            **ctx.seeds("data", "model"),
-        )
+    replays = ctx.replayer(
+        world_size=ctx.world_size,
+        size=SIZE,
+        batch_size=BATCH,
+        k=k,
+        lr=LR,
+    )
 
     return Setting(
         lr=LR,

@@ -26,16 +26,12 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: di
     if steps is None or len(steps) != len(want["steps"]):
         return None
 
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return ctx.reference(
-            "replays",
-            world_size=ctx.world_size,
-            steps=STEPS,
-            batch_size=BATCH,
-            lr=LR,
-            hypotheses=hypotheses,
-            **ctx.seeds("data", "model"),
-        )
+    replays = ctx.replayer(
+        world_size=ctx.world_size,
+        steps=STEPS,
+        batch_size=BATCH,
+        lr=LR,
+    )
 
     setting = Setting(
         lr=LR,

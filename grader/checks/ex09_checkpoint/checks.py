@@ -171,18 +171,14 @@ def resume_matches(ctx: CheckContext) -> None:
             )
     resumed = STEPS_BEFORE + 1
 
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return ctx.reference(
-            "replays",
-            world_size=ctx.world_size,
-            size=SIZE,
-            batch_size=BATCH,
-            steps_before=STEPS_BEFORE,
-            steps_after=STEPS_AFTER,
-            lr=LR,
-            hypotheses=hypotheses,
-            **ctx.seeds("data", "model"),
-        )
+    replays = ctx.replayer(
+        world_size=ctx.world_size,
+        size=SIZE,
+        batch_size=BATCH,
+        steps_before=STEPS_BEFORE,
+        steps_after=STEPS_AFTER,
+        lr=LR,
+    )
 
     for rank, facts in enumerate(ranks):
         setting = Setting(

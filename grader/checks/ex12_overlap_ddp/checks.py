@@ -155,16 +155,12 @@ def matches_single_process(ctx: CheckContext) -> None:
         raise ctx.fail(sources[0], hint="broadcast_first", cause=sources[1])
     reference = _reference(ctx)
 
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return ctx.reference(
-            "replays",
-            world_size=ctx.world_size,
-            steps=STEPS,
-            batch_size=BATCH,
-            lr=LR,
-            hypotheses=hypotheses,
-            **ctx.seeds("data", "model"),
-        )
+    replays = ctx.replayer(
+        world_size=ctx.world_size,
+        steps=STEPS,
+        batch_size=BATCH,
+        lr=LR,
+    )
 
     setting = Setting(
         lr=LR,
