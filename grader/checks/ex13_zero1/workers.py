@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._C._distributed_c10d import ProcessGroup
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
@@ -37,7 +38,12 @@ COLLECTIVES = (
     "_allgather_base",
     "allgather_coalesced",
     "allgather_into_tensor_coalesced",
+    "all_gather_single",  # torch 2.13's all_gather_into_tensor
+    "all_gather_single_coalesced",
     "reduce_scatter",
+    "reduce_scatter_single",  # torch 2.13's reduce_scatter_tensor
+    "reduce_scatter_single_coalesced",
+    "all_to_all_single",
     "_reduce_scatter_base",
     "reduce_scatter_tensor_coalesced",
     "broadcast",
@@ -160,6 +166,8 @@ class ZeroRecorder:
             self.snapshots.append(state_of(self.model))
 
     def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if isinstance(optimizer, ZeroRedundancyOptimizer):
+            return  # a wrapper: its local optimizer (`.optim`) is stepped, and seen, inside its step
         self.optimizers.setdefault(id(optimizer), optimizer)
         self.steps += 1
         at = len(self.snapshots)
@@ -171,6 +179,8 @@ class ZeroRecorder:
             self.no_grad[at] = [n for n, p in named if p.grad is None]
 
     def _after(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if isinstance(optimizer, ZeroRedundancyOptimizer):
+            return
         values = self.owned.setdefault(len(self.snapshots), {})
         for group in optimizer.param_groups:
             for p in group["params"]:
