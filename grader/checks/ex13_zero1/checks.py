@@ -111,7 +111,7 @@ def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
             hint="data_and_loss",
         )
     if not any(f["optimizers"] for f in ranks):
-        raise ctx.fail("no rank ever called optimizer.step() (the grader's step hooks saw none)", hint="adamw_over_owned")
+        raise ctx.fail("no rank ever called optimizer.step() (the grader's step hooks saw none)", hint="data_and_loss")
 
 
 # --- matches_adamw ---------------------------------------------------------------------------------
@@ -135,7 +135,8 @@ def _observed(facts: dict[str, Any]) -> list[dict[str, Any]]:
     """Per step, the gradient the rank's first optimizer step saw (absent on a rank that stepped nothing)
     and the weights after the exchange."""
     return [
-        {"grads": facts["grads"].get(str(k)), "params": facts["snapshots"][k]} for k in range(1, len(facts["snapshots"]))
+        {"grads": facts["grads"].get(str(k)), "params": facts["snapshots"][k]}
+        for k in range(1, len(facts["snapshots"]))
     ]
 
 
@@ -241,14 +242,15 @@ def matches_adamw(ctx: CheckContext) -> None:
     if len(proven) == 1:
         cause, says = proven[0]
         raise ctx.fail(
-            f"{says}. Measured: {measured}; replaying it on the reference reproduces all {STEPS} steps on "
-            f"every rank",
+            f"{says}. Measured: {measured}; replaying it on the reference reproduces all {STEPS} steps on every rank",
             hint=HYPOTHESES[cause]["hint"],
             cause=cause,
         )
     if proven:
         candidates = "; or ".join(says for _, says in proven)
-        raise ctx.fail(f"{measured}. Each of these reproduces every step, and this run cannot tell them apart: {candidates}")
+        raise ctx.fail(
+            f"{measured}. Each of these reproduces every step, and this run cannot tell them apart: {candidates}"
+        )
     raise ctx.fail(f"{measured}: {advice}")
 
 
@@ -289,8 +291,8 @@ def state_is_sharded(ctx: CheckContext) -> None:
     missing = [name for name in sizes if name not in holders]
     if missing:
         raise ctx.fail(
-            f"{measured}: no rank's optimizer holds {', '.join(missing)}, so {'it is' if len(missing) == 1 else 'they are'} "
-            "never updated; every parameter is owned by exactly one rank",
+            f"{measured}: no rank's optimizer holds {', '.join(missing)}, so no rank ever updates "
+            f"{'it' if len(missing) == 1 else 'them'}; every parameter is owned by exactly one rank",
             hint="partition",
         )
     bound = 2 * (total / world + largest)
@@ -361,7 +363,9 @@ def balanced_partition(ctx: CheckContext) -> None:
                 owners.setdefault(index, []).append(rank)
         outside = sorted(i for i in owners if not 0 <= i < len(sizes))
         if outside:
-            raise ctx.fail(f"{asked} returned {shards}: index {outside[0]} is not a parameter of the list", hint="partition")
+            raise ctx.fail(
+                f"{asked} returned {shards}: index {outside[0]} is not a parameter of the list", hint="partition"
+            )
         twice = sorted(i for i, ranks in owners.items() if len(ranks) > 1)
         if twice:
             raise ctx.fail(
@@ -382,7 +386,8 @@ def balanced_partition(ctx: CheckContext) -> None:
     if unbalanced:
         asked, shards, loads, bound = unbalanced[0]
         by_index = all(
-            calls["shards"] == [list(range(r, len(calls["sizes"]), world)) for r in range(world)] for calls in per_rank[0]
+            calls["shards"] == [list(range(r, len(calls["sizes"]), world)) for r in range(world)]
+            for calls in per_rank[0]
         )
         raise ctx.fail(
             f"unbalanced: {asked} gave loads {loads} (elements per rank), the largest above sum / W + the largest "
@@ -441,7 +446,7 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
         if rank == owner:
             rank0 = ranks[0]["snapshots"][k - 1][name]
             if owner != 0 and np.array_equal(ranks[owner]["snapshots"][k][name], rank0):
-                extra = f": it holds rank 0's value from before the step (sent from rank 0, not from the owner?)"
+                extra = ": it holds rank 0's value from before the step (sent from rank 0, not from the owner?)"
         raise ctx.fail(
             f"after step {k}, rank {rank}'s {name} differs from {whose} by up to {largest:.3g}{extra}",
             hint="broadcast_from_owner",

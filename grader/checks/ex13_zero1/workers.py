@@ -276,6 +276,11 @@ REPLAY_KNOBS: dict[str, Any] = {
 }
 
 
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None  # every parameter of ZeroNet takes part in the loss
+    return p.grad.detach()
+
+
 def simulate(
     world_size: int,
     steps: int,
@@ -297,7 +302,7 @@ def simulate(
     models = [make_zero_model(seed=model_seed) for _ in range(world_size)]
     named = [dict(m.named_parameters()) for m in models]
     names = list(named[0])
-    owner = {}
+    owner: dict[str, int] = {}
     for r in range(world_size):
         for name in owned[r]:
             owner.setdefault(name, r)
@@ -314,13 +319,13 @@ def simulate(
                     named[r][n].grad = None
             rows = [(s * world_size + r) * batch_size + j for j in range(batch_size)]
             F.mse_loss(models[r](inputs[rows]), targets[rows]).backward()
+        local = [{n: _grad(named[r][n]) for n in names} for r in range(world_size)]
         if knobs["reduce"] != "none":
-            with torch.no_grad():
-                for n in names:
-                    total = sum(named[r][n].grad for r in range(world_size))
-                    for r in range(world_size):
-                        named[r][n].grad = total / world_size if knobs["reduce"] == "avg" else total.clone()
-        grads = [{n: named[r][n].grad.detach().clone() for n in names} for r in range(world_size)]
+            for n in names:
+                total = torch.stack([local[r][n] for r in range(world_size)]).sum(dim=0)
+                for r in range(world_size):
+                    named[r][n].grad = total / world_size if knobs["reduce"] == "avg" else total.clone()
+        grads = [{n: _grad(named[r][n]).clone() for n in names} for r in range(world_size)]
         for optimizer in optimizers:
             if optimizer is not None:
                 optimizer.step()
