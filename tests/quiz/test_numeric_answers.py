@@ -59,6 +59,13 @@ def ring_alpha_beta_us(megabytes: float, world: int, alpha_us: float, gb_per_s: 
     return sum(alpha_us + chunk_bytes / (gb_per_s * 1e9) * 1e6 for _ in steps)
 
 
+def zero_stage_gb(params_billion: float, stage: int, world: float) -> float:
+    """Per GPU: fp16 weights (sharded from stage 3), fp16 gradients (from stage 2), 12 bytes of Adam (from 1)."""
+    weights = 2 / (world if stage >= 3 else 1)
+    grads = 2 / (world if stage >= 2 else 1)
+    return params_billion * (weights + grads + 12 / world)
+
+
 GB = 1e9
 REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
@@ -84,6 +91,9 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "ring-naive-ratio": lambda v: (2 * (v["W"] - 1) * 1.0) / (2 * ring_bytes(v["W"], 1.0)),
     "zero-comm-volume": lambda v: zero_sent_gb(v["P"], v["s"], v["N"]),
     "ring-alpha-beta": lambda v: ring_alpha_beta_us(v["M"], int(v["W"]), v["alpha"], v["B"]),
+    "zero1ex-stage-memory": lambda v: zero_stage_gb(v["P"], int(v["s"]), v["N"]),
+    "zero1ex-memory-practice": lambda v: zero_stage_gb(v["P"], 1, v["N"]),
+    "zero1ex-adamw-state-per-rank": lambda v: v["E"] * 1e3 * 2 * 4 / v["W"] / 1e3,
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
