@@ -83,7 +83,16 @@ def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    return ctx.facts("train", **_run_kwargs(ctx))
+    ranks = ctx.facts("train", **_run_kwargs(ctx))
+    if any(f.get("partitions_differ") for f in ranks):
+        raise ctx.fail(
+            "partition differs between ranks: partition_parameters returned different partitions on different "
+            "ranks for the same sizes (balanced_partition shows them), so train_zero1 was not run: ranks that "
+            "disagree on the owners call mismatched collectives",
+            hint="partition",
+            cause="partition_differs",
+        )
+    return ranks
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
