@@ -105,6 +105,9 @@ def _sizes(ranks: list[dict[str, Any]]) -> dict[str, int]:
     return {name: int(n) for name, n in ranks[0]["sizes"].items()}
 
 
+_FOREIGN = "another tensor"  # what the rank side calls a tensor an optimizer holds that is no model parameter
+
+
 def _held(facts: dict[str, Any]) -> list[str]:
     """The parameters this rank's optimizers hold, in the model's order."""
     held = {name for optimizer in facts["optimizers"] for name in optimizer["params"]}
@@ -278,13 +281,21 @@ def state_is_sharded(ctx: CheckContext) -> None:
         f"the optimizer state per rank holds {states} elements (AdamW: exp_avg and exp_avg_sq, 2 per parameter; "
         f"all {total} parameters: {full})"
     )
-    if all(s >= full for s in states) and all(set(_held(f)) == set(sizes) for f in ranks):
+    if all(s >= full for s in states):
+        every = all(set(_held(f)) == set(sizes) for f in ranks)
         raise ctx.fail(
-            f"state for all parameters on every rank: {measured}. Each rank's optimizer holds every parameter, so "
-            "nothing is sharded; build AdamW over this rank's shard only",
+            f"state for all parameters on every rank: {measured}. "
+            + (
+                "Each rank's optimizer holds every parameter"
+                if every
+                else f"Each rank's state tensors hold at least the {full} elements of all the parameters"
+            )
+            + ", so nothing is sharded; build AdamW over this rank's shard only",
             hint="adamw_over_owned",
             cause="full_state_every_rank",
         )
+    # an optimizer may hold tensors of its own (a flat fp32 shard): then only the numbers are judged
+    foreign = [any(_FOREIGN in o["params"] for o in f["optimizers"]) for f in ranks]
     holders: dict[str, list[int]] = {}
     for rank, facts in enumerate(ranks):
         for name in _held(facts):
@@ -297,11 +308,23 @@ def state_is_sharded(ctx: CheckContext) -> None:
             f"ranks ({name} by ranks {owners}); each parameter's state lives on one rank",
             hint="partition",
         )
+    if sum(states) > full:
+        raise ctx.fail(
+            f"{measured}: {sum(states)} in all, more than the {full} of all the parameters: some state is held on "
+            "several ranks",
+            hint="partition",
+        )
     missing = [name for name in sizes if name not in holders]
-    if missing:
+    if missing and not any(foreign):
         raise ctx.fail(
             f"{measured}: no rank's optimizer holds {', '.join(missing)}, so no rank ever updates "
             f"{'it' if len(missing) == 1 else 'them'}; every parameter is owned by exactly one rank",
+            hint="partition",
+        )
+    if sum(states) < full:
+        raise ctx.fail(
+            f"{measured}: {sum(states)} in all, less than the {full} of all the parameters: some parameters have no "
+            "optimizer state on any rank",
             hint="partition",
         )
     bound = 2 * (total / world + largest)
@@ -312,8 +335,9 @@ def state_is_sharded(ctx: CheckContext) -> None:
             hint="partition",
         )
     held = [2 * sum(sizes[n] for n in _held(f)) for f in ranks]
-    if states != held:
-        rank = next(r for r, (s, h) in enumerate(zip(states, held)) if s != h)
+    wrong = [r for r, (s, h) in enumerate(zip(states, held)) if s != h and not foreign[r]]
+    if wrong:
+        rank = wrong[0]
         raise ctx.fail(
             f"{measured}: rank {rank}'s optimizer holds parameters of {held[rank] // 2} elements, whose AdamW state "
             f"is {held[rank]} elements, but its state tensors hold {states[rank]}",
@@ -455,11 +479,25 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
         if rank == owner:
             rank0 = ranks[0]["snapshots"][k - 1][name]
             if owner != 0 and np.array_equal(ranks[owner]["snapshots"][k][name], rank0):
-                extra = ": it holds rank 0's value from before the step (sent from rank 0, not from the owner?)"
+                extra = ": it holds rank 0's value from before the step, bit for bit"
         raise ctx.fail(
             f"after step {k}, rank {rank}'s {name} differs from {whose} by up to {largest:.3g}{extra}",
             hint="broadcast_from_owner",
         )
+    # parameters no optimizer holds by name (an optimizer over a flat copy of the shard): every rank agrees
+    for k in range(1, STEPS + 1):
+        for name in ranks[0]["snapshots"][k]:
+            if name in holders:
+                continue
+            for rank, facts in enumerate(ranks[1:], 1):
+                after, first = facts["snapshots"][k][name], ranks[0]["snapshots"][k][name]
+                if not _close(after, first, rtol=1e-6, atol=1e-7):
+                    raise ctx.fail(
+                        f"after step {k}, rank {rank}'s {name} differs from rank 0's by up to "
+                        f"{float(np.max(np.abs(after - first))):.3g} (no optimizer holds {name} itself, so its "
+                        "owner is not known): the updated values did not reach every rank",
+                        hint="broadcast_from_owner",
+                    )
 
 
 # --- communication_volume --------------------------------------------------------------------------

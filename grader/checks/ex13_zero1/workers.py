@@ -17,6 +17,7 @@ What is recorded on each rank, by the grader's own hooks (never from what the co
 
 from __future__ import annotations
 
+import operator
 import random
 import sys
 from typing import Any
@@ -107,13 +108,22 @@ def size_lists(world_size: int, seed: int) -> list[list[int]]:
     return lists
 
 
+def _index(value: Any) -> int | None:
+    """An integer index (an int, a numpy integer, an integer tensor of one element), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
 def _plain(value: Any) -> dict[str, Any]:
     """A partition as facts the judge can always read: a list of lists of ints, else a short repr."""
     if isinstance(value, (list, tuple)) and all(
-        isinstance(shard, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in shard)
-        for shard in value
+        isinstance(shard, (list, tuple)) and all(_index(i) is not None for i in shard) for shard in value
     ):
-        return {"shards": [[int(i) for i in shard] for shard in value]}
+        return {"shards": [[_index(i) for i in shard] for shard in value]}
     text = repr(value) if type(value) in (list, tuple, dict, int, str, type(None)) else f"a {type(value).__name__}"
     return {"other": f"{type(value).__name__}: {text[:200]}"}
 
