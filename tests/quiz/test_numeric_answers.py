@@ -69,6 +69,13 @@ def bucket_messages(sizes: list[float], cap: float) -> int:
     return sent + (1 if filled else 0)
 
 
+def zero_stage_gb(params_billion: float, stage: int, world: float) -> float:
+    """Per GPU: fp16 weights (sharded from stage 3), fp16 gradients (from stage 2), 12 bytes of Adam (from 1)."""
+    weights = 2 / (world if stage >= 3 else 1)
+    grads = 2 / (world if stage >= 2 else 1)
+    return params_billion * (weights + grads + 12 / world)
+
+
 GB = 1e9
 REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
@@ -97,6 +104,9 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
     "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
     "overlap-exposed-time": lambda v: v["B"] + v["L"],
+    "zero1ex-stage-memory": lambda v: zero_stage_gb(v["P"], int(v["s"]), v["N"]),
+    "zero1ex-memory-practice": lambda v: zero_stage_gb(v["P"], 1, v["N"]),
+    "zero1ex-adamw-state-per-rank": lambda v: v["E"] * 1e3 * 2 * 4 / v["W"] / 1e3,
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

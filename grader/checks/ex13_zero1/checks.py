@@ -1,0 +1,551 @@
+"""Judging exercise 13: the ZeRO-1 loop against one process's AdamW, the optimizer state each rank
+holds, the partition, the exchange of updated parameters and the bytes communicated per step.
+
+Every check reads one shared run per world size (the `train` worker). A cause is named only where
+it is measured directly (the state of every parameter on every rank; a non-owner still holding its
+own pre-step value) or where a replay of it, a simulation of W ranks with one change to the correct
+loop (`replays` in workers.py), reproduces every recorded step on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+
+STEPS, BATCH, LR = 10, 4, 0.01
+BYTES = 4  # fp32
+# fp32 sums over ranks differ from one process's by ~1e-7 of a gradient; AdamW's weight decay alone moves a
+# weight by lr * 0.01 = 1e-4 of itself per step, which the weights' tolerance must see
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
+RTOL, ATOL = 1e-5, 1e-6
+REPLAY_RTOL = 1e-3
+
+# The causes matches_adamw can name: one change to the simulated ZeRO-1 loop each (REPLAY_KNOBS in workers.py).
+HYPOTHESES: dict[str, dict[str, Any]] = {
+    "gradients_summed": {
+        "knobs": {"reduce": "sum"},
+        "says": "gradients summed over the ranks, not averaged: each is W = {W} times the mean of the union "
+        "batch (Adam hides most of it in the weights, not in its state); divide by world_size after the "
+        "all-reduce, or use op=dist.ReduceOp.AVG",
+        "hint": "average_gradients",
+    },
+    "gradients_not_averaged": {
+        "knobs": {"reduce": "none"},
+        "says": "gradients not averaged across the ranks before the step: each owner stepped with its own "
+        "batch's gradient (no all-reduce, or one after optimizer.step())",
+        "hint": "average_gradients",
+    },
+    "adam_not_adamw": {
+        "knobs": {"optimizer": "adam"},
+        "says": "Adam, not AdamW (or AdamW with weight_decay=0): the updates lack AdamW's decoupled weight "
+        "decay of 0.01; use torch.optim.AdamW(owned, lr=lr) with its defaults",
+        "hint": "adamw_over_owned",
+    },
+    "lr_times_world_size": {
+        "knobs": {"lr_scale": "W"},
+        "says": "learning rate scaled by the world size (lr x {W}): the averaged gradient is already the "
+        "union batch's; use the lr given",
+        "hint": "adamw_over_owned",
+    },
+    "gradients_never_cleared": {
+        "knobs": {"zero": "none"},
+        "says": "gradients never cleared: each step's gradient adds to those of the steps before; call "
+        "model.zero_grad() once per step",
+        "hint": "zero_every_grad",
+    },
+    "only_owned_gradients_cleared": {
+        "knobs": {"zero": "owned"},
+        "says": "only the owned parameters' gradients are cleared: optimizer.zero_grad() knows only this "
+        "rank's shard, so the other gradients pile up and are all-reduced again; call model.zero_grad()",
+        "hint": "zero_every_grad",
+    },
+    "updated_params_not_sent": {
+        "knobs": {"send": "none"},
+        "says": "updated parameters not sent: each rank keeps its own stale copy of the parameters it does "
+        "not own; broadcast each parameter from its owner after the step",
+        "hint": "broadcast_from_owner",
+    },
+    "broadcast_from_rank0": {
+        "knobs": {"send": "rank0"},
+        "says": "every parameter broadcast from rank 0, not from its owner: the updates of the parameters "
+        "other ranks own are overwritten by rank 0's stale values; use src=owner",
+        "hint": "broadcast_from_owner",
+    },
+}
+
+
+def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
+    return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **ctx.seeds("data", "model", "sizes")}
+
+
+def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+    ranks = ctx.facts("train", **_run_kwargs(ctx))
+    if any(f.get("partitions_differ") for f in ranks):
+        raise ctx.fail(
+            "partition differs between ranks: partition_parameters returned different partitions on different "
+            "ranks for the same sizes (balanced_partition shows them), so train_zero1 was not run: ranks that "
+            "disagree on the owners call mismatched collectives",
+            hint="partition",
+            cause="partition_differs",
+        )
+    return ranks
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference(
+        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
+
+
+def _sizes(ranks: list[dict[str, Any]]) -> dict[str, int]:
+    return {name: int(n) for name, n in ranks[0]["sizes"].items()}
+
+
+_FOREIGN = "another tensor"  # what the rank side calls a tensor an optimizer holds that is no model parameter
+
+
+def _held(facts: dict[str, Any]) -> list[str]:
+    """The parameters this rank's optimizers hold, in the model's order."""
+    held = {name for optimizer in facts["optimizers"] for name in optimizer["params"]}
+    return [name for name in facts["sizes"] if name in held]
+
+
+def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
+    counts = [len(f["snapshots"]) - 1 for f in ranks]
+    if counts != [STEPS] * len(ranks):
+        raise ctx.fail(
+            f"the ranks ran {counts} training forward passes; train_zero1 was asked for {STEPS} steps of one "
+            "batch each (the grader counts the model's forward passes with autograd on)",
+            hint="data_and_loss",
+        )
+    if not any(f["optimizers"] for f in ranks):
+        raise ctx.fail("no rank ever called optimizer.step() (the grader's step hooks saw none)", hint="data_and_loss")
+
+
+# --- matches_adamw ---------------------------------------------------------------------------------
+
+
+def _close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:
+    return bool(np.allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=atol))
+
+
+def _within(got: dict, want: dict) -> bool:
+    for name, expected in want.items():
+        if name not in got or np.shape(got[name]) != np.shape(expected):
+            return False
+        scale = float(np.max(np.abs(expected))) if np.size(expected) else 0.0
+        if np.size(expected) and float(np.max(np.abs(np.asarray(got[name]) - expected))) > REPLAY_RTOL * scale + 1e-7:
+            return False
+    return True
+
+
+def _observed(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per step, the gradient the rank's first optimizer step saw (absent on a rank that stepped nothing)
+    and the weights after the exchange."""
+    return [
+        {"grads": facts["grads"].get(str(k)), "params": facts["snapshots"][k]}
+        for k in range(1, len(facts["snapshots"]))
+    ]
+
+
+def _reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool:
+    if len(observed) != len(replayed):
+        return False
+    before_got, before_want = start, start
+    for got, want in zip(observed, replayed):
+        if got["grads"] is not None and not _within(got["grads"], want["grads"]):
+            return False
+        got_update = {n: got["params"][n] - before_got[n] for n in got["params"]}
+        want_update = {n: want["params"][n] - before_want[n] for n in want["params"]}
+        if not _within(got_update, want_update):
+            return False
+        before_got, before_want = got["params"], want["params"]
+    return True
+
+
+def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The hypotheses whose replay reproduces every step on every rank, each with its sentence."""
+    numbers = {"W": ctx.world_size}
+    knobs = {
+        name: {k: (numbers[v] if isinstance(v, str) and v in numbers else v) for k, v in h["knobs"].items()}
+        for name, h in HYPOTHESES.items()
+    }
+    replays = ctx.reference(
+        "replays",
+        world_size=ctx.world_size,
+        steps=STEPS,
+        batch_size=BATCH,
+        lr=LR,
+        owned=[_held(f) for f in ranks],
+        hypotheses=knobs,
+        **ctx.seeds("data", "model"),
+    )
+    start = ranks[0]["snapshots"][0]
+    return [
+        (name, HYPOTHESES[name]["says"].format(W=ctx.world_size))
+        for name in HYPOTHESES
+        if all(_reproduces(_observed(f), replays[name][r], start) for r, f in enumerate(ranks))
+    ]
+
+
+def _first_difference(
+    ranks: list[dict[str, Any]], reference: dict[str, Any]
+) -> tuple[int, int, str, str, float] | None:
+    """(step, rank, parameter, phase, largest difference) of the first step that leaves the reference."""
+    for k, want in enumerate(reference["steps"], 1):
+        for rank, facts in enumerate(ranks):
+            grads = facts["grads"].get(str(k))
+            if grads is not None:
+                for name, expected in want["grads"].items():
+                    if not _close(grads[name], expected, GRAD_RTOL, GRAD_ATOL):
+                        return k, rank, name, "gradient", float(np.max(np.abs(grads[name] - expected)))
+            for name, expected in want["params"].items():
+                got = facts["snapshots"][k][name]
+                if not _close(got, expected):
+                    return k, rank, name, "weights", float(np.max(np.abs(got - expected)))
+    return None
+
+
+@check("matches_adamw")
+def matches_adamw(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    _steps_taken(ctx, ranks)
+    reference = _reference(ctx)
+    for rank, facts in enumerate(ranks):
+        difference = first_difference(facts["snapshots"][0], reference["start"], rtol=1e-6, atol=1e-7)
+        if difference is None:
+            continue
+        own = first_difference(facts["snapshots"][0], facts["initial"], rtol=0, atol=0) is None
+        raise ctx.fail(
+            f"rank {rank} began its first step from other weights than rank 0's initial ones ({difference})"
+            + (
+                ": its own initial weights (the grader initialises each rank differently); broadcast rank 0's "
+                "parameters to every rank before training"
+                if own
+                else ""
+            ),
+            hint="initial_broadcast",
+        )
+    found = _first_difference(ranks, reference)
+    if found is None:
+        return
+    step, rank, name, phase, largest = found
+    want = reference["steps"][step - 1]
+    if phase == "gradient":
+        got = np.asarray(ranks[rank]["grads"][str(step)][name])
+        expected = np.asarray(want["grads"][name])
+        ratio = float(np.sum(got * expected) / np.sum(expected * expected)) if np.any(expected) else float("nan")
+        measured = (
+            f"at step {step}, rank {rank}'s gradient of {name} when its optimizer stepped differs from the "
+            f"gradient of the union batch by up to {largest:.3g} (least-squares ratio {ratio:.4g})"
+        )
+        advice = "look at how the gradients are averaged across the ranks and cleared between steps"
+    else:
+        measured = (
+            f"after step {step}, rank {rank}'s {name} differs from one process's AdamW on the union batch by up "
+            f"to {largest:.3g}, the gradients at the step being right"
+        )
+        advice = "look at the optimizer, its learning rate and how the updated parameters reach every rank"
+    proven = _proven(ctx, ranks)
+    if len(proven) == 1:
+        cause, says = proven[0]
+        raise ctx.fail(
+            f"{says}. Measured: {measured}; replaying it on the reference reproduces all {STEPS} steps on every rank",
+            hint=HYPOTHESES[cause]["hint"],
+            cause=cause,
+        )
+    if proven:
+        candidates = "; or ".join(says for _, says in proven)
+        raise ctx.fail(
+            f"{measured}. Each of these reproduces every step, and this run cannot tell them apart: {candidates}"
+        )
+    raise ctx.fail(f"{measured}: {advice}")
+
+
+# --- state_is_sharded ------------------------------------------------------------------------------
+
+
+@check("state_is_sharded")
+def state_is_sharded(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    _steps_taken(ctx, ranks)
+    sizes = _sizes(ranks)
+    total, largest, world = sum(sizes.values()), max(sizes.values()), ctx.world_size
+    full = 2 * total
+    states = [sum(int(o["state_numel"]) for o in f["optimizers"]) for f in ranks]
+    measured = (
+        f"the optimizer state per rank holds {states} elements (AdamW: exp_avg and exp_avg_sq, 2 per parameter; "
+        f"all {total} parameters: {full})"
+    )
+    if all(s >= full for s in states):
+        every = all(set(_held(f)) == set(sizes) for f in ranks)
+        raise ctx.fail(
+            f"state for all parameters on every rank: {measured}. "
+            + (
+                "Each rank's optimizer holds every parameter"
+                if every
+                else f"Each rank's state tensors hold at least the {full} elements of all the parameters"
+            )
+            + ", so nothing is sharded; build AdamW over this rank's shard only",
+            hint="adamw_over_owned",
+            cause="full_state_every_rank",
+        )
+    # an optimizer may hold tensors of its own (a flat fp32 shard): then only the numbers are judged
+    foreign = [any(_FOREIGN in o["params"] for o in f["optimizers"]) for f in ranks]
+    holders: dict[str, list[int]] = {}
+    for rank, facts in enumerate(ranks):
+        for name in _held(facts):
+            holders.setdefault(name, []).append(rank)
+    shared = {name: owners for name, owners in holders.items() if len(owners) > 1}
+    if shared:
+        name, owners = next(iter(shared.items()))
+        raise ctx.fail(
+            f"{measured}, {sum(states)} in all: {len(shared)} parameters are held by the optimizers of several "
+            f"ranks ({name} by ranks {owners}); each parameter's state lives on one rank",
+            hint="partition",
+        )
+    if sum(states) > full:
+        raise ctx.fail(
+            f"{measured}: {sum(states)} in all, more than the {full} of all the parameters: some state is held on "
+            "several ranks",
+            hint="partition",
+        )
+    missing = [name for name in sizes if name not in holders]
+    if missing and not any(foreign):
+        raise ctx.fail(
+            f"{measured}: no rank's optimizer holds {', '.join(missing)}, so no rank ever updates "
+            f"{'it' if len(missing) == 1 else 'them'}; every parameter is owned by exactly one rank",
+            hint="partition",
+        )
+    if sum(states) < full:
+        raise ctx.fail(
+            f"{measured}: {sum(states)} in all, less than the {full} of all the parameters: some parameters have no "
+            "optimizer state on any rank",
+            hint="partition",
+        )
+    bound = 2 * (total / world + largest)
+    heavy = [rank for rank, s in enumerate(states) if s > bound]
+    if heavy:
+        raise ctx.fail(
+            f"{measured}: rank {heavy[0]} holds more than 2 x (parameters / W + the largest parameter) = {bound:.0f}",
+            hint="partition",
+        )
+    held = [2 * sum(sizes[n] for n in _held(f)) for f in ranks]
+    wrong = [r for r, (s, h) in enumerate(zip(states, held)) if s != h and not foreign[r]]
+    if wrong:
+        rank = wrong[0]
+        raise ctx.fail(
+            f"{measured}: rank {rank}'s optimizer holds parameters of {held[rank] // 2} elements, whose AdamW state "
+            f"is {held[rank]} elements, but its state tensors hold {states[rank]}",
+            hint="adamw_over_owned",
+        )
+
+
+# --- balanced_partition ----------------------------------------------------------------------------
+
+
+def _partitions(ctx: CheckContext) -> list[list[dict[str, Any]]]:
+    """Per rank, what partition_parameters returned; read from the shared run even when training failed
+    after it, so that a partition is judged on its own."""
+    result = ctx.run("train", **_run_kwargs(ctx))
+    facts = [outcome.facts for outcome in result.ranks]
+    if all(f.get("partitions_done") for f in facts):
+        return [f["partitions"] for f in facts]
+    return [f["partitions"] for f in ctx.require(result)]
+
+
+def _loads(shards: list[list[int]], sizes: list[int]) -> list[int]:
+    return [sum(sizes[i] for i in shard if 0 <= i < len(sizes)) for shard in shards]
+
+
+@check("balanced_partition")
+def balanced_partition(ctx: CheckContext) -> None:
+    per_rank = _partitions(ctx)
+    world = ctx.world_size
+    unbalanced = []
+    for number, first in enumerate(per_rank[0]):
+        sizes = first["sizes"]
+        asked = f"partition_parameters({sizes}, {world})"
+        for rank, calls in enumerate(per_rank):
+            if "other" in calls[number]:
+                raise ctx.fail(
+                    f"{asked} returned {calls[number]['other']} on rank {rank}; expected a list of {world} lists of "
+                    "parameter indices",
+                    hint="partition",
+                )
+        outputs = [calls[number]["shards"] for calls in per_rank]
+        other = next((r for r, shards in enumerate(outputs) if shards != outputs[0]), None)
+        if other is not None:
+            raise ctx.fail(
+                f"partition differs between ranks: {asked} returned {outputs[0]} on rank 0 and {outputs[other]} on "
+                f"rank {other}. Every rank must compute the same partition: it may depend on its arguments only "
+                "(not the rank, nor an unseeded random draw)",
+                hint="partition",
+                cause="partition_differs",
+            )
+        shards = outputs[0]
+        if len(shards) != world:
+            raise ctx.fail(f"{asked} returned {len(shards)} shards; expected one per rank, {world}", hint="partition")
+        owners: dict[int, list[int]] = {}
+        for rank, shard in enumerate(shards):
+            for index in shard:
+                owners.setdefault(index, []).append(rank)
+        outside = sorted(i for i in owners if not 0 <= i < len(sizes))
+        if outside:
+            raise ctx.fail(
+                f"{asked} returned {shards}: index {outside[0]} is not a parameter of the list", hint="partition"
+            )
+        twice = sorted(i for i, ranks in owners.items() if len(ranks) > 1)
+        if twice:
+            raise ctx.fail(
+                f"{asked} returned {shards}: parameter {twice[0]} is owned by ranks {owners[twice[0]]}; each parameter "
+                "is owned by exactly one rank",
+                hint="partition",
+            )
+        missing = [i for i in range(len(sizes)) if i not in owners]
+        if missing:
+            raise ctx.fail(
+                f"{asked} returned {shards}: parameter {missing[0]} is owned by no rank, so it would never be updated",
+                hint="partition",
+            )
+        loads = _loads(shards, sizes)
+        bound = sum(sizes) / world + max(sizes)
+        if max(loads) > bound:
+            unbalanced.append((asked, shards, loads, bound))
+    if unbalanced:
+        asked, shards, loads, bound = unbalanced[0]
+        by_index = all(
+            calls["shards"] == [list(range(r, len(calls["sizes"]), world)) for r in range(world)]
+            for calls in per_rank[0]
+        )
+        raise ctx.fail(
+            f"unbalanced: {asked} gave loads {loads} (elements per rank), the largest above sum / W + the largest "
+            f"parameter = {bound:g}; {len(unbalanced)} of the {len(per_rank[0])} lists drawn are unbalanced"
+            + (
+                ". Every list was split by index (parameter i to rank i mod W), by count, not by size"
+                if by_index
+                else ""
+            )
+            + "; place the largest parameters first, each on the least-loaded rank",
+            hint="partition",
+            cause="unbalanced",
+        )
+
+
+# --- updated_params_reach_every_rank ---------------------------------------------------------------
+
+
+@check("updated_params_reach_every_rank")
+def updated_params_reach_every_rank(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    _steps_taken(ctx, ranks)
+    holders: dict[str, list[int]] = {}
+    for rank, facts in enumerate(ranks):
+        for name in _held(facts):
+            holders.setdefault(name, []).append(rank)
+    stale, other = [], []
+    for k in range(1, STEPS + 1):
+        for name, owners in holders.items():
+            owner = owners[0]
+            computed = ranks[owner]["owned"].get(str(k), {}).get(name)
+            if computed is None:
+                continue
+            for rank, facts in enumerate(ranks):
+                after = facts["snapshots"][k][name]
+                if _close(after, computed, rtol=1e-6, atol=1e-7):
+                    continue
+                moved = float(np.max(np.abs(computed - facts["snapshots"][k - 1][name])))
+                if rank not in owners and np.array_equal(after, facts["snapshots"][k - 1][name]) and moved > 0:
+                    stale.append((k, rank, name, owner, moved))
+                else:
+                    other.append((k, rank, name, owner, float(np.max(np.abs(after - computed)))))
+    if stale and not other:
+        k, rank, name, owner, moved = stale[0]
+        raise ctx.fail(
+            f"updated parameters not sent: after step {k}, rank {rank} still holds its pre-step {name}, which its "
+            f"owner, rank {owner}, moved by up to {moved:.3g} ({len(stale)} such copies over the {STEPS} steps); "
+            "broadcast each parameter from its owner after the step",
+            hint="broadcast_from_owner",
+            cause="updated_params_not_sent",
+        )
+    if other:
+        k, rank, name, owner, largest = other[0]
+        whose = "its own step's result" if rank == owner else f"what its owner, rank {owner}, computed"
+        extra = ""
+        if rank == owner:
+            rank0 = ranks[0]["snapshots"][k - 1][name]
+            if owner != 0 and np.array_equal(ranks[owner]["snapshots"][k][name], rank0):
+                extra = ": it holds rank 0's value from before the step, bit for bit"
+        raise ctx.fail(
+            f"after step {k}, rank {rank}'s {name} differs from {whose} by up to {largest:.3g}{extra}",
+            hint="broadcast_from_owner",
+        )
+    # parameters no optimizer holds by name (an optimizer over a flat copy of the shard): every rank agrees
+    for k in range(1, STEPS + 1):
+        for name in ranks[0]["snapshots"][k]:
+            if name in holders:
+                continue
+            for rank, facts in enumerate(ranks[1:], 1):
+                after, first = facts["snapshots"][k][name], ranks[0]["snapshots"][k][name]
+                if not _close(after, first, rtol=1e-6, atol=1e-7):
+                    raise ctx.fail(
+                        f"after step {k}, rank {rank}'s {name} differs from rank 0's by up to "
+                        f"{float(np.max(np.abs(after - first))):.3g} (no optimizer holds {name} itself, so its "
+                        "owner is not known): the updated values did not reach every rank",
+                        hint="broadcast_from_owner",
+                    )
+
+
+# --- communication_volume --------------------------------------------------------------------------
+
+_OPS = {
+    "allreduce": "all-reduce",
+    "broadcast": "broadcast",
+    "allgather": "all-gather",
+    "_allgather_base": "all-gather",
+    "all_gather_single": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "_reduce_scatter_base": "reduce-scatter",
+    "reduce_scatter_single": "reduce-scatter",
+}
+
+
+@check("communication_volume")
+def communication_volume(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    _steps_taken(ctx, ranks)
+    sizes = _sizes(ranks)
+    elements = sum(sizes.values())
+    message = elements * BYTES
+    expected = 2 * message
+    # an all-gather of flattened shards pads each to the largest: W x the largest shard's elements
+    largest = max(sum(sizes[n] for n in _held(f)) for f in ranks)
+    padded = max(message, ctx.world_size * largest * BYTES)
+    for rank, facts in enumerate(ranks):
+        for k in range(1, STEPS + 1):
+            calls = [c for c in facts["comm"] if c["after"] == k]
+            sent = sum(int(c["bytes"]) for c in calls)
+            gathered = any(_OPS.get(c["op"]) == "all-gather" for c in calls)
+            if expected <= sent <= message + (padded if gathered else message) + 64:
+                continue
+            by_op: dict[str, int] = {}
+            for c in calls:
+                by_op[_OPS.get(c["op"], c["op"])] = by_op.get(_OPS.get(c["op"], c["op"]), 0) + int(c["bytes"])
+            parts = ", ".join(f"{op} {n} B" for op, n in by_op.items()) or "no collective"
+            reading = ""
+            if sent == message and set(by_op) == {"all-reduce"}:
+                reading = ": the gradients' all-reduce alone, the updated parameters are never sent"
+            elif sent == message and "all-reduce" not in by_op:
+                reading = ": no gradient all-reduce"
+            elif sent > expected and sent % message == 0:
+                reading = f": {sent // message} times the parameters' {message} B"
+            raise ctx.fail(
+                f"step {k} on rank {rank} communicated {sent} bytes ({parts}); a ZeRO-1 step moves {expected} "
+                f"(the gradients' all-reduce, {elements} fp32 = {message} B, and the updated parameters' broadcast "
+                f"or all-gather, {message} B, or W x the largest shard padded){reading}",
+                hint="broadcast_from_owner",
+            )
