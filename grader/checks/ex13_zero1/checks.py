@@ -23,6 +23,12 @@ BYTES = 4  # fp32
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
 RTOL, ATOL = 1e-5, 1e-6
 REPLAY_RTOL = 1e-3
+# AdamW's first step moves a weight by lr * g / (|g| + eps). Where |g| is within a few rounding errors of zero,
+# the rounding of a sum over ranks changes that update beyond any tolerance that still sees a mistake (a correct
+# run left the reference by up to 5e-5 on 2% of the draws), and replays of a mistake no longer reproduce it. The
+# grader draws its inputs again until no element of the first step's gradient of the union batch is that small:
+# 12% of the draws at W=2, 18% at W=4. (Each rank's own gradient is computed alike in the run and in a replay.)
+SMALLEST_GRADIENT, DRAWS = 1e-6, 8
 
 # The causes matches_adamw can name: one change to the simulated ZeRO-1 loop each (REPLAY_KNOBS in workers.py).
 HYPOTHESES: dict[str, dict[str, Any]] = {
@@ -78,8 +84,18 @@ HYPOTHESES: dict[str, dict[str, Any]] = {
 }
 
 
+def _inputs(ctx: CheckContext) -> dict[str, int]:
+    """This grading's data and model seeds: the first draw whose first-step gradients all stay well away
+    from zero (SMALLEST_GRADIENT)."""
+    for attempt in range(DRAWS):
+        seeds = {f"{n}_seed": ctx.draw(f"{n}:{attempt}" if attempt else n).randrange(2**31) for n in ("data", "model")}
+        if _reference_of(ctx, seeds)["smallest_gradient"] >= SMALLEST_GRADIENT:
+            break
+    return seeds
+
+
 def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
-    return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **ctx.seeds("data", "model", "sizes")}
+    return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **_inputs(ctx), **ctx.seeds("sizes")}
 
 
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
@@ -95,10 +111,12 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
+def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> dict[str, Any]:
+    return ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+
+
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    return _reference_of(ctx, _inputs(ctx))
 
 
 def _sizes(ranks: list[dict[str, Any]]) -> dict[str, int]:
@@ -182,7 +200,7 @@ def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[str, s
         lr=LR,
         owned=[_held(f) for f in ranks],
         hypotheses=knobs,
-        **ctx.seeds("data", "model"),
+        **_inputs(ctx),
     )
     start = ranks[0]["snapshots"][0]
     return [

@@ -278,7 +278,8 @@ def reference(
     ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
     """Trusted: one process, AdamW (default betas, eps, weight_decay 0.01) on the full model from rank 0's
-    initial weights, the union of the ranks' batches per step; the weights after every step."""
+    initial weights, the union of the ranks' batches per step; the weights after every step, and the
+    smallest element of the first step's gradient."""
     model = make_zero_model(seed=model_seed)
     data = make_regression(world_size * steps * batch_size, data_seed)
     recorder = train_reference(
@@ -287,6 +288,7 @@ def reference(
     return {
         "start": recorder.start,
         "steps": [{"grads": s["grads"], "params": s["params"]} for s in recorder.steps],
+        "smallest_gradient": min(float(g.abs().min()) for g in recorder.steps[0]["grads"].values()),
     }
 
 
