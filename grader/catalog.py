@@ -6,6 +6,7 @@ a checks package and a catalog entry; nothing in the engine or the CLI changes.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,7 @@ class Exercise:
     hints: tuple[Hint, ...]
     checks: tuple[CheckSpec, ...] = field(default=())
     debug_collectives: bool = True
+    apis: tuple[str, ...] = ()  # torch APIs beyond torch.distributed's core that it needs (`grader doctor` asks)
 
     def hint_number(self, name: str) -> int | None:
         """The number students see for the hint `name` (None for a name the catalog lacks)."""
@@ -133,8 +135,18 @@ _EXERCISE_KEYS = {
     "hints",
     "check",
     "debug_collectives",
+    "apis",
 }
 _CHECK_KEYS = {"name", "description", "points", "visibility", "world_sizes", "strays"}
+
+
+def _apis(table: dict, where: str) -> tuple[str, ...]:
+    apis = table.get("apis", [])
+    if not isinstance(apis, list) or not all(isinstance(a, str) and re.fullmatch(r"torch(\.\w+)+", a) for a in apis):
+        raise CatalogError(
+            f"{where}: apis must be a list of dotted torch names, e.g. 'torch.distributed.fsdp.fully_shard'"
+        )
+    return tuple(apis)
 
 
 def _no_unknown_keys(table: dict, allowed: set[str], where: str) -> None:
@@ -225,6 +237,7 @@ def load_catalog(root: Path) -> Catalog:
                 hints=_hints(table, where),
                 checks=tuple(_check(check, where) for check in _require(table, "check", list, where)),
                 debug_collectives=bool(table.get("debug_collectives", True)),
+                apis=_apis(table, where),
             )
         )
     if not exercises:

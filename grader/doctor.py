@@ -1,7 +1,7 @@
 """`grader doctor`: whether this machine can run the course, and what to do where it cannot.
 
 Each finding is one line, PASS, WARN or FAIL, with the fix. What only a rank process can tell
-(torch's backends, the GPUs, NCCL, and whether ranks start and form a group at all) is asked of
+(torch's backends and APIs, the GPUs, NCCL, and whether ranks start and form a group at all) is asked of
 real ranks through the engine, as `grader check` starts them; this process imports no torch.
 Every verdict is a function of facts, so a GPU node is tested by simulating its facts where there
 is no GPU (tests/test_doctor.py). Exit status: 0 when nothing failed, 1 otherwise.
@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from grader.catalog import Catalog, CatalogError, course_catalog
 from grader.engine import Engine, EngineError, Job, RunResult, open_engine
 from grader.engine.platforms import IS_LINUX, LauncherError, chosen_launcher
+from grader.paths import CourseNotFound
 from grader.report.terminal import Terminal
 
 DISTRIBUTION = "ddp-course"
@@ -41,11 +43,14 @@ class Finding:
 
 
 class Node(Protocol):
-    """Ranks on this machine: a timed 2-rank all-reduce, rank 0 reporting its accelerators."""
+    """Ranks on this machine: a timed 2-rank all-reduce, rank 0 reporting its accelerators; one rank
+    reporting which torch APIs its torch has."""
 
     launcher: str
 
     def all_reduce(self, backend: str, megabytes: float, iterations: int) -> RunResult: ...
+
+    def torch_apis(self, apis: list[str]) -> RunResult: ...
 
 
 class EngineNode:
@@ -65,6 +70,9 @@ class EngineNode:
                 deadline=60.0,
             )
         )
+
+    def torch_apis(self, apis: list[str]) -> RunResult:
+        return self.engine.run(Job("grader.engine.probe:torch_apis", 1, {"apis": apis}, deadline=60.0))
 
 
 # --- versions -------------------------------------------------------------------------------------
@@ -361,6 +369,27 @@ def rank_findings(node: Node, expect_gpu: bool) -> list[Finding]:
     return [gloo, *gpu_findings(result.ranks[0].facts.get("accelerators", {}), node, expect_gpu)]
 
 
+def api_findings(node: Node, catalog: Catalog) -> list[Finding]:
+    """Whether a rank's torch has every API the catalog's exercises name (`apis`): one FAIL per exercise
+    that lacks one, else one PASS."""
+    needed = {exercise.id: exercise.apis for exercise in catalog.exercises if exercise.apis}
+    if not needed:
+        return []
+    every = sorted({api for apis in needed.values() for api in apis})
+    result = node.torch_apis(every)
+    if not result.ok:
+        return [Finding("FAIL", "torch APIs", f"a rank could not report them: {_rank_problem(result)}", INSTALL_TORCH)]
+    found = result.ranks[0].facts.get("apis", {})
+    missing = [
+        Finding("FAIL", "torch APIs", f"{exercise_id} needs {api}: {found.get(api, 'not reported')}", INSTALL_TORCH)
+        for exercise_id, apis in needed.items()
+        for api in apis
+        if found.get(api, "not reported")
+    ]
+    exercises = ", ".join(needed)
+    return missing or [Finding("PASS", "torch APIs", f"the {len(every)} that {exercises} use are present")]
+
+
 def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[Finding]:
     """Every finding, in the order a student reads them."""
     python_range, torch_range = supported_ranges()
@@ -378,7 +407,15 @@ def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[
         node = node_factory()
     except (EngineError, LauncherError) as exc:
         return [*findings, Finding("FAIL", "ranks", f"cannot start the launcher: {exc}", "")]
-    return findings + rank_findings(node, expect_gpu)
+    ranks = rank_findings(node, expect_gpu)
+    findings += ranks
+    if ranks[0].status == "FAIL":
+        return findings  # no rank started or formed a group: nothing more to ask them
+    try:
+        catalog = course_catalog()
+    except (CourseNotFound, CatalogError) as exc:
+        return [*findings, Finding("WARN", "torch APIs", f"not checked: {exc}")]
+    return findings + api_findings(node, catalog)
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -437,7 +474,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "doctor",
         help="can this machine run the course? what to fix if not",
         description="Check Python, torch, the launcher, loopback, the temp folder, the "
-        "sandbox and, on a GPU node, CUDA, NCCL and P2P. Exit status 1 if "
+        "sandbox, the torch APIs the exercises use and, on a GPU node, CUDA, NCCL and P2P. Exit status 1 if "
         "anything failed.",
     )
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON")

@@ -185,6 +185,12 @@ def test_hints_are_named_uniquely(course: Path) -> None:
         load_catalog(course)
 
 
+def test_apis_must_be_dotted_torch_names(course: Path) -> None:
+    _edit(course / CATALOG, '    "torch.distributed.fsdp.fully_shard",', '    "fully_shard",')
+    with pytest.raises(CatalogError, match="apis must be a list of dotted torch names"):
+        load_catalog(course)
+
+
 def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lint is where authors learn of a misspelt hint: a student still sees the failure, never an error."""
     catalog = load_catalog(REPO)

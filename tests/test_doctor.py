@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO
 
 from grader import doctor
+from grader.catalog import load_catalog
 from grader.engine import Engine, Job, RankOutcome, RunResult
 
 GPU_NODE = {
@@ -164,6 +165,47 @@ def test_ranks_that_cannot_start_fail_the_gloo_line():
     assert replace(finding, fix="").fix == ""
 
 
+class ApiNode:
+    """Real ranks asked about the APIs, the answers then edited as an older torch would give them."""
+
+    def __init__(self, engine: Engine, missing: dict[str, str]) -> None:
+        self.engine, self.missing = engine, missing
+
+    def torch_apis(self, apis: list[str]) -> RunResult:
+        result = self.engine.run(Job("grader.engine.probe:torch_apis", 1, {"apis": apis}))
+        result.ranks[0].facts["apis"].update(self.missing)
+        return result
+
+
+def test_every_api_the_catalog_names_is_in_this_torch(engine):
+    catalog = load_catalog(REPO)
+    (finding,) = doctor.api_findings(ApiNode(engine, {}), catalog)
+    assert finding.status == "PASS", finding
+    assert "ex06_fsdp" in finding.detail and "ex12_overlap_ddp" in finding.detail
+
+
+def test_an_api_missing_from_torch_fails_naming_the_exercise_and_the_fix(engine):
+    catalog = load_catalog(REPO)
+    missing = {"torch.distributed.fsdp.fully_shard": "torch.distributed.fsdp has no fully_shard"}
+    findings = doctor.api_findings(ApiNode(engine, missing), catalog)
+    assert [f.status for f in findings] == ["FAIL"]
+    assert (
+        findings[0].detail
+        == "ex06_fsdp needs torch.distributed.fsdp.fully_shard: torch.distributed.fsdp has no fully_shard"
+    )
+    assert "pip install torch==" in findings[0].fix
+
+
+def test_a_rank_resolves_modules_attributes_and_says_what_is_missing(engine):
+    asked = ["torch.distributed.fsdp.fully_shard", "torch.distributed.no_such_api", "torch.no_such_module.thing"]
+    result = engine.run(Job("grader.engine.probe:torch_apis", 1, {"apis": asked}))
+    assert result.ranks[0].facts["apis"] == {
+        "torch.distributed.fsdp.fully_shard": "",
+        "torch.distributed.no_such_api": "torch.distributed has no no_such_api",
+        "torch.no_such_module.thing": "torch has no no_such_module",
+    }
+
+
 def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "grader", "doctor", *args],
@@ -186,6 +228,7 @@ def test_doctor_on_this_machine_passes_and_says_why_in_json():
     expected = os.environ.get("GRADER_LAUNCHER") or "fork"
     assert topics["launcher"]["detail"].startswith(expected), topics["launcher"]
     assert topics["gloo all-reduce"]["status"] == "PASS"
+    assert topics["torch APIs"]["status"] == "PASS"
 
 
 def test_a_bad_launcher_setting_fails_with_exit_status_1_and_the_fix():

@@ -1,8 +1,10 @@
-"""Trusted workers that report what a rank process can see and do: its accelerators, and the time
-an all-reduce takes (`grader doctor` judges both; `grading.BackendProbe` reads the first)."""
+"""Trusted workers that report what a rank process can see and do: its accelerators, the time an
+all-reduce takes and the torch APIs the exercises use (`grader doctor` judges all three;
+`grading.BackendProbe` reads the first)."""
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
@@ -68,3 +70,29 @@ def all_reduce_timing(ctx: RankContext, megabytes: float, iterations: int) -> di
     if ctx.rank == 0:
         facts["accelerators"] = accelerators(ctx)
     return facts
+
+
+def _resolve(dotted: str) -> str:
+    """ "" when `dotted` (a module, or an attribute path inside one) exists in this torch, else what is missing."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            found: Any = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue  # no such module: the name may be an attribute of a shorter one
+            return f"importing {module} failed: {exc}"
+        except Exception as exc:  # a module that exists and fails to import says why
+            return f"importing {module} failed: {type(exc).__name__}: {exc}"
+        for index, name in enumerate(parts[cut:], cut):
+            if not hasattr(found, name):
+                return f"{'.'.join(parts[:index])} has no {name}"
+            found = getattr(found, name)
+        return ""
+    return f"no module {parts[0]}"
+
+
+def torch_apis(ctx: RankContext, apis: list[str]) -> dict[str, Any]:
+    """Each API: "" where this rank's torch has it, else what is missing."""
+    return {"apis": {api: _resolve(api) for api in apis}}
