@@ -11,17 +11,48 @@ from typing import Any
 import numpy as np
 
 from grader.judge.api import CheckContext, check
+from grader.judge.compare import scale_of
+from grader.judge.diagnose import failure_verdict
 
 STEPS, BATCH, LR = 3, 4, 0.05
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
+REGIONS = ("inp", *BLOCKS, "out")
 # bf16 keeps 8 significant bits: a relative error of 2^-8 per rounding. A gradient or loss computed with the
 # same casts agrees far closer (the same operations in the same dtypes); another dtype is off by about that.
 SAME_CASTS = 2e-4
 WITHIN_BF16 = 4e-3
 
 
+def _explained(ctx: CheckContext, result: Any) -> None:
+    """A run that failed in a Linear layer given an input and a weight of different dtypes: which layer, and
+    whether its module is an FSDP unit with the policy (the facts recorded up to the error)."""
+    verdict = failure_verdict(result, ctx.student_file)
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = result.ranks[0].facts or {}
+    mixed = [c for c in facts.get("linears", []) if c["input"] != c["weight"] and not c["backward"]]
+    if not mixed or "units" not in facts:
+        return
+    layer = mixed[0]
+    module = layer["name"].rsplit(".", 1)[0] if layer["name"].startswith("blocks.") else ""
+    units = facts["units"]
+    where = f"block {module}" if module else "the root"
+    if module not in units:
+        state = f"{where} is not an FSDP unit, so nothing casts its parameters"
+    else:
+        state = f"{where} is an FSDP unit whose policy has param_dtype {units[module]}"
+    raise ctx.fail(
+        f"{layer['name']} got a {layer['input']} input and a {layer['weight']} weight (the grader's forward hook, "
+        f"just before the error): {state}, while the units before it return bfloat16. Wrap every block and the "
+        f"root, each with mp_policy=policy. {verdict.message}",
+        hint="policy",
+    )
+
+
 def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    ranks = ctx.facts("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    _explained(ctx, result)
+    ranks = ctx.require(result)
     counts = [f["steps"] for f in ranks]
     if counts[0] == 0:
         raise ctx.fail("train never called optimizer.step()", hint="optimizer")
@@ -96,7 +127,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
     missing = [b for b in BLOCKS if b not in units]
     if missing:
         raise ctx.fail(
-            f"FSDP units: {', '.join(repr(u) if u else '(root)' for u in units)}; {', '.join(missing)} are not units "
+            f"FSDP units: {', '.join(u or '(root)' for u in units)}; {', '.join(missing)} are not units "
             "of their own, so forward gathers them with the root, all at once (call fully_shard on each block, "
             "then on the model)",
             hint="wrap",
@@ -215,12 +246,14 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
 
     outside = [r for r in regions if r not in BLOCKS]
     if outside:
+        whole = sorted(regions) == sorted(REGIONS)
         raise ctx.fail(
-            f"backward recomputed {', '.join(regions)}: {', '.join(outside)} too, so the checkpointed region "
-            "holds more than a block (the whole model?); its recomputation in backward keeps every block's "
-            "activations at once. Checkpoint each block on its own",
+            f"backward recomputed {', '.join(regions)}: {', '.join(outside)} too, so "
+            + ("the whole model is one checkpointed region" if whole else "a checkpointed region holds more than a block")
+            + "; its recomputation in backward keeps every block's activations at once. Checkpoint each block on "
+            "its own",
             hint="checkpoint",
-            cause="whole_model_checkpointed" if outside == ["inp", "out"] or "inp" in outside else "",
+            cause="whole_model_checkpointed" if whole else "",
         )
     full = {b: plain[b][1] for b in BLOCKS}
     not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, [0, 0])[1] * 2 > full[b]]
@@ -249,16 +282,26 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     reference = _reference(ctx)
+    if not ranks[0]["grads"]:
+        raise ctx.fail(
+            "at the first optimizer.step() no parameter the optimizer holds is one of the model's, with a gradient",
+            hint="optimizer",
+        )
     got = _whole_gradient(ranks)
     candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
     name, off = _worst(got, candidates["correct"])
     if off > SAME_CASTS:
         close = [label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= SAME_CASTS]
-        said = {"bf16_reduce": "reduced in bf16", "fp32_compute": "computed in fp32", "fp16_compute": "computed in fp16"}
+        said = {
+            "bf16_reduce": "rounded to bfloat16 (what a bf16 reduce gives, and so do gradients kept in bf16)",
+            "fp32_compute": "computed in float32 throughout",
+            "fp16_compute": "computed in float16",
+        }
+        ratio = scale_of(got, candidates["correct"])
         raise ctx.fail(
             f"the gradient of step 1 (rank shards put together) differs from the reference's (bf16 compute, fp32 "
-            f"reduce) by up to {off:.2g} of its scale, at {name}"
-            + (f"; it equals the reference's {said[close[0]]}, replayed" if len(close) == 1 else ""),
+            f"reduce) by up to {off:.2g} of its scale, at {name}; least-squares ratio to it {ratio:.3g}"
+            + (f"; it equals, within {SAME_CASTS:g}, the reference's gradient {said[close[0]]}" if len(close) == 1 else ""),
             hint="policy",
         )
     for step in range(STEPS):

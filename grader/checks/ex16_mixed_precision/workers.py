@@ -181,9 +181,15 @@ def _storage(model: nn.Module) -> list[dict[str, Any]]:
     return stored
 
 
-def _units(model: nn.Module) -> list[str]:
-    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root)."""
-    return [clean_tensor_name(path) for path, module in model.named_modules() if isinstance(module, FSDPModule)]
+def _units(model: nn.Module) -> dict[str, str]:
+    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root), with the
+    param_dtype of their policy ("None": no casting)."""
+    units = {}
+    for path, module in model.named_modules():
+        if isinstance(module, FSDPModule):
+            policy = getattr(module._get_fsdp_state(), "_mp_policy", None)
+            units[clean_tensor_name(path)] = str(getattr(policy, "param_dtype", None)).removeprefix("torch.")
+    return units
 
 
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
@@ -192,20 +198,20 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
     batches = rank_batches(steps, ctx.world_size, ctx.rank, batch_size, data_seed)
     watch = Watch(ctx, model, batches)
     student_train = ctx.student("train")
-    with watch.saved.hooks():
-        returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
-    watch.close()
+    ctx.facts.update(linears=watch.linears, collectives=watch.collectives)  # live: kept if train raises
+    try:
+        with watch.saved.hooks():
+            returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
+    finally:
+        watch.close()
+        ctx.facts.update(storage=_storage(model), units=_units(model))
     ctx.facts.update(
         steps=watch.steps,
-        linears=watch.linears,
-        collectives=watch.collectives,
-        saved={name: count for name, count in watch.saved.counts.items()},
+        saved=dict(watch.saved.counts),
         optimizer=watch.optimizer,
         grads=watch.grads,
         losses=watch.losses,
         returned=type(returned).__name__,
-        storage=_storage(model),
-        units=_units(model),
     )
     root = returned if isinstance(returned, nn.Module) else model
     try:
