@@ -57,6 +57,27 @@ def rank_batches(
     return [(inputs[s : s + batch_size].clone(), targets[s : s + batch_size].clone()) for s in starts]
 
 
+class OriginalNames:
+    """The names the grader's model gave its modules and parameters before the student's code ran. Found
+    again by module identity (fully_shard keeps the module objects, and wrappers of one's own hold them), so
+    that any wrapping (checkpoint_wrapper, a module of one's own around a block) reports the same names."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.modules = {id(m): path for path, m in model.named_modules()}
+
+    def module(self, path: str, module: nn.Module) -> str:
+        return self.modules.get(id(module), clean_tensor_name(path + ".").removesuffix("."))
+
+    def parameters(self, root: nn.Module) -> dict[str, str]:
+        """The root's parameter names -> the original names."""
+        names = {}
+        for path, module in root.named_modules():
+            for local, _ in module.named_parameters(recurse=False):
+                full = f"{path}.{local}" if path else local
+                names[full] = f"{self.modules[id(module)]}.{local}" if id(module) in self.modules else full
+        return names
+
+
 class SavedByRegion:
     """The tensors autograd saves for backward during forward, counted per region of the model (the
     region whose forward is running: inp, a block, out; "loss" outside them), with their bytes."""
@@ -104,7 +125,8 @@ class Watch:
         self.grads: dict[str, torch.Tensor] = {}
         self.saved = SavedByRegion(model)
         self.device_type = ctx.device.type
-        names = {id(m): n for n, m in model.named_modules()}
+        self.names = OriginalNames(model)
+        names = self.names.modules
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 module.register_forward_pre_hook(lambda m, args, name=names[id(module)]: self._linear(name, m, args))
@@ -147,7 +169,8 @@ class Watch:
         self.saved.active = False
         if self.steps > 1:
             return
-        current = {id(p): clean_tensor_name(n) for n, p in self.model.named_parameters()}
+        original = self.names.parameters(self.model)
+        current = {id(p): original[n] for n, p in self.model.named_parameters()}
         held = [p for group in optimizer.param_groups for p in group["params"]]
         self.optimizer = {
             "held": len(held),
@@ -163,14 +186,15 @@ class Watch:
         self._handle.remove()
 
 
-def _storage(model: nn.Module) -> list[dict[str, Any]]:
+def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     """What this rank stores of every parameter."""
     stored = []
+    original = names.parameters(model)
     for name, p in model.named_parameters():
         local = p.to_local() if isinstance(p, DTensor) else p
         stored.append(
             {
-                "name": clean_tensor_name(name),
+                "name": original[name],
                 "dtensor": isinstance(p, DTensor),
                 "local": local.numel(),
                 "full": p.numel(),
@@ -181,14 +205,14 @@ def _storage(model: nn.Module) -> list[dict[str, Any]]:
     return stored
 
 
-def _units(model: nn.Module) -> dict[str, str]:
+def _units(model: nn.Module, names: OriginalNames) -> dict[str, str]:
     """The modules fully_shard made FSDP units, by their paths in the model ("" for the root), with the
     param_dtype of their policy ("None": no casting)."""
     units = {}
     for path, module in model.named_modules():
         if isinstance(module, FSDPModule):
             policy = getattr(module._get_fsdp_state(), "_mp_policy", None)
-            units[clean_tensor_name(path)] = str(getattr(policy, "param_dtype", None)).removeprefix("torch.")
+            units[names.module(path, module)] = str(getattr(policy, "param_dtype", None)).removeprefix("torch.")
     return units
 
 
@@ -204,7 +228,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
             returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
     finally:
         watch.close()
-        ctx.facts.update(storage=_storage(model), units=_units(model))
+        ctx.facts.update(storage=_storage(model, watch.names), units=_units(model, watch.names))
     ctx.facts.update(
         steps=watch.steps,
         saved=dict(watch.saved.counts),
@@ -217,7 +241,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
     try:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         gathered = get_model_state_dict(root, options=options)
-        final = {clean_tensor_name(k): v.detach().float().cpu().clone() for k, v in gathered.items()}
+        original = {clean_tensor_name(k): v for k, v in watch.names.parameters(root).items()}
+        final = {original.get(clean_tensor_name(k), k): v.detach().float().cpu().clone() for k, v in gathered.items()}
         ctx.facts["final"] = final if ctx.rank == 0 else {}
     except Exception as exc:  # a fact: the grader's own gather failed on this wrapping
         ctx.facts["gather_error"] = f"{type(exc).__name__}: {exc}"
