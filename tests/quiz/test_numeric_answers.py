@@ -6,6 +6,7 @@ they never go through the formula engine; a question without a reference fails t
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +34,12 @@ def sampler_steps(n: int, world: int, batch: int) -> int:
         indices.append(indices[len(indices) % n])
     shard = indices[0::world]
     return len(range(0, len(shard), batch))
+
+
+def bf16_next_above(x: float) -> float:
+    """The next bf16 number above x: bf16 is the top 16 bits of a float32, so add one to them."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0] >> 16
+    return struct.unpack("<f", struct.pack("<I", (bits + 1) << 16))[0]
 
 
 def fsdp_padded_shard(rows: int, cols: int, world: int) -> int:
@@ -97,6 +104,10 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
     "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
     "overlap-exposed-time": lambda v: v["B"] + v["L"],
+    "mp-adam-bytes-per-parameter": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / GB,
+    "mp-fsdp-bytes-per-rank": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / v["W"] / GB,
+    "mp-bf16-next-number": lambda v: bf16_next_above(v["x"]),
+    "mp-checkpoint-step-time": lambda v: v["F"] + v["B"] + v["F"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
