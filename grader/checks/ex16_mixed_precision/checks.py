@@ -76,8 +76,10 @@ def _relative(got: np.ndarray, want: np.ndarray) -> float:
 
 def _worst(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[str, float]:
     """The tensor furthest from `want` (relative to its own scale) and how far."""
-    return max(((name, _relative(np.asarray(got.get(name)), np.asarray(w))) for name, w in want.items()),
-               key=lambda item: item[1])
+    return max(
+        ((name, _relative(np.asarray(got.get(name)), np.asarray(w))) for name, w in want.items()),
+        key=lambda item: item[1],
+    )
 
 
 def _whole_gradient(ranks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -160,9 +162,7 @@ def computes_in_bf16(ctx: CheckContext) -> None:
         if autocast:
             stacked = gathered == ["bfloat16"]
             raise ctx.fail(
-                (
-                    "autocast stacked on the policy: " if stacked else "autocast instead of the policy: "
-                )
+                ("autocast stacked on the policy: " if stacked else "autocast instead of the policy: ")
                 + f"the grader's hooks saw autocast enabled in the forward of {', '.join(autocast)} on rank {rank}, "
                 f"and FSDP all-gathered the parameters in {', '.join(gathered)}. "
                 + (
@@ -181,7 +181,10 @@ def computes_in_bf16(ctx: CheckContext) -> None:
             said = "; ".join(f"{c['name']}: input {c['input']}, weight {c['weight']}" for c in wrong[:4])
             names = {c["name"] for c in wrong}
             if kinds == {("float16", "float16")} and len(wrong) == len(forward):
-                reason, cause = "param_dtype=torch.float16: fp16 has a range of 65504 and needs loss scaling", "fp16_compute"
+                reason, cause = (
+                    "param_dtype=torch.float16: fp16 has a range of 65504 and needs loss scaling",
+                    "fp16_compute",
+                )
             elif kinds == {("float32", "float32")} and len(wrong) == len(forward):
                 reason, cause = "no mixed precision policy (or param_dtype float32): everything computed in fp32", ""
             elif names == {"inp", "out"}:
@@ -249,7 +252,11 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
         whole = sorted(regions) == sorted(REGIONS)
         raise ctx.fail(
             f"backward recomputed {', '.join(regions)}: {', '.join(outside)} too, so "
-            + ("the whole model is one checkpointed region" if whole else "a checkpointed region holds more than a block")
+            + (
+                "the whole model is one checkpointed region"
+                if whole
+                else "a checkpointed region holds more than a block"
+            )
             + "; its recomputation in backward keeps every block's activations at once. Checkpoint each block on "
             "its own",
             hint="checkpoint",
@@ -260,7 +267,11 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
     if not_checkpointed:
         none = len(not_checkpointed) == len(BLOCKS)
         raise ctx.fail(
-            ("no activation checkpointing: " if none else f"only {', '.join(b for b in BLOCKS if b not in not_checkpointed)} checkpointed: ")
+            (
+                "no activation checkpointing: "
+                if none
+                else f"only {', '.join(b for b in BLOCKS if b not in not_checkpointed)} checkpointed: "
+            )
             + "in forward, "
             + "; ".join(f"{b} kept {kept(b)} for backward" for b in not_checkpointed)
             + f" (a plain block keeps {plain[BLOCKS[0]][0]} tensors, {plain[BLOCKS[0]][1]} bytes), and backward "
@@ -291,7 +302,9 @@ def matches_reference(ctx: CheckContext) -> None:
     candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
     name, off = _worst(got, candidates["correct"])
     if off > SAME_CASTS:
-        close = [label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= SAME_CASTS]
+        close = [
+            label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= SAME_CASTS
+        ]
         said = {
             "bf16_reduce": "rounded to bfloat16 (what a bf16 reduce gives, and so do gradients kept in bf16)",
             "fp32_compute": "computed in float32 throughout",
@@ -301,7 +314,11 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"the gradient of step 1 (rank shards put together) differs from the reference's (bf16 compute, fp32 "
             f"reduce) by up to {off:.2g} of its scale, at {name}; least-squares ratio to it {ratio:.3g}"
-            + (f"; it equals, within {SAME_CASTS:g}, the reference's gradient {said[close[0]]}" if len(close) == 1 else ""),
+            + (
+                f"; it equals, within {SAME_CASTS:g}, the reference's gradient {said[close[0]]}"
+                if len(close) == 1
+                else ""
+            ),
             hint="policy",
         )
     for step in range(STEPS):

@@ -20,9 +20,10 @@ FSDP units, and the whole trained weights gathered by the grader's own call.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -126,10 +127,9 @@ class Watch:
         self.saved = SavedByRegion(model)
         self.device_type = ctx.device.type
         self.names = OriginalNames(model)
-        names = self.names.modules
-        for module in model.modules():
+        for path, module in model.named_modules():
             if isinstance(module, nn.Linear):
-                module.register_forward_pre_hook(lambda m, args, name=names[id(module)]: self._linear(name, m, args))
+                module.register_forward_pre_hook(functools.partial(self._linear, path))
         model.register_forward_hook(self._output)
         self.collectives: list[dict[str, Any]] = []
         ctx.spy(dist, "all_gather_single", self._collective("all-gather", 1, "input_tensor"))
@@ -212,7 +212,9 @@ def _units(model: nn.Module, names: OriginalNames) -> dict[str, str]:
     for path, module in model.named_modules():
         if isinstance(module, FSDPModule):
             policy = getattr(module._get_fsdp_state(), "_mp_policy", None)
-            units[names.module(path, module)] = str(getattr(policy, "param_dtype", None)).removeprefix("torch.")
+            units[names.module(path, cast(nn.Module, module))] = str(getattr(policy, "param_dtype", None)).removeprefix(
+                "torch."
+            )
     return units
 
 
@@ -240,7 +242,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
     root = returned if isinstance(returned, nn.Module) else model
     try:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        gathered = get_model_state_dict(root, options=options)
+        # typed as any state dict's values; a model's full state dict holds tensors only
+        gathered = cast(dict[str, torch.Tensor], get_model_state_dict(root, options=options))
         original = {clean_tensor_name(k): v for k, v in watch.names.parameters(root).items()}
         final = {original.get(clean_tensor_name(k), k): v.detach().float().cpu().clone() for k, v in gathered.items()}
         ctx.facts["final"] = final if ctx.rank == 0 else {}
