@@ -84,12 +84,13 @@ def _worst(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[str
 
 def _whole_gradient(ranks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """The first step's gradients, put back together from the ranks' shards (FSDP2 shards along dim 0, rank r
-    holding the r-th chunk); a gradient held whole is rank 0's."""
+    holding the r-th chunk); a gradient held whole, or missing on some rank, is rank 0's."""
+    sharded = {s["name"] for s in ranks[0]["storage"] if s["dtensor"]}
     whole = {}
     for name, first in ranks[0]["grads"].items():
-        parts = [np.asarray(f["grads"].get(name, np.zeros((0,)))) for f in ranks]
-        stored = next(s for s in ranks[0]["storage"] if s["name"] == name)
-        whole[name] = np.concatenate(parts, axis=0) if stored["dtensor"] else np.asarray(first)
+        parts = [np.asarray(f["grads"][name]) for f in ranks if name in f["grads"]]
+        same_rank = len({p.ndim for p in parts}) == 1 and len(parts) == len(ranks)
+        whole[name] = np.concatenate(parts, axis=0) if name in sharded and same_rank else np.asarray(first)
     return whole
 
 
