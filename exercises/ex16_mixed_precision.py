@@ -4,9 +4,10 @@ Training a large model is bound by memory and bandwidth. Two tools every large r
 
 **Mixed precision.** Compute in bfloat16, keep the weights in float32. bf16 has float32's 8 exponent
 bits (the same range, about 3.4e38) and only 7 mantissa bits (about 3 significant digits): a matmul in
-bf16 is fast and takes half the bytes, but an update `w -= lr * g` that is smaller than w / 256 is
-rounded away if `w` itself is bf16. So the optimizer updates **fp32 master weights**, and only the
-copies used for compute are cast. FSDP2 does it for you with a policy:
+bf16 is fast and takes half the bytes, but an update `w -= lr * g` smaller than half the gap between
+neighbouring bf16 numbers (w/512 to w/256, depending on w) is rounded away if `w` itself is bf16. So
+the optimizer updates **fp32 master weights**, and only the copies used for compute are cast. FSDP2
+does it for you with a policy:
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     fully_shard(module, mesh=mesh, mp_policy=policy)
@@ -47,7 +48,9 @@ Linear 16->32, GELU, Linear 32->16, with a residual) and `model.out` (Linear 16-
   `(inputs, targets)` in `batches` (this rank's) on `F.mse_loss(model(inputs).float(), targets)`.
   Under nccl, use `torch.device("cuda", rank)`. Return the model.
 
-The grader watches with its own instrumentation: what each rank stores of every parameter (dtype,
+This exercise is about FSDP2 (`fully_shard`): the grader watches FSDP2's own collectives, so FSDP1
+(`FullyShardedDataParallel` with its `MixedPrecision`) does not pass here. The grader watches with its
+own instrumentation: what each rank stores of every parameter (dtype,
 about 1/W of it), the dtypes every Linear computes in (forward hooks), the dtypes FSDP all-gathers and
 reduce-scatters, the tensors kept for backward per block (`torch.autograd.graph.saved_tensors_hooks`)
 and the layers recomputed in backward; and it compares the gradients, losses and weights with one

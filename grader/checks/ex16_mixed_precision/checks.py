@@ -17,8 +17,10 @@ from grader.judge.diagnose import failure_verdict
 STEPS, BATCH, LR = 3, 4, 0.05
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
 REGIONS = ("inp", *BLOCKS, "out")
-# bf16 keeps 8 significant bits: a relative error of 2^-8 per rounding. A gradient or loss computed with the
-# same casts agrees far closer (the same operations in the same dtypes); another dtype is off by about that.
+# bf16 keeps 8 significant bits: a relative error of 2^-8 per rounding. On the CPU a gradient computed with the
+# same casts agrees far closer (the same kernels in the same dtypes: to the bit, measured); another dtype is off
+# by about 2^-8. A GPU's bf16 kernels accumulate in another order, and one output rounded the other way is
+# 2^-8 off, so under nccl the first gradient is held to bf16's tolerance only.
 SAME_CASTS = 2e-4
 WITHIN_BF16 = 4e-3
 
@@ -302,9 +304,10 @@ def matches_reference(ctx: CheckContext) -> None:
     got = _whole_gradient(ranks)
     candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
     name, off = _worst(got, candidates["correct"])
-    if off > SAME_CASTS:
+    tolerance = SAME_CASTS if ctx.backend == "gloo" else WITHIN_BF16
+    if off > tolerance:
         close = [
-            label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= SAME_CASTS
+            label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= tolerance
         ]
         said = {
             "bf16_reduce": "rounded to bfloat16 (what a bf16 reduce gives, and so do gradients kept in bf16)",
@@ -316,7 +319,7 @@ def matches_reference(ctx: CheckContext) -> None:
             f"the gradient of step 1 (rank shards put together) differs from the reference's (bf16 compute, fp32 "
             f"reduce) by up to {off:.2g} of its scale, at {name}; least-squares ratio to it {ratio:.3g}"
             + (
-                f"; it equals, within {SAME_CASTS:g}, the reference's gradient {said[close[0]]}"
+                f"; it equals, within {tolerance:g}, the reference's gradient {said[close[0]]}"
                 if len(close) == 1
                 else ""
             ),
