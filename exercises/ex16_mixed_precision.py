@@ -34,8 +34,10 @@ every block's activations again at the peak; checkpointing nothing keeps them al
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     model.blocks[i] = checkpoint_wrapper(model.blocks[i])   # before fully_shard
 
-(or `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)` inside a forward, or
-`torch.distributed._composable.checkpoint(block)`: all work with FSDP2 on CPU in torch 2.13.)
+(or `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)` inside a module's forward, or
+`torch.distributed._composable.checkpoint(block)`: all work with FSDP2 on CPU in torch 2.13.) Always
+call the model itself, `model(inputs)`: calling `model.inp` or a block yourself from the training loop
+skips the root's forward, which gathers the root's own parameters ("mixed torch.Tensor and DTensor").
 
 The model (TinyTransformer): `model.inp` (Linear 8->16), `model.blocks` (3 blocks: LayerNorm(16),
 Linear 16->32, GELU, Linear 32->16, with a residual) and `model.out` (Linear 16->1).

@@ -236,6 +236,20 @@ def reduces_in_fp32(ctx: CheckContext) -> None:
     )
 
 
+def _spanning_regions(regions: list[str]) -> list[list[str]]:
+    """Runs of regions backward recomputed in forward order. Regions checkpointed on their own are recomputed
+    one by one as backward reaches them, last first; a region holding several is recomputed whole, first to
+    last, before any of them is differentiated."""
+    spans: list[list[str]] = []
+    for previous, region in zip(regions, regions[1:]):
+        if REGIONS.index(region) > REGIONS.index(previous):
+            if spans and spans[-1][-1] == previous:
+                spans[-1].append(region)
+            else:
+                spans.append([previous, region])
+    return spans
+
+
 @check("checkpoints_each_block")
 def checkpoints_each_block(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -250,18 +264,16 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
         count, size = saved.get(region, [0, 0])
         return f"{count} tensors ({size} bytes)"
 
-    outside = [r for r in regions if r not in BLOCKS]
-    if outside:
-        whole = sorted(regions) == sorted(REGIONS)
+    spans = _spanning_regions(regions)
+    if spans:
+        whole = spans == [list(REGIONS)]
         raise ctx.fail(
-            f"backward recomputed {', '.join(regions)}: {', '.join(outside)} too, so "
-            + (
-                "the whole model is one checkpointed region"
-                if whole
-                else "a checkpointed region holds more than a block"
-            )
-            + "; its recomputation in backward keeps every block's activations at once. Checkpoint each block on "
-            "its own",
+            f"backward recomputed {', '.join(regions)}, in that order: "
+            + "; ".join(", ".join(span) for span in spans)
+            + " in forward order, so one checkpointed region spans them (regions of their own are recomputed last "
+            "first, each as backward reaches it)"
+            + ("; that region is the whole model" if whole else "")
+            + ". Its recomputation holds all their activations at once: checkpoint each block on its own",
             hint="checkpoint",
             cause="whole_model_checkpointed" if whole else "",
         )
@@ -282,13 +294,6 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             "torch.utils.checkpoint.checkpoint(..., use_reentrant=False) in its forward)",
             hint="checkpoint",
             cause="no_checkpointing" if none else "some_blocks_checkpointed",
-        )
-    order = [r for r in regions if r in BLOCKS]
-    if order != sorted(order, reverse=True):
-        raise ctx.fail(
-            f"backward recomputed the blocks in forward order ({', '.join(order)}) before differentiating any: "
-            "they are one checkpointed region, recomputed together. Checkpoint each block on its own",
-            hint="checkpoint",
         )
 
 
