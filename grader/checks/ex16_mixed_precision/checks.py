@@ -36,13 +36,13 @@ def _explained(ctx: CheckContext, result: Any) -> None:
     if not mixed or "units" not in facts:
         return
     layer = mixed[0]
-    module = layer["name"].rsplit(".", 1)[0] if layer["name"].startswith("blocks.") else ""
+    module = _region(layer["name"]) if layer["name"].startswith("blocks.") else ""
     units = facts["units"]
     where = f"block {module}" if module else "the root"
     if module not in units:
         state = f"{where} is not an FSDP unit, so nothing casts its parameters"
     else:
-        state = f"{where} is an FSDP unit whose policy has param_dtype {units[module]}"
+        state = f"{where} is an FSDP unit whose policy has param_dtype {units[module]['param_dtype']}"
     raise ctx.fail(
         f"{layer['name']} got a {layer['input']} input and a {layer['weight']} weight (the grader's forward hook, "
         f"just before the error): {state}, while the units before it return bfloat16. Wrap every block and the "
@@ -96,6 +96,11 @@ def _whole_gradient(ranks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     return whole
 
 
+def _region(name: str) -> str:
+    """inp, blocks.i or out: the region a parameter or layer belongs to."""
+    return ".".join(name.split(".")[:2]) if name.startswith("blocks.") else name.split(".")[0]
+
+
 @check("shards_fp32_master")
 def shards_fp32_master(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -129,14 +134,18 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 f"{name} ({full} elements): the ranks hold {locals_} of it, not a 1/{world} shard each", hint="wrap"
             )
     units = ranks[0]["units"]
-    missing = [b for b in BLOCKS if b not in units]
-    if missing:
-        raise ctx.fail(
-            f"FSDP units: {', '.join(u or '(root)' for u in units)}; {', '.join(missing)} are not units "
-            "of their own, so forward gathers them with the root, all at once (call fully_shard on each block, "
-            "then on the model)",
-            hint="wrap",
-        )
+    for block in BLOCKS:
+        own = {s["name"] for s in ranks[0]["storage"] if s["name"].startswith(block + ".")}
+        if not any(set(unit["params"]) == own for unit in units.values()):
+            holder: list[str] = next((u["params"] for u in units.values() if own & set(u["params"])), [])
+            together = list(dict.fromkeys(_region(name) for name in holder))
+            raise ctx.fail(
+                f"{block} is not an FSDP unit of its own: "
+                + (f"one unit gathers {', '.join(together)} together" if holder else "no unit holds it")
+                + ", so forward gathers more than one block at once; call fully_shard on each block, then on the "
+                "model",
+                hint="wrap",
+            )
     for rank, facts in enumerate(ranks):
         optimizer = facts["optimizer"]
         if optimizer["current"] < optimizer["held"] or optimizer["dtypes"] != ["float32"]:
@@ -258,7 +267,7 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
     saved = facts["saved"]
     plain = reference["saved"]
     recomputed = [c["name"] for c in _layers(facts, backward=True)]
-    regions = list(dict.fromkeys(name.rsplit(".", 1)[0] if name.startswith("blocks.") else name for name in recomputed))
+    regions = list(dict.fromkeys(_region(name) for name in recomputed))
 
     def kept(region: str) -> str:
         count, size = saved.get(region, [0, 0])

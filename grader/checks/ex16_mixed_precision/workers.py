@@ -65,6 +65,7 @@ class OriginalNames:
 
     def __init__(self, model: nn.Module) -> None:
         self.modules = {id(m): path for path, m in model.named_modules()}
+        self._kept = list(model.modules())  # alive, so that no new module is given a freed one's id
 
     def module(self, path: str, module: nn.Module) -> str:
         return self.modules.get(id(module), clean_tensor_name(path + ".").removesuffix("."))
@@ -205,16 +206,21 @@ def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     return stored
 
 
-def _units(model: nn.Module, names: OriginalNames) -> dict[str, str]:
-    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root), with the
-    param_dtype of their policy ("None": no casting)."""
+def _units(model: nn.Module, names: OriginalNames) -> dict[str, dict[str, Any]]:
+    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root): the parameters
+    each gathers (original names) and the param_dtype of its policy ("None": no casting)."""
+    original = names.parameters(model)
+    by_id = {id(p): original[n] for n, p in model.named_parameters()}
     units = {}
     for path, module in model.named_modules():
         if isinstance(module, FSDPModule):
-            policy = getattr(module._get_fsdp_state(), "_mp_policy", None)
-            units[names.module(path, cast(nn.Module, module))] = str(getattr(policy, "param_dtype", None)).removeprefix(
-                "torch."
-            )
+            state = module._get_fsdp_state()
+            group = state._fsdp_param_group
+            policy = getattr(state, "_mp_policy", None)
+            units[names.module(path, cast(nn.Module, module))] = {
+                "params": [by_id.get(id(p.sharded_param), "?") for p in group.fsdp_params] if group else [],
+                "param_dtype": str(getattr(policy, "param_dtype", None)).removeprefix("torch."),
+            }
     return units
 
 
