@@ -169,6 +169,10 @@ def computes_in_bf16(ctx: CheckContext) -> None:
         if not gathers:
             raise ctx.fail(f"rank {rank}: no FSDP2 all-gather (dist.all_gather_single) was seen", hint="wrap")
         forward = _layers(facts, backward=False)
+        if not forward:
+            raise ctx.fail(
+                f"rank {rank}: no Linear layer of the model ran forward before the first step", hint="optimizer"
+            )
         gathered = sorted({c["dtype"] for c in gathers})
         autocast = [c["name"] for c in forward if c["autocast"]]
         if autocast:
