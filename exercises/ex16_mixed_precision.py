@@ -21,7 +21,7 @@ does it for you with a policy:
 
 Do not cast the model yourself (`model.to(torch.bfloat16)` leaves no fp32 master weights) and do not
 add `torch.autocast` on top of the policy: the policy already casts; autocast re-casts every op's
-inputs and runs some ops (layer norm, the loss) in float32. fp16 (5 exponent bits, largest value 65504)
+inputs and runs some ops in float32 (the loss; on CUDA also layer norm and softmax). fp16 (5 exponent bits, largest value 65504)
 underflows small gradients and needs loss scaling (`torch.amp.GradScaler`); bf16 does not.
 
 **Activation checkpointing.** backward needs tensors that forward computed (each Linear's input, the
@@ -52,11 +52,10 @@ Linear 16->32, GELU, Linear 32->16, with a residual) and `model.out` (Linear 16-
 
 This exercise is about FSDP2 (`fully_shard`): the grader watches FSDP2's own collectives, so FSDP1
 (`FullyShardedDataParallel` with its `MixedPrecision`) does not pass here. The grader watches with its
-own instrumentation: what each rank stores of every parameter (dtype,
-about 1/W of it), the dtypes every Linear computes in (forward hooks), the dtypes FSDP all-gathers and
-reduce-scatters, the tensors kept for backward per block (`torch.autograd.graph.saved_tensors_hooks`)
-and the layers recomputed in backward; and it compares the gradients, losses and weights with one
-process doing the same casts.
+own instrumentation: what each rank stores of every parameter (dtype, about 1/W of it), the dtypes
+every Linear computes in (forward hooks), the dtypes FSDP all-gathers and reduce-scatters, the tensors
+kept for backward per block (`torch.autograd.graph.saved_tensors_hooks`) and the layers recomputed in
+backward; and it compares the gradients, losses and weights with one process doing the same casts.
 
 API: `torch.distributed.fsdp.fully_shard`, `torch.distributed.fsdp.MixedPrecisionPolicy`,
 `torch.distributed.device_mesh.init_device_mesh`, `checkpoint_wrapper`, `torch.utils.checkpoint`.

@@ -183,7 +183,7 @@ def computes_in_bf16(ctx: CheckContext) -> None:
                 f"and FSDP all-gathered the parameters in {', '.join(gathered)}. "
                 + (
                     "The policy already casts them to bf16; autocast casts every op's inputs again, and runs some "
-                    "ops (layer norm, the loss) in float32. Drop the autocast"
+                    "ops in float32 (the loss; on CUDA also layer norm and softmax). Drop the autocast"
                     if stacked
                     else "Autocast casts after the gather, so the parameters travel in float32, twice the bytes; "
                     "use MixedPrecisionPolicy(param_dtype=torch.bfloat16) instead"
