@@ -21,8 +21,9 @@ does it for you with a policy:
 
 Do not cast the model yourself (`model.to(torch.bfloat16)` leaves no fp32 master weights) and do not
 add `torch.autocast` on top of the policy: the policy already casts; autocast re-casts every op's
-inputs and runs some ops in float32 (the loss; on CUDA also layer norm and softmax). fp16 (5 exponent bits, largest value 65504)
-underflows small gradients and needs loss scaling (`torch.amp.GradScaler`); bf16 does not.
+inputs and runs some ops in float32 (the loss; on CUDA also layer norm and softmax). fp16 (5 exponent
+bits, largest value 65504) underflows small gradients and needs loss scaling (`torch.amp.GradScaler`);
+bf16 does not.
 
 **Activation checkpointing.** backward needs tensors that forward computed (each Linear's input, the
 layer norm's statistics, ...): autograd *saves* them, and for a deep model they dominate memory. A
