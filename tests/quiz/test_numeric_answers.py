@@ -108,6 +108,7 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "mp-fsdp-bytes-per-rank": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / v["W"] / GB,
     "mp-bf16-next-number": lambda v: bf16_next_above(v["x"]),
     "mp-checkpoint-step-time": lambda v: v["F"] + v["B"] + v["F"],
+    "mp-fp32-shard-bytes": lambda v: fsdp_padded_shard(int(v["R"]), int(v["C"]), int(v["W"])) * 4,  # rank 0: unpadded
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
