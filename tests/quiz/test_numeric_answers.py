@@ -6,6 +6,7 @@ they never go through the formula engine; a question without a reference fails t
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 import pytest
@@ -33,6 +34,12 @@ def sampler_steps(n: int, world: int, batch: int) -> int:
         indices.append(indices[len(indices) % n])
     shard = indices[0::world]
     return len(range(0, len(shard), batch))
+
+
+def bf16_next_above(x: float) -> float:
+    """The next bf16 number above x: bf16 is the top 16 bits of a float32, so add one to them."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0] >> 16
+    return struct.unpack("<f", struct.pack("<I", (bits + 1) << 16))[0]
 
 
 def fsdp_padded_shard(rows: int, cols: int, world: int) -> int:
@@ -107,6 +114,11 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "zero1ex-stage-memory": lambda v: zero_stage_gb(v["P"], int(v["s"]), v["N"]),
     "zero1ex-memory-practice": lambda v: zero_stage_gb(v["P"], 1, v["N"]),
     "zero1ex-adamw-state-per-rank": lambda v: v["E"] * 1e3 * 2 * 4 / v["W"] / 1e3,
+    "mp-adam-bytes-per-parameter": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / GB,
+    "mp-fsdp-bytes-per-rank": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / v["W"] / GB,
+    "mp-bf16-next-number": lambda v: bf16_next_above(v["x"]),
+    "mp-checkpoint-step-time": lambda v: v["F"] + v["B"] + v["F"],
+    "mp-fp32-shard-bytes": lambda v: fsdp_padded_shard(int(v["R"]), int(v["C"]), int(v["W"])) * 4,  # rank 0: unpadded
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

@@ -1,0 +1,366 @@
+"""Judging exercise 16 from what the grader's own instrumentation saw on the ranks (workers.py): what each
+rank stores of every parameter and what the optimizer holds, the dtypes every Linear layer computed in, the
+dtypes of FSDP2's all-gathers and reduce-scatters, the tensors kept for backward per block and the layers
+recomputed in backward; and the numbers against one trusted process doing the same casts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import scale_of
+from grader.judge.diagnose import failure_verdict
+
+STEPS, BATCH, LR = 3, 4, 0.05
+BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
+REGIONS = ("inp", *BLOCKS, "out")
+# bf16 keeps 8 significant bits: a relative error of 2^-8 per rounding. On the CPU a gradient computed with the
+# same casts agrees far closer (the same kernels in the same dtypes: to the bit, measured); another dtype is off
+# by about 2^-8. A GPU's bf16 kernels accumulate in another order, and one output rounded the other way is
+# 2^-8 off, so under nccl the first gradient is held to bf16's tolerance only.
+SAME_CASTS = 2e-4
+WITHIN_BF16 = 4e-3
+
+
+def _explained(ctx: CheckContext, result: Any) -> None:
+    """A run that failed in a Linear layer given an input and a weight of different dtypes: which layer, and
+    whether its module is an FSDP unit with the policy (the facts recorded up to the error)."""
+    verdict = failure_verdict(result, ctx.student_file)
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = result.ranks[0].facts or {}
+    mixed = [c for c in facts.get("linears", []) if c["input"] != c["weight"] and not c["backward"]]
+    if not mixed or "units" not in facts:
+        return
+    layer = mixed[0]
+    module = _region(layer["name"]) if layer["name"].startswith("blocks.") else ""
+    units = facts["units"]
+    where = f"block {module}" if module else "the root"
+    if module not in units:
+        state = f"{where} is not an FSDP unit, so nothing casts its parameters"
+    else:
+        state = f"{where} is an FSDP unit whose policy has param_dtype {units[module]['param_dtype']}"
+    raise ctx.fail(
+        f"{layer['name']} got a {layer['input']} input and a {layer['weight']} weight (the grader's forward hook, "
+        f"just before the error): {state}, while the units before it return bfloat16. Wrap every block and the "
+        f"root, each with mp_policy=policy. {verdict.message}",
+        hint="policy",
+    )
+
+
+def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    _explained(ctx, result)
+    ranks = ctx.require(result)
+    counts = [f["steps"] for f in ranks]
+    if counts[0] == 0:
+        raise ctx.fail("train never called optimizer.step()", hint="optimizer")
+    if any(c != STEPS for c in counts):
+        raise ctx.fail(f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint="optimizer")
+    return ranks
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference(
+        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference, relative to the largest element of `want`."""
+    if got.shape != want.shape:
+        return math.inf
+    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-12)
+
+
+def _worst(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[str, float]:
+    """The tensor furthest from `want` (relative to its own scale) and how far."""
+    return max(
+        ((name, _relative(np.asarray(got.get(name)), np.asarray(w))) for name, w in want.items()),
+        key=lambda item: item[1],
+    )
+
+
+def _whole_gradient(ranks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The first step's gradients, put back together from the ranks' shards (FSDP2 shards along dim 0, rank r
+    holding the r-th chunk); a gradient held whole, or missing on some rank, is rank 0's."""
+    sharded = {s["name"] for s in ranks[0]["storage"] if s["dtensor"]}
+    whole = {}
+    for name, first in ranks[0]["grads"].items():
+        parts = [np.asarray(f["grads"][name]) for f in ranks if name in f["grads"]]
+        same_rank = len({p.ndim for p in parts}) == 1 and len(parts) == len(ranks)
+        whole[name] = np.concatenate(parts, axis=0) if name in sharded and same_rank else np.asarray(first)
+    return whole
+
+
+def _region(name: str) -> str:
+    """inp, blocks.i or out: the region a parameter or layer belongs to."""
+    return ".".join(name.split(".")[:2]) if name.startswith("blocks.") else name.split(".")[0]
+
+
+@check("shards_fp32_master")
+def shards_fp32_master(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    world = ctx.world_size
+    for rank, facts in enumerate(ranks):
+        whole = [s["name"] for s in facts["storage"] if not s["dtensor"]]
+        if whole:
+            root = sorted(whole) == ["inp.bias", "inp.weight", "out.bias", "out.weight"]
+            raise ctx.fail(
+                f"rank {rank} holds {', '.join(whole)} whole, not sharded"
+                + (": the root was never wrapped (fully_shard(model, ...) after the blocks)" if root else "")
+                + f"; FSDP keeps about 1/{world} of every parameter on each rank",
+                hint="wrap",
+            )
+        low = [s for s in facts["storage"] if s["dtype"] != "float32"]
+        if low:
+            raise ctx.fail(
+                f"master weights in {low[0]['dtype']}: rank {rank} stores its shard of {len(low)} parameters "
+                f"({low[0]['name']} first) in {low[0]['dtype']}, so the optimizer updates low-precision weights and "
+                "small updates are rounded away. Keep the model in float32 (no model.to(torch.bfloat16)); "
+                "MixedPrecisionPolicy(param_dtype=torch.bfloat16) casts only the copies gathered for compute",
+                hint="policy",
+                cause="low_precision_master_weights",
+            )
+    for stored in zip(*(f["storage"] for f in ranks)):
+        name, full, rows = stored[0]["name"], stored[0]["full"], stored[0]["rows"]
+        most = math.ceil(rows / world) * (full // max(rows, 1))
+        locals_ = [s["local"] for s in stored]
+        if sum(locals_) != full or max(locals_) > most:
+            raise ctx.fail(
+                f"{name} ({full} elements): the ranks hold {locals_} of it, not a 1/{world} shard each", hint="wrap"
+            )
+    units = ranks[0]["units"]
+    for block in BLOCKS:
+        own = {s["name"] for s in ranks[0]["storage"] if s["name"].startswith(block + ".")}
+        if not any(set(unit["params"]) == own for unit in units.values()):
+            holder: list[str] = next((u["params"] for u in units.values() if own & set(u["params"])), [])
+            together = list(dict.fromkeys(_region(name) for name in holder))
+            raise ctx.fail(
+                f"{block} is not an FSDP unit of its own: "
+                + (f"one unit gathers {', '.join(together)} together" if holder else "no unit holds it")
+                + ", so forward gathers more than one block at once; call fully_shard on each block, then on the "
+                "model",
+                hint="wrap",
+            )
+    for rank, facts in enumerate(ranks):
+        optimizer = facts["optimizer"]
+        if optimizer["current"] < optimizer["held"] or optimizer["dtypes"] != ["float32"]:
+            raise ctx.fail(
+                f"rank {rank}'s optimizer holds {optimizer['held']} tensors of dtype {', '.join(optimizer['dtypes'])}, "
+                f"{optimizer['current']} of them the model's parameters after wrapping: build it after wrap_model, "
+                "over model.parameters() (the fp32 shards)",
+                hint="optimizer",
+            )
+
+
+def _layers(facts: dict[str, Any], backward: bool) -> list[dict[str, Any]]:
+    return [call for call in facts["linears"] if call["backward"] == backward]
+
+
+@check("computes_in_bf16")
+def computes_in_bf16(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    for rank, facts in enumerate(ranks):
+        gathers = [c for c in facts["collectives"] if c["kind"] == "all-gather"]
+        if not gathers:
+            raise ctx.fail(f"rank {rank}: no FSDP2 all-gather (dist.all_gather_single) was seen", hint="wrap")
+        forward = _layers(facts, backward=False)
+        if not forward:
+            raise ctx.fail(
+                f"rank {rank}: no Linear layer of the model ran forward before the first step", hint="optimizer"
+            )
+        gathered = sorted({c["dtype"] for c in gathers})
+        autocast = [c["name"] for c in forward if c["autocast"]]
+        if autocast:
+            stacked = gathered == ["bfloat16"]
+            raise ctx.fail(
+                ("autocast stacked on the policy: " if stacked else "autocast instead of the policy: ")
+                + f"the grader's hooks saw autocast enabled in the forward of {', '.join(autocast)} on rank {rank}, "
+                f"and FSDP all-gathered the parameters in {', '.join(gathered)}. "
+                + (
+                    "The policy already casts them to bf16; autocast casts every op's inputs again, and runs some "
+                    "ops in float32 (the loss; on CUDA also layer norm and softmax). Drop the autocast"
+                    if stacked
+                    else "Autocast casts after the gather, so the parameters travel in float32, twice the bytes; "
+                    "use MixedPrecisionPolicy(param_dtype=torch.bfloat16) instead"
+                ),
+                hint="policy",
+                cause="autocast_and_policy" if stacked else "autocast_no_policy",
+            )
+        wrong = [c for c in forward if c["input"] != "bfloat16" or c["weight"] != "bfloat16"]
+        if wrong:
+            kinds = {(c["input"], c["weight"]) for c in wrong}
+            said = "; ".join(f"{c['name']}: input {c['input']}, weight {c['weight']}" for c in wrong[:4])
+            names = {c["name"] for c in wrong}
+            if kinds == {("float16", "float16")} and len(wrong) == len(forward):
+                reason, cause = (
+                    "param_dtype=torch.float16: fp16 has a range of 65504 and needs loss scaling",
+                    "fp16_compute",
+                )
+            elif kinds == {("float32", "float32")} and len(wrong) == len(forward):
+                reason, cause = "no mixed precision policy (or param_dtype float32): everything computed in fp32", ""
+            elif names == {"inp", "out"}:
+                reason, cause = "the root's layers ran in float32: the root was wrapped without the policy", ""
+            else:
+                reason, cause = "", ""
+            raise ctx.fail(
+                f"rank {rank}'s Linear layers did not all compute in bfloat16 ({said})"
+                + (f": {reason}" if reason else "")
+                + "; pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) to "
+                "every fully_shard call",
+                hint="policy",
+                cause=cause,
+            )
+        if gathered != ["bfloat16"]:
+            raise ctx.fail(
+                f"rank {rank}: FSDP all-gathered parameters in {', '.join(gathered)}, not bfloat16", hint="policy"
+            )
+
+
+@check("reduces_in_fp32")
+def reduces_in_fp32(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    scatters = [c for c in ranks[0]["collectives"] if c["kind"] == "reduce-scatter"]
+    if not scatters:
+        raise ctx.fail("rank 0: no FSDP2 reduce-scatter (dist.reduce_scatter_single) was seen", hint="wrap")
+    dtypes = sorted({c["dtype"] for c in scatters})
+    if dtypes == ["float32"]:
+        return
+    reference = _reference(ctx)
+    got = _whole_gradient(ranks)
+    want = {k: np.asarray(v) for k, v in reference["first_grads"]["correct"].items()}
+    low = {k: np.asarray(v) for k, v in reference["first_grads"]["bf16_reduce"].items()}
+    name, off = _worst(got, want)
+    replayed = _worst(got, low)[1]
+    bf16 = dtypes == ["bfloat16"]
+    raise ctx.fail(
+        (f"gradients reduced in {', '.join(dtypes)}: " if not bf16 else "gradients reduced in bfloat16: ")
+        + f"the grader saw {len(scatters)} reduce-scatters of {', '.join(dtypes)} on rank 0 per run. The gradient "
+        f"of step 1 differs from the reference reduced in fp32 by up to {off:.2g} of its scale ({name})"
+        + (f", and from a replay reducing in bf16 by {replayed:.2g}" if bf16 else "")
+        + ". Sums of many ranks' gradients lose bits in bf16; set reduce_dtype=torch.float32 (left unset it is "
+        "param_dtype)",
+        hint="policy",
+        cause="bf16_reduce" if bf16 else "",
+    )
+
+
+def _spanning_regions(regions: list[str]) -> list[list[str]]:
+    """Runs of regions backward recomputed in forward order. Regions checkpointed on their own are recomputed
+    one by one as backward reaches them, last first; a region holding several is recomputed whole, first to
+    last, before any of them is differentiated."""
+    spans: list[list[str]] = []
+    for previous, region in zip(regions, regions[1:]):
+        if REGIONS.index(region) > REGIONS.index(previous):
+            if spans and spans[-1][-1] == previous:
+                spans[-1].append(region)
+            else:
+                spans.append([previous, region])
+    return spans
+
+
+@check("checkpoints_each_block")
+def checkpoints_each_block(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    reference = _reference(ctx)
+    facts = ranks[0]
+    saved = facts["saved"]
+    plain = reference["saved"]
+    recomputed = [c["name"] for c in _layers(facts, backward=True)]
+    regions = list(dict.fromkeys(_region(name) for name in recomputed))
+
+    def kept(region: str) -> str:
+        count, size = saved.get(region, [0, 0])
+        return f"{count} tensors ({size} bytes)"
+
+    spans = _spanning_regions(regions)
+    if spans:
+        whole = spans == [list(REGIONS)]
+        raise ctx.fail(
+            f"backward recomputed {', '.join(regions)}, in that order: "
+            + "; ".join(", ".join(span) for span in spans)
+            + " in forward order, so one checkpointed region spans them (regions of their own are recomputed last "
+            "first, each as backward reaches it)"
+            + ("; that region is the whole model" if whole else "")
+            + ". Its recomputation holds all their activations at once: checkpoint each block on its own",
+            hint="checkpoint",
+            cause="whole_model_checkpointed" if whole else "",
+        )
+    full = {b: plain[b][1] for b in BLOCKS}
+    not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, [0, 0])[1] * 2 > full[b]]
+    if not_checkpointed:
+        none = len(not_checkpointed) == len(BLOCKS)
+        raise ctx.fail(
+            (
+                "no activation checkpointing: "
+                if none
+                else f"only {', '.join(b for b in BLOCKS if b not in not_checkpointed)} checkpointed: "
+            )
+            + "in forward, "
+            + "; ".join(f"{b} kept {kept(b)} for backward" for b in not_checkpointed)
+            + f" (a plain block keeps {plain[BLOCKS[0]][0]} tensors, {plain[BLOCKS[0]][1]} bytes), and backward "
+            f"recomputed {', '.join(regions) or 'nothing'}. Wrap every block (checkpoint_wrapper, or "
+            "torch.utils.checkpoint.checkpoint(..., use_reentrant=False) in its forward)",
+            hint="checkpoint",
+            cause="no_checkpointing" if none else "some_blocks_checkpointed",
+        )
+
+
+@check("matches_reference")
+def matches_reference(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    reference = _reference(ctx)
+    if not ranks[0]["grads"]:
+        raise ctx.fail(
+            "at the first optimizer.step() no parameter the optimizer holds is one of the model's, with a gradient",
+            hint="optimizer",
+        )
+    got = _whole_gradient(ranks)
+    candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
+    name, off = _worst(got, candidates["correct"])
+    tolerance = SAME_CASTS if ctx.backend == "gloo" else WITHIN_BF16
+    if off > tolerance:
+        close = [
+            label for label, want in candidates.items() if label != "correct" and _worst(got, want)[1] <= tolerance
+        ]
+        said = {
+            "bf16_reduce": "rounded to bfloat16 (what a bf16 reduce gives, and so do gradients kept in bf16)",
+            "fp32_compute": "computed in float32 throughout",
+            "fp16_compute": "computed in float16",
+        }
+        ratio = scale_of(got, candidates["correct"])
+        raise ctx.fail(
+            f"the gradient of step 1 (rank shards put together) differs from the reference's (bf16 compute, fp32 "
+            f"reduce) by up to {off:.2g} of its scale, at {name}; least-squares ratio to it {ratio:.3g}"
+            + (
+                f"; it equals, within {tolerance:g}, the reference's gradient {said[close[0]]}"
+                if len(close) == 1
+                else ""
+            ),
+            hint="policy",
+        )
+    for step in range(STEPS):
+        for rank, facts in enumerate(ranks):
+            losses = facts["losses"]
+            want = reference["losses"][step][rank]
+            if len(losses) <= step:
+                raise ctx.fail(f"rank {rank} ran {len(losses)} forward passes for {STEPS} batches", hint="optimizer")
+            if abs(losses[step] - want) > WITHIN_BF16 * max(abs(want), 1e-3):
+                raise ctx.fail(
+                    f"step {step + 1}, rank {rank}: loss {losses[step]:.6g}, the reference's {want:.6g} (the gradient "
+                    "of step 1 was right: look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards)",
+                    hint="optimizer",
+                )
+    if "gather_error" in ranks[0]:
+        raise ctx.fail(f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint="wrap")
+    final = {k: np.asarray(v) for k, v in ranks[0]["final"].items()}
+    name, off = _worst(final, {k: np.asarray(v) for k, v in reference["final"].items()})
+    if off > WITHIN_BF16:
+        raise ctx.fail(
+            f"after {STEPS} steps {name} differs from the reference's by up to {off:.2g} of its scale",
+            hint="optimizer",
+        )

@@ -1,0 +1,318 @@
+"""Rank side of exercise 16: run the student's FSDP2 training under the grader's own instrumentation,
+installed before the student's code runs, and report what it saw; the trusted single-process reference.
+
+What the grader watches (Watch):
+* every nn.Linear's forward pre-hook: the dtypes of its input and weight, whether autocast was on, and
+  whether backward was running (a forward inside backward is a recomputation: activation checkpointing);
+* FSDP2's collectives, `dist.all_gather_single` and `dist.reduce_scatter_single` (FSDP2 calls them
+  through the module attribute): the dtype and size of what each sends;
+* `torch.autograd.graph.saved_tensors_hooks` around the whole call of `train`: the outermost hooks, so
+  they see the tensors autograd keeps for backward outside any checkpointed region (a checkpoint's own
+  hooks are pushed inside ours and take what its region saves), counted per region (inp, each block, out)
+  during the first forward;
+* the optimizer's first step: the parameters it holds (the model's current ones? their dtypes) and this
+  rank's shard of every gradient;
+* the model's output at every forward, for the losses.
+After training: what each rank stores of every parameter (DTensor or not, local elements, dtype), the
+FSDP units, and the whole trained weights gathered by the grader's own call.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp._common_utils import clean_tensor_name
+from torch.distributed.tensor import DTensor
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from grader.engine.rank_runtime import RankContext
+from grader.rank.training import MOMENTUM, make_regression, make_transformer
+
+REGIONS = ("inp", "blocks.0", "blocks.1", "blocks.2", "out")
+
+
+def _dtype(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.") if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+
+
+def _in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+def rank_batches(
+    steps: int, world_size: int, rank: int, batch_size: int, data_seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Step i: rank r takes samples [i*b*W + r*b, i*b*W + (r+1)*b)."""
+    inputs, targets = make_regression(steps * batch_size * world_size, data_seed).tensors
+    starts = range(rank * batch_size, len(inputs), batch_size * world_size)
+    return [(inputs[s : s + batch_size].clone(), targets[s : s + batch_size].clone()) for s in starts]
+
+
+class OriginalNames:
+    """The names the grader's model gave its modules and parameters before the student's code ran. Found
+    again by module identity (fully_shard keeps the module objects, and wrappers of one's own hold them), so
+    that any wrapping (checkpoint_wrapper, a module of one's own around a block) reports the same names."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.modules = {id(m): path for path, m in model.named_modules()}
+        self._kept = list(model.modules())  # alive, so that no new module is given a freed one's id
+
+    def module(self, path: str, module: nn.Module) -> str:
+        return self.modules.get(id(module), clean_tensor_name(path + ".").removesuffix("."))
+
+    def parameters(self, root: nn.Module) -> dict[str, str]:
+        """The root's parameter names -> the original names."""
+        names = {}
+        for path, module in root.named_modules():
+            for local, _ in module.named_parameters(recurse=False):
+                full = f"{path}.{local}" if path else local
+                names[full] = f"{self.modules[id(module)]}.{local}" if id(module) in self.modules else full
+        return names
+
+
+class SavedByRegion:
+    """The tensors autograd saves for backward during forward, counted per region of the model (the
+    region whose forward is running: inp, a block, out; "loss" outside them), with their bytes."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.counts: dict[str, list[int]] = {}
+        self.active = True
+        self._stack: list[str] = []
+        for name in REGIONS:
+            module = model.get_submodule(name)
+            module.register_forward_pre_hook(lambda _m, _a, name=name: self._enter(name))
+            module.register_forward_hook(lambda _m, _a, _o: self._leave())
+
+    def _enter(self, name: str) -> None:
+        if not _in_backward():
+            self._stack.append(name)
+
+    def _leave(self) -> None:
+        if not _in_backward() and self._stack:
+            self._stack.pop()
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.active and not _in_backward():
+            count = self.counts.setdefault(self._stack[-1] if self._stack else "loss", [0, 0])
+            count[0] += 1
+            count[1] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    @contextmanager
+    def hooks(self) -> Iterator[None]:
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda tensor: tensor):
+            yield
+
+
+class Watch:
+    """The grader's instrumentation of one rank's training (module docstring)."""
+
+    def __init__(self, ctx: RankContext, model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.model = model
+        self.batches = batches
+        self.steps = 0
+        self.linears: list[dict[str, Any]] = []  # the first step's Linear calls
+        self.losses: list[float] = []
+        self.optimizer: dict[str, Any] = {}
+        self.grads: dict[str, torch.Tensor] = {}
+        self.saved = SavedByRegion(model)
+        self.device_type = ctx.device.type
+        self.names = OriginalNames(model)
+        for path, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                module.register_forward_pre_hook(functools.partial(self._linear, path))
+        model.register_forward_hook(self._output)
+        self.collectives: list[dict[str, Any]] = []
+        ctx.spy(dist, "all_gather_single", self._collective("all-gather", 1, "input_tensor"))
+        ctx.spy(dist, "reduce_scatter_single", self._collective("reduce-scatter", 1, "input"))
+        self._handle = register_optimizer_step_pre_hook(self._step)
+
+    def _collective(self, kind: str, position: int, keyword: str) -> Callable[..., dict[str, Any]]:
+        def describe(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            sent = kwargs.get(keyword, args[position] if len(args) > position else None)
+            numel = sent.numel() if isinstance(sent, torch.Tensor) else 0
+            self.collectives.append({"kind": kind, "dtype": _dtype(sent), "numel": numel, "step": self.steps})
+            return {}
+
+        return describe
+
+    def _linear(self, name: str, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if self.steps == 0:
+            self.linears.append(
+                {
+                    "name": name,
+                    "input": _dtype(args[0]) if args else "none",
+                    "weight": _dtype(getattr(module, "weight", None)),
+                    "autocast": torch.is_autocast_enabled(self.device_type),
+                    "backward": _in_backward(),
+                }
+            )
+
+    def _output(self, _module: nn.Module, _args: Any, output: Any) -> None:
+        if _in_backward() or not isinstance(output, torch.Tensor) or len(self.losses) >= len(self.batches):
+            return
+        target = self.batches[len(self.losses)][1].to(output.device)
+        if output.shape == target.shape:
+            self.losses.append(F.mse_loss(output.detach().float(), target).item())
+
+    def _step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.steps += 1
+        self.saved.active = False
+        if self.steps > 1:
+            return
+        original = self.names.parameters(self.model)
+        current = {id(p): original[n] for n, p in self.model.named_parameters()}
+        held = [p for group in optimizer.param_groups for p in group["params"]]
+        self.optimizer = {
+            "held": len(held),
+            "current": sum(id(p) in current for p in held),
+            "dtypes": sorted({_dtype(p.to_local() if isinstance(p, DTensor) else p) for p in held}),
+        }
+        for p in held:
+            if id(p) in current and p.grad is not None:
+                grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                self.grads[current[id(p)]] = grad.detach().float().cpu().clone()
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
+    """What this rank stores of every parameter."""
+    stored = []
+    original = names.parameters(model)
+    for name, p in model.named_parameters():
+        local = p.to_local() if isinstance(p, DTensor) else p
+        stored.append(
+            {
+                "name": original[name],
+                "dtensor": isinstance(p, DTensor),
+                "local": local.numel(),
+                "full": p.numel(),
+                "rows": p.shape[0] if p.dim() else 1,
+                "dtype": _dtype(local),
+            }
+        )
+    return stored
+
+
+def _units(model: nn.Module, names: OriginalNames) -> dict[str, dict[str, Any]]:
+    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root): the parameters
+    each gathers (original names) and the param_dtype of its policy ("None": no casting)."""
+    original = names.parameters(model)
+    by_id = {id(p): original[n] for n, p in model.named_parameters()}
+    units = {}
+    for path, module in model.named_modules():
+        if isinstance(module, FSDPModule):
+            state = module._get_fsdp_state()
+            group = state._fsdp_param_group
+            policy = getattr(state, "_mp_policy", None)
+            units[names.module(path, cast(nn.Module, module))] = {
+                "params": [by_id.get(id(p.sharded_param), "?") for p in group.fsdp_params] if group else [],
+                "param_dtype": str(getattr(policy, "param_dtype", None)).removeprefix("torch."),
+            }
+    return units
+
+
+def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
+    ctx.init_group()
+    model = make_transformer(seed=model_seed)
+    batches = rank_batches(steps, ctx.world_size, ctx.rank, batch_size, data_seed)
+    watch = Watch(ctx, model, batches)
+    student_train = ctx.student("train")
+    ctx.facts.update(linears=watch.linears, collectives=watch.collectives)  # live: kept if train raises
+    try:
+        with watch.saved.hooks():
+            returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
+    finally:
+        watch.close()
+        ctx.facts.update(storage=_storage(model, watch.names), units=_units(model, watch.names))
+    ctx.facts.update(
+        steps=watch.steps,
+        saved=dict(watch.saved.counts),
+        optimizer=watch.optimizer,
+        grads=watch.grads,
+        losses=watch.losses,
+        returned=type(returned).__name__,
+    )
+    root = returned if isinstance(returned, nn.Module) else model
+    try:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # typed as any state dict's values; a model's full state dict holds tensors only
+        gathered = cast(dict[str, torch.Tensor], get_model_state_dict(root, options=options))
+        original = {clean_tensor_name(k): v for k, v in watch.names.parameters(root).items()}
+        final = {original.get(clean_tensor_name(k), k): v.detach().float().cpu().clone() for k, v in gathered.items()}
+        ctx.facts["final"] = final if ctx.rank == 0 else {}
+    except Exception as exc:  # a fact: the grader's own gather failed on this wrapping
+        ctx.facts["gather_error"] = f"{type(exc).__name__}: {exc}"
+    return {}
+
+
+def _low_precision_step(
+    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], compute: torch.dtype, reduce: torch.dtype
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """What FSDP2 with MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce) computes at one step, in
+    one process: each rank's gradient from a copy of the weights cast to `compute` (inputs cast too), then
+    their average in `reduce`, returned in fp32; and each rank's loss."""
+    total: dict[str, torch.Tensor] = {}
+    losses = []
+    for inputs, targets in batches:
+        low = copy.deepcopy(model).to(compute)
+        loss = F.mse_loss(low(inputs.to(compute)).float(), targets)
+        loss.backward()
+        losses.append(loss.item())
+        for name, p in low.named_parameters():
+            assert p.grad is not None  # every parameter takes part in the loss
+            grad = p.grad.to(reduce)
+            total[name] = total[name] + grad if name in total else grad
+    return {name: (g / len(batches)).float() for name, g in total.items()}, losses
+
+
+def reference(
+    ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
+    """Trusted: one process does what FSDP2 with bf16 compute, fp32 reduce and fp32 master weights does,
+    SGD with momentum on the fp32 weights; plus the first step's gradient with a bf16 reduce, with fp32
+    compute and with fp16 compute, and the tensors one plain block keeps for backward."""
+    model = make_transformer(seed=model_seed)
+    per_rank = [rank_batches(steps, world_size, r, batch_size, data_seed) for r in range(world_size)]
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    losses: list[list[float]] = []
+    first: dict[str, dict[str, torch.Tensor]] = {}
+    for step in range(steps):
+        batches = [per_rank[r][step] for r in range(world_size)]
+        if step == 0:
+            for label, compute, reduce in (
+                ("bf16_reduce", torch.bfloat16, torch.bfloat16),
+                ("fp32_compute", torch.float32, torch.float32),
+                ("fp16_compute", torch.float16, torch.float32),
+            ):
+                first[label] = _low_precision_step(model, batches, compute, reduce)[0]
+        grads, step_losses = _low_precision_step(model, batches, torch.bfloat16, torch.float32)
+        if step == 0:
+            first["correct"] = grads
+        losses.append(step_losses)
+        for name, p in model.named_parameters():
+            p.grad = grads[name]
+        optimizer.step()
+        optimizer.zero_grad()
+    plain = make_transformer(seed=model_seed).to(torch.bfloat16)
+    saved = SavedByRegion(plain)
+    with saved.hooks():
+        plain(per_rank[0][0][0].to(torch.bfloat16))
+    return {
+        "losses": losses,
+        "final": {name: p.detach().clone() for name, p in model.named_parameters()},
+        "first_grads": first,
+        "saved": saved.counts,
+    }
