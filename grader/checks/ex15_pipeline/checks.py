@@ -201,7 +201,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
         context=f"with {schedule!r} and m = {m}, ",
         subject="the stages together",
         hypotheses=_HYPOTHESES,
-        replay=ctx.replayer(steps=STEPS, batch_size=BATCH, lr=LR),
+        replay=ctx.replayer(steps=STEPS, batch_size=BATCH, micro_batches=m, lr=LR),
     )
     steps, start = _merged(ranks)
     finding = diagnose(steps, start, reference["steps"], reference["start"], setting)

@@ -17,13 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
-from grader.rank.training import MOMENTUM, optimizer_state, replay_all, train_reference
+from grader.rank.training import MOMENTUM, StepRecorder, optimizer_state, replay_all, train_reference
 
 WIDTH, LAYERS = 8, 5
 SPLIT_GRID = [(5, 2), (5, 4), (7, 4), (8, 4), (4, 4), (9, 2), (10, 3), (3, 2)]  # (num_layers, world_size)
@@ -270,12 +271,37 @@ def replays(
     ctx: RankContext,
     steps: int,
     batch_size: int,
+    micro_batches: int,
     lr: float,
     data_seed: int,
     model_seed: int,
     hypotheses: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """Trusted: each hypothesis of hypotheses.toml replayed from the same weights on the same batches."""
+    """Trusted: each hypothesis of hypotheses.toml replayed from the same weights on the same batches;
+    schedule "uncleared" is the pipeline's own accumulation with zero_grad missing (uncleared below)."""
     dataset = make_data(steps * batch_size, data_seed)
     schedules = {"correct": step_indices(steps, batch_size)}
-    return replay_all(lambda: make_pipe(model_seed), dataset, schedules, lr, hypotheses)
+    knobbed = {name: h for name, h in hypotheses.items() if h.get("schedule", "correct") in schedules}
+    replayed = replay_all(lambda: make_pipe(model_seed), dataset, schedules, lr, knobbed)
+    for name in set(hypotheses) - set(knobbed):
+        replayed[name] = uncleared(make_pipe(model_seed), dataset, step_indices(steps, batch_size), micro_batches, lr)
+    return replayed
+
+
+def uncleared(
+    model: nn.Module, dataset: TensorDataset, steps: list[list[int]], micro_batches: int, lr: float
+) -> list[dict[str, Any]]:
+    """What a schedule with scale_grads does when .grad is never cleared: each micro-batch's mean-loss
+    gradient added to .grad, then the whole .grad (last step's included) divided by m, then SGD."""
+    recorder = StepRecorder(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    inputs, targets = dataset.tensors
+    for indices in steps:
+        for chunk in torch.tensor(indices).chunk(micro_batches):
+            F.mse_loss(model(inputs[chunk]), targets[chunk]).backward()
+        for p in model.parameters():
+            assert p.grad is not None  # every layer is on the path to the loss
+            p.grad /= micro_batches
+        optimizer.step()
+    recorder.close()
+    return [{"grads": step["grads"], "params": step["params"]} for step in recorder.steps]
