@@ -10,6 +10,7 @@ from typing import Any
 
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
+from grader.judge.diagnose import failure_verdict
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
 
@@ -22,8 +23,10 @@ BUBBLE = Formula(("stages", "micro_batches"), "(stages - 1) / (micro_batches + s
 NAMED_SLIPS = [
     Slip(
         "bubble_p_over_m_plus_p",
-        "p/(m+p): the p-1 idle slots are counted as p, and the m + p - 1 slots of a phase as m + p",
+        "p/(m+p): the p - 1 idle slots counted as p and the m + p - 1 slots of a phase as m + p, as if there "
+        "were p + 1 stages",
         lambda _reference: lambda p, m: p / (m + p),
+        key="arg0:+1",  # the generic "stages plus 1" is this arithmetic
     ),
     Slip(
         "bubble_over_compute",
@@ -54,6 +57,7 @@ def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
         lr=LR,
         **ctx.seeds("data", "model"),
     )
+    _explained(ctx, result, schedule)
     ranks = ctx.require(result)
     counts = [len(f["steps"]) for f in ranks]
     m = _micro_batches(ctx.world_size)
@@ -74,6 +78,37 @@ def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
             f"with {schedule!r}, {counts[0]} optimizer steps for {STEPS} batches: one per batch", "optimizer"
         )
     return ranks
+
+
+def _explained(ctx: CheckContext, result: Any, schedule: str) -> None:
+    """A run that failed, with what the grader's watch saw before the error, when that says why."""
+    verdict = failure_verdict(result, ctx.student_file)
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = [r.facts for r in result.ranks]
+    moved = {r: f["stages"][0]["index"] for r, f in enumerate(facts) if len(f.get("stages", [])) == 1}
+    if any(index != rank for rank, index in moved.items()):
+        raise _wrong_ranks(ctx, moved, verdict.message)
+    built = [f.get("schedules", []) for f in facts]
+    blind = [rank for rank, schedules in enumerate(built) if schedules and not schedules[-1]["loss_fn"]]
+    if blind and len(blind) < len(built):
+        raise ctx.fail(
+            f"with {schedule!r}, the schedule of rank(s) {blind} was built without loss_fn (observed): torch then runs "
+            "that stage forward only, and the gradient the next stage sends it is never received. Give loss_fn to "
+            f"the schedule on every rank (only the last stage calls it). {verdict.message}",
+            hint="schedule",
+            cause="loss_fn_missing_on_a_stage",
+        )
+
+
+def _wrong_ranks(ctx: CheckContext, indices: dict[int, int], after: str = "") -> Exception:
+    built = ", ".join(f"rank {rank} built stage {index}" for rank, index in indices.items())
+    return ctx.fail(
+        f"stages on the wrong ranks: {built} (observed); rank 0 gets the batch and must run stage 0, rank r stage r: "
+        f"PipelineStage(stage_module, rank, world_size, device). {after}".strip(),
+        hint="build_stage",
+        cause="stage_index_not_rank",
+    )
 
 
 def _layers(layers: list[int]) -> str:
@@ -156,12 +191,7 @@ def _observed_split(ctx: CheckContext, ranks: list[dict[str, Any]], schedule: st
             hint="build_stage",
         )
     if indices != list(range(world)):
-        raise ctx.fail(
-            f"stages on the wrong ranks: rank r built stage {indices} (in rank order); rank 0 gets the batch "
-            "and must run stage 0: PipelineStage(stage_module, rank, world_size, device)",
-            hint="build_stage",
-            cause="stage_index_not_rank",
-        )
+        raise _wrong_ranks(ctx, dict(enumerate(indices)))
     held = [f["stages"][0]["layers"] for f in ranks]
     problem = _split_problem(held, LAYERS, f"the stages the ranks built ({LAYERS} layers, W = {world})")
     if problem:
@@ -354,11 +384,12 @@ def bubble_fraction(ctx: CheckContext) -> None:
         if abs(got - measured) > 1e-6:
             probes = [(p, mb) for p, mb, s in values if s == schedule]
             slip = find_slip(BUBBLE, probes, [values[(p, mb, schedule)]["value"] for p, mb in probes], NAMED_SLIPS)
-            said = f"; on every probed (p, m) it is {slip.sentence}" if slip else ""
+            said = f"; every probed (p, m) fits one slip: {slip.sentence}" if slip else ""
             raise ctx.fail(
                 f"bubble_fraction({world}, {m}, {schedule!r}) returned {got:.6g}; the grader measured {measured:.6g} "
                 f"from the schedule's own timeline (the order each stage ran its {m} forwards and backwards, "
-                f"replayed in unit time slots: {world - 1} idle slots of {m + world - 1} per phase){said}",
+                f"replayed in unit time slots: {world - 1} idle of {m + world - 1} slots per phase on each stage)"
+                + said,
                 hint="bubble",
                 cause=slip.name if slip else "",
             )

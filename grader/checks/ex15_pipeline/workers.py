@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.pipelining.schedules import _PipelineSchedule
 from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
@@ -66,6 +67,7 @@ class PipelineWatch:
     def __init__(self, initial: dict[str, torch.Tensor]) -> None:
         self.initial = initial
         self.stages: list[dict[str, Any]] = []
+        self.schedules: list[dict[str, Any]] = []  # per schedule built: its class, m, loss_fn given, scale_grads
         self.actions: list[list[Any]] = []  # [optimizer step (from 1), stage index, "F"/"B"/"W", micro-batch]
         self.steps: list[dict[str, Any]] = []
         self.start: dict[str, torch.Tensor] = {}
@@ -86,6 +88,7 @@ class PipelineWatch:
 
     def install(self) -> PipelineWatch:
         base = _PipelineStageBase
+        self._patch(_PipelineSchedule, "__init__", self._scheduled(_PipelineSchedule.__init__))
         self._patch(base, "__init__", self._built(base.__init__))
         self._patch(base, "forward_one_chunk", self._action(base.forward_one_chunk, "F"))
         self._patch(base, "backward_one_chunk", self._action(base.backward_one_chunk, "B"))
@@ -123,6 +126,23 @@ class PipelineWatch:
                 }
             )
             return original(stage, submodule, stage_index, num_stages, *args, **kwargs)
+
+        return init
+
+    def _scheduled(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        watch = self
+
+        @functools.wraps(original)
+        def init(schedule: Any, *args: Any, **kwargs: Any) -> Any:
+            original(schedule, *args, **kwargs)
+            watch.schedules.append(
+                {
+                    "class": type(schedule).__name__,
+                    "micro_batches": getattr(schedule, "_n_microbatches", None),
+                    "loss_fn": getattr(schedule, "_loss_fn", None) is not None,
+                    "scale_grads": bool(getattr(schedule, "scale_grads", True)),
+                }
+            )
 
         return init
 
@@ -228,12 +248,13 @@ def train(
     batches = [(inputs[i].clone(), targets[i].clone()) for i in step_indices(steps, batch_size)]
     watch = PipelineWatch({name: t.detach().clone() for name, t in model.named_parameters()}).install()
     train_pipeline = ctx.student("train_pipeline")
+    facts = ctx.facts
     try:
         trained = train_pipeline(ctx.rank, ctx.world_size, model, batches, micro_batches, schedule, lr)
     finally:
         watch.close()
-    facts = ctx.facts
-    facts.update({"stages": watch.stages, "actions": watch.actions, "steps": watch.steps, "start": watch.start})
+        facts.update({"stages": watch.stages, "schedules": watch.schedules, "actions": watch.actions})
+    facts.update({"steps": watch.steps, "start": watch.start})
     facts["returned"] = type(trained).__name__
     if isinstance(trained, nn.Module):
         names = [watch.name_of(p) for p in trained.parameters()]
