@@ -44,7 +44,7 @@ def train_pipeline(
     optimizer = torch.optim.SGD(stage_module.parameters(), lr=lr, momentum=0.9)
     for inputs, targets in batches:
         if len(inputs) % micro_batches:
-            raise ValueError(f"a batch of {len(inputs)} samples does not split into {micro_batches} equal micro-batches")
+            raise ValueError(f"{len(inputs)} samples do not split into {micro_batches} equal micro-batches")
         optimizer.zero_grad()
         args = (inputs.to(device),) if rank == 0 else ()  # the first stage takes the batch
         kwargs = {"target": targets.to(device)} if rank == world_size - 1 else {}  # the last computes the loss
