@@ -319,9 +319,9 @@ def measured_bubble(actions: list[list[tuple[int, str, int]]]) -> float | None:
                 done[("F" if kind == "F" else "G" if kind in ("B", "I") else "W", stage, mb)] = clock[rank]
                 position[rank] += 1
                 progress = True
-    if any(p < len(mine) for p, mine in zip(position, actions)):
+    span = max(clock, default=0)
+    if span == 0 or any(p < len(mine) for p, mine in zip(position, actions)):
         return None
-    span = max(clock)
     return 1 - sum(len(mine) for mine in actions) / (len(actions) * span)
 
 
@@ -376,12 +376,19 @@ def bubble_fraction(ctx: CheckContext) -> None:
         errors = [(key, probe["error"]) for key, probe in values.items() if "error" in probe and key[2] == schedule]
         if errors:
             (p, mb, _), error = errors[0]
-            raise ctx.fail(f"bubble_fraction({p}, {mb}, {schedule!r}) {error}", hint="bubble")
-        measured = measured_bubble(_actions(_train(ctx, schedule)))
+            raise ctx.fail(
+                f"bubble_fraction({p}, {mb}, {schedule!r}) {error}; expected the idle fraction, a number in [0, 1)",
+                hint="bubble",
+            )
+        actions = _actions(_train(ctx, schedule))
+        incomplete = _incomplete(actions, m)
+        if incomplete:
+            raise ctx.fail(f"with {schedule!r}, no bubble to measure: {incomplete}", hint="schedule")
+        measured = measured_bubble(actions)
         if measured is None:
             raise ctx.fail(f"with {schedule!r}, the stages' order of actions cannot run to the end", hint="schedule")
         got = values[(world, m, schedule)]["value"]
-        if abs(got - measured) > 1e-6:
+        if not abs(got - measured) <= 1e-6:  # NaN included
             probes = [(p, mb) for p, mb, s in values if s == schedule]
             slip = find_slip(BUBBLE, probes, [values[(p, mb, schedule)]["value"] for p, mb in probes], NAMED_SLIPS)
             said = f"; every probed (p, m) fits one slip: {slip.sentence}" if slip else ""
@@ -396,7 +403,7 @@ def bubble_fraction(ctx: CheckContext) -> None:
         wrong = [
             (p, mb, values[(p, mb, s)]["value"])
             for p, mb, s in values
-            if s == schedule and abs(values[(p, mb, s)]["value"] - BUBBLE(p, mb)) > 1e-6
+            if s == schedule and not abs(values[(p, mb, s)]["value"] - BUBBLE(p, mb)) <= 1e-6
         ]
         if wrong:
             p, mb, value = wrong[0]

@@ -13,6 +13,7 @@ loaded machine cannot change it). Every rank gets the whole model, seeded alike,
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -193,19 +194,19 @@ def _probe(function: Callable[..., Any], args: tuple[Any, ...], convert: Callabl
 
 
 def _layers(result: Any) -> list[int]:
-    if not isinstance(result, (range, list, tuple)) or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in result
-    ):
+    if isinstance(result, torch.Tensor) or hasattr(result, "tolist"):
+        result = result.tolist()
+    if not isinstance(result, (range, list, tuple)) or len(result) > 10_000:
+        raise TypeError("not a range or list of layer indices")
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in result):
         raise TypeError("not a range or list of ints")
     return [int(i) for i in result]
 
 
 def _fraction(result: Any) -> float:
-    if (
-        isinstance(result, bool)
-        or not isinstance(result, (int, float))
-        and not (isinstance(result, torch.Tensor) and result.numel() == 1)
-    ):
+    if isinstance(result, torch.Tensor) and result.numel() == 1:
+        result = result.item()
+    if isinstance(result, bool) or not isinstance(result, numbers.Real):
         raise TypeError("not a number")
     return float(result)
 
