@@ -83,6 +83,38 @@ def zero_stage_gb(params_billion: float, stage: int, world: float) -> float:
     return params_billion * (weights + grads + 12 / world)
 
 
+def pipeline_idle_share(stages: int, micro_batches: int) -> float:
+    """Run GPipe slot by slot: a stage's forward of micro-batch i waits for the stage before, its backward for
+    the stage after; count the slots each stage spends idle up to the last backward."""
+    forward_end = [[0] * micro_batches for _ in range(stages)]
+    for s in range(stages):
+        for i in range(micro_batches):
+            ready = forward_end[s - 1][i] if s else 0
+            forward_end[s][i] = max(ready, forward_end[s][i - 1] if i else 0) + 1
+    backward_end = [[0] * micro_batches for _ in range(stages)]
+    for s in reversed(range(stages)):
+        for i in range(micro_batches):
+            ready = backward_end[s + 1][i] if s < stages - 1 else forward_end[s][micro_batches - 1]
+            backward_end[s][i] = max(ready, backward_end[s][i - 1] if i else forward_end[s][micro_batches - 1]) + 1
+    span = max(max(row) for row in backward_end)
+    return 1 - 2 * micro_batches / span
+
+
+def peak_in_flight(order: str) -> int:
+    """The most micro-batches a stage holds forwarded and not yet backwarded, over its order of F and B."""
+    held = peak = 0
+    for action in order:
+        held += 1 if action == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+def one_f_one_b(stages: int, micro_batches: int, stage: int) -> str:
+    """Stage `stage`'s order under 1F1B: p - 1 - stage warm-up forwards, then F and B in turn, then the Bs left."""
+    warmup = min(stages - 1 - stage, micro_batches)
+    return "F" * warmup + "FB" * (micro_batches - warmup) + "B" * warmup
+
+
 GB = 1e9
 REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
@@ -119,6 +151,13 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "mp-bf16-next-number": lambda v: bf16_next_above(v["x"]),
     "mp-checkpoint-step-time": lambda v: v["F"] + v["B"] + v["F"],
     "mp-fp32-shard-bytes": lambda v: fsdp_padded_shard(int(v["R"]), int(v["C"]), int(v["W"])) * 4,  # rank 0: unpadded
+    "pp-bubble-fraction": lambda v: pipeline_idle_share(int(v["p"]), int(v["m"])),
+    "pp-micro-batches-for-a-bubble": lambda v: next(
+        m for m in range(1, 10_000) if pipeline_idle_share(int(v["p"]), m) <= v["F"] / 100 + 1e-12
+    ),
+    "pp-activations-gpipe": lambda v: peak_in_flight("F" * int(v["m"]) + "B" * int(v["m"])) * v["A"],
+    "pp-activations-1f1b": lambda v: peak_in_flight(one_f_one_b(int(v["p"]), int(v["m"]), 0)) * v["A"],
+    "pp-interleaved-bubble": lambda v: (v["p"] - 1) / v["v"] / v["m"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

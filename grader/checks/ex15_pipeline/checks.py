@@ -1,0 +1,450 @@
+"""Judging exercise 15: the stages the ranks built (which layers each holds, found by their values),
+the stages' merged trajectory against one process on the whole model and batch (localize, then
+replay), the order each stage ran its micro-batches in, and the bubble fraction against the one the
+grader measures by replaying that order in unit time slots."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from grader.judge import replay
+from grader.judge.api import CheckContext, check
+from grader.judge.diagnose import failure_verdict
+from grader.judge.slips import Formula, Slip, find_slip
+from grader.judge.trajectory import Setting, diagnose
+
+STEPS, BATCH, LR = 3, 16, 0.1
+LAYERS = 5  # the model's layers (workers.LAYERS)
+UNEVEN_BATCH, UNEVEN_MICRO = 6, 4
+SCHEDULES = ("gpipe", "1f1b")
+_HYPOTHESES = replay.load(__package__ or "")
+BUBBLE = Formula(("stages", "micro_batches"), "(stages - 1) / (micro_batches + stages - 1)")
+NAMED_SLIPS = [
+    Slip(
+        "bubble_p_over_m_plus_p",
+        "p/(m+p): the p - 1 idle slots counted as p and the m + p - 1 slots of a phase as m + p, as if there "
+        "were p + 1 stages",
+        lambda _reference: lambda p, m: p / (m + p),
+        key="arg0:+1",  # the generic "stages plus 1" is this arithmetic
+    ),
+    Slip(
+        "bubble_over_compute",
+        "(p-1)/m: the idle time divided by the busy time (the 'bubble time fraction' of the Megatron paper), "
+        "not by the whole step; the idle share of the step is (p-1)/(m+p-1)",
+        lambda _reference: lambda p, m: (p - 1) / m,
+    ),
+    Slip(
+        "bubble_over_m_plus_p",
+        "(p-1)/(m+p): a stage spans m + p - 1 slots of each phase (m of its own, p - 1 of waiting), not m + p",
+        lambda _reference: lambda p, m: (p - 1) / (m + p),
+    ),
+]
+
+
+def _micro_batches(world_size: int) -> int:
+    """m = 2W: more micro-batches than stages, so GPipe's and 1F1B's orders differ on every stage."""
+    return 2 * world_size
+
+
+def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
+    result = ctx.run(
+        "train",
+        schedule=schedule,
+        steps=STEPS,
+        batch_size=BATCH,
+        micro_batches=_micro_batches(ctx.world_size),
+        lr=LR,
+        **ctx.seeds("data", "model"),
+    )
+    _explained(ctx, result, schedule)
+    ranks = ctx.require(result)
+    counts = [len(f["steps"]) for f in ranks]
+    m = _micro_batches(ctx.world_size)
+    if len(set(counts)) != 1:
+        raise ctx.fail(
+            f"with {schedule!r}, the ranks took different numbers of optimizer steps ({counts})", "optimizer"
+        )
+    if counts[0] == STEPS * m:
+        raise ctx.fail(
+            f"with {schedule!r}, every rank took {counts[0]} optimizer steps for {STEPS} batches of m = {m} "
+            "micro-batches: one step per micro-batch. schedule.step() runs every micro-batch of the batch; "
+            "call optimizer.step() once after it",
+            hint="optimizer",
+            cause="step_per_micro_batch",
+        )
+    if counts[0] != STEPS:
+        raise ctx.fail(
+            f"with {schedule!r}, {counts[0]} optimizer steps for {STEPS} batches: one per batch", "optimizer"
+        )
+    return ranks
+
+
+def _explained(ctx: CheckContext, result: Any, schedule: str) -> None:
+    """A run that failed, with what the grader's watch saw before the error, when that says why."""
+    verdict = failure_verdict(result, ctx.student_file)
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = [r.facts for r in result.ranks]
+    moved = {r: f["stages"][0]["index"] for r, f in enumerate(facts) if len(f.get("stages", [])) == 1}
+    if any(index != rank for rank, index in moved.items()):
+        raise _wrong_ranks(ctx, moved, verdict.message)
+    built = [f.get("schedules", []) for f in facts]
+    blind = [rank for rank, schedules in enumerate(built) if schedules and not schedules[-1]["loss_fn"]]
+    if blind and len(blind) < len(built):
+        raise ctx.fail(
+            f"with {schedule!r}, the schedule of rank(s) {blind} was built without loss_fn (observed): torch then runs "
+            "that stage forward only, and the gradient the next stage sends it is never received. Give loss_fn to "
+            f"the schedule on every rank (only the last stage calls it). {verdict.message}",
+            hint="schedule",
+            cause="loss_fn_missing_on_a_stage",
+        )
+
+
+def _wrong_ranks(ctx: CheckContext, indices: dict[int, int], after: str = "") -> Exception:
+    built = ", ".join(f"rank {rank} built stage {index}" for rank, index in indices.items())
+    return ctx.fail(
+        f"stages on the wrong ranks: {built} (observed); rank 0 gets the batch and must run stage 0, rank r stage r: "
+        f"PipelineStage(stage_module, rank, world_size, device). {after}".strip(),
+        hint="build_stage",
+        cause="stage_index_not_rank",
+    )
+
+
+def _layers(layers: list[int]) -> str:
+    if not layers:
+        return "no layer"
+    if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 1:
+        return f"layers {layers[0]}-{layers[-1]}"
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
+
+
+def _split_problem(held: list[list[int]], num_layers: int, where: str) -> str:
+    """What is wrong with a split, stage by stage (`held[s]`: the layers stage s holds), or ""."""
+    owners: dict[int, list[int]] = {}
+    for stage, layers in enumerate(held):
+        for layer in layers:
+            owners.setdefault(layer, []).append(stage)
+    shown = "; ".join(f"stage {s} holds {_layers(sorted(layers))}" for s, layers in enumerate(held))
+    twice = sorted(layer for layer, stages in owners.items() if len(stages) > 1)
+    if twice:
+        stages = owners[twice[0]]
+        return (
+            f"{where}: layer {twice[0]} is held by stages {' and '.join(map(str, stages))} ({shown}): a layer "
+            "duplicated at the boundary between stages, so it runs twice"
+        )
+    missing = sorted(set(range(num_layers)) - set(owners))
+    if missing:
+        return (
+            f"{where}: {_layers(missing)} of {num_layers} held by no stage ({shown}): dropped at a boundary or at the "
+            "end, so the pipeline computes another model"
+        )
+    extra = sorted(set(owners) - set(range(num_layers)))
+    if extra:
+        return f"{where}: {_layers(extra)} do not exist (there are {num_layers}) ({shown})"
+    for stage, layers in enumerate(held):
+        ordered = sorted(layers)
+        if ordered != list(range(ordered[0], ordered[0] + len(ordered))) if ordered else False:
+            return f"{where}: stage {stage} holds {_layers(ordered)}, which are not contiguous ({shown})"
+    firsts = [min(layers) for layers in held if layers]
+    if firsts != sorted(firsts):
+        order = "reversed" if firsts == sorted(firsts, reverse=True) else "out of order"
+        return (
+            f"{where}: the stages are {order} ({shown}): the data flows from stage 0 to stage {len(held) - 1}, so "
+            "stage 0 (rank 0) must hold the first layers and each next stage the layers after"
+        )
+    sizes = [len(layers) for layers in held]
+    if max(sizes) - min(sizes) > 1:
+        return (
+            f"{where}: stage sizes {sizes} differ by more than one ({shown}): the slowest stage sets the pace of "
+            "the whole pipeline; spread the remainder, one extra layer to some stages"
+        )
+    return ""
+
+
+def _observed_split(ctx: CheckContext, ranks: list[dict[str, Any]], schedule: str) -> None:
+    """Fails unless each rank built one stage, stage r on rank r, holding a balanced slice in order."""
+    world = ctx.world_size
+    for rank, facts in enumerate(ranks):
+        stages = facts["stages"]
+        if len(stages) != 1:
+            raise ctx.fail(
+                f"with {schedule!r}, rank {rank} built {len(stages)} pipeline stages (PipelineStage); one stage "
+                "per rank here",
+                hint="build_stage",
+            )
+        stage = stages[0]
+        if stage["count"] != world:
+            raise ctx.fail(
+                f"rank {rank} built a stage of a {stage['count']}-stage pipeline; W = {world}", "build_stage"
+            )
+        if stage["foreign"]:
+            raise ctx.fail(
+                f"rank {rank}'s stage module holds {stage['foreign']} parameter(s) that are none of the model's "
+                "layers (by value): keep the model's own layers",
+                hint="split",
+            )
+    indices = [f["stages"][0]["index"] for f in ranks]
+    if sorted(indices) != list(range(world)):
+        raise ctx.fail(
+            f"the ranks built stages {indices} (rank r's stage index is the r-th): each stage 0..{world - 1} once",
+            hint="build_stage",
+        )
+    if indices != list(range(world)):
+        raise _wrong_ranks(ctx, dict(enumerate(indices)))
+    held = [f["stages"][0]["layers"] for f in ranks]
+    problem = _split_problem(held, LAYERS, f"the stages the ranks built ({LAYERS} layers, W = {world})")
+    if problem:
+        raise ctx.fail(problem, hint="split")
+
+
+def _merged(ranks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The stages' trajectories as one model's: each parameter from the rank whose stage holds it."""
+    owner = {name: rank for rank, f in enumerate(ranks) for name in f["stages"][0]["names"]}
+    steps = []
+    for number in range(len(ranks[0]["steps"])):
+        step: dict[str, Any] = {"grads": {}, "params": {}, "no_grad": [], "state": {}}
+        for rank, facts in enumerate(ranks):
+            mine = facts["steps"][number]
+            for name in mine["grads"]:
+                if owner.get(name, rank) != rank:
+                    continue  # another stage's parameter, in an optimizer over the whole model
+                step["grads"][name], step["params"][name] = mine["grads"][name], mine["params"][name]
+                step["state"][name] = mine["state"].get(name, {})
+                if name in mine["no_grad"]:
+                    step["no_grad"].append(name)
+        steps.append(step)
+    start = {n: t for rank, f in enumerate(ranks) for n, t in f["start"].items() if owner.get(n, rank) == rank}
+    return steps, start
+
+
+def _matches(ctx: CheckContext, schedule: str) -> None:
+    ranks = _train(ctx, schedule)
+    _observed_split(ctx, ranks, schedule)
+    reference = ctx.reference("reference", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    m = _micro_batches(ctx.world_size)
+    setting = Setting(
+        lr=LR,
+        momentum=reference["momentum"],
+        factors={"b": BATCH, "k": m, "W": ctx.world_size},
+        reference="one process on the whole batch",
+        context=f"with {schedule!r} and m = {m}, ",
+        subject="the stages together",
+        hypotheses=_HYPOTHESES,
+        replay=ctx.replayer(steps=STEPS, batch_size=BATCH, micro_batches=m, lr=LR),
+    )
+    steps, start = _merged(ranks)
+    finding = diagnose(steps, start, reference["steps"], reference["start"], setting)
+    if finding:
+        proven = "" if finding.cause == "measured" else finding.cause
+        raise ctx.fail(finding.message, hint=finding.hint or "loss_scaling", cause=proven)
+    for rank, facts in enumerate(ranks):
+        if "returned_names" not in facts:
+            raise ctx.fail(f"train_pipeline returned {facts['returned']} on rank {rank}, not the stage module", "split")
+        mine = facts["stages"][0]["names"]
+        if facts["returned_names"] != mine or facts["returned_foreign"]:
+            raise ctx.fail(
+                f"rank {rank} returned a {facts['returned']} holding {len(facts['returned_names'])} of the model's "
+                f"parameters ({facts['returned_foreign']} others) where its stage holds {len(mine)}: return the "
+                "stage module it trained",
+                hint="split",
+            )
+
+
+@check("stage_split")
+def stage_split(ctx: CheckContext) -> None:
+    grid = ctx.facts("split_grid", nprocs=1)[0]["split"]
+    by_setting: dict[tuple[int, int], list[Any]] = {}
+    for num_layers, world, rank, probe in grid:
+        by_setting.setdefault((num_layers, world), []).append((rank, probe))
+    for (num_layers, world), probes in by_setting.items():
+        held = []
+        for rank, probe in probes:
+            if "error" in probe:
+                raise ctx.fail(
+                    f"stage_layers({num_layers}, {world}, {rank}) {probe['error']}; expected the layers of stage "
+                    f"{rank} as a range or list of ints",
+                    hint="split",
+                )
+            held.append(probe["value"])
+        problem = _split_problem(held, num_layers, f"stage_layers with {num_layers} layers on {world} stages")
+        if problem:
+            raise ctx.fail(problem, hint="split")
+    _observed_split(ctx, _train(ctx, "gpipe"), "gpipe")
+
+
+@check("matches_single_process")
+def matches_single_process(ctx: CheckContext) -> None:
+    for schedule in SCHEDULES:
+        _matches(ctx, schedule)
+
+
+def _actions(ranks: list[dict[str, Any]], step: int = 1) -> list[list[tuple[int, str, int]]]:
+    return [[(s, kind, mb) for n, s, kind, mb in f["actions"] if n == step] for f in ranks]
+
+
+def _incomplete(actions: list[list[tuple[int, str, int]]], m: int) -> str:
+    """Why the actions of a step are not one forward and one backward of each micro-batch per stage, or ""."""
+    for stage, mine in enumerate(actions):
+        for kind in ("F", "B"):
+            done = sorted(mb for _, k, mb in mine if k == kind or (kind == "B" and k == "I"))
+            if done != list(range(m)):
+                what = "forward" if kind == "F" else "backward"
+                return f"stage {stage} ran the {what} of micro-batches {done} in step 1, where m = {m} gives 0-{m - 1}"
+    return ""
+
+
+def measured_bubble(actions: list[list[tuple[int, str, int]]]) -> float | None:
+    """The idle share of the stage-slots when each rank runs its actions in the order it ran them, each
+    in one time slot, as soon as its input is there (the previous stage's forward of that micro-batch,
+    the next stage's backward); None when the order cannot run (a rank waits for what never comes)."""
+    last = len(actions) - 1
+    done: dict[tuple[str, int, int], int] = {}  # (F or G (input gradient) or W, stage, micro-batch) -> end slot
+    clock, position = [0] * len(actions), [0] * len(actions)
+    progress = True
+    while progress:
+        progress = False
+        for rank, mine in enumerate(actions):
+            while position[rank] < len(mine):
+                stage, kind, mb = mine[position[rank]]
+                if kind == "F":
+                    needs = ("F", stage - 1, mb) if stage > 0 else None
+                elif kind in ("B", "I"):
+                    needs = ("F", stage, mb) if stage == last else ("G", stage + 1, mb)
+                else:
+                    needs = ("G", stage, mb)
+                if needs is not None and needs not in done:
+                    break
+                clock[rank] = max(clock[rank], done[needs] if needs else 0) + 1
+                done[("F" if kind == "F" else "G" if kind in ("B", "I") else "W", stage, mb)] = clock[rank]
+                position[rank] += 1
+                progress = True
+    span = max(clock, default=0)
+    if span == 0 or any(p < len(mine) for p, mine in zip(position, actions)):
+        return None
+    return 1 - sum(len(mine) for mine in actions) / (len(actions) * span)
+
+
+def _in_flight(mine: list[tuple[int, str, int]]) -> int:
+    """The most micro-batches a stage held forwarded and not yet backwarded: whose activations it keeps."""
+    most = held = 0
+    for _, kind, _ in mine:
+        held += 1 if kind == "F" else -1 if kind in ("B", "I") else 0
+        most = max(most, held)
+    return most
+
+
+@check("runs_the_schedule")
+def runs_the_schedule(ctx: CheckContext) -> None:
+    world, m = ctx.world_size, _micro_batches(ctx.world_size)
+    for schedule in SCHEDULES:
+        actions = _actions(_train(ctx, schedule))
+        incomplete = _incomplete(actions, m)
+        if incomplete:
+            raise ctx.fail(f"with {schedule!r}: {incomplete}", hint="schedule")
+        flights = [_in_flight(mine) for mine in actions]
+        if schedule == "1f1b" and flights[0] == m:
+            raise ctx.fail(
+                f"wrong schedule: with '1f1b', stage 0 ran all {m} forwards before its first backward (GPipe's "
+                f"order; in flight on each stage: {flights}); 1F1B keeps at most W = {world} micro-batches in flight "
+                "on stage 0: use Schedule1F1B for '1f1b'",
+                hint="schedule",
+                cause="gpipe_for_1f1b",
+            )
+        if schedule == "1f1b" and any(f > world - s for s, f in enumerate(flights)):
+            raise ctx.fail(
+                f"with '1f1b', the stages held {flights} micro-batches in flight; 1F1B holds at most W - s on "
+                f"stage s ({[world - s for s in range(world)]})",
+                hint="schedule",
+            )
+        if schedule == "gpipe" and flights[0] < m:
+            raise ctx.fail(
+                f"wrong schedule: with 'gpipe', stage 0 ran a backward before its last forward (at most "
+                f"{flights[0]} of m = {m} micro-batches in flight: 1F1B's order); GPipe runs every forward, then "
+                "every backward: use ScheduleGPipe for 'gpipe'",
+                hint="schedule",
+                cause="1f1b_for_gpipe",
+            )
+
+
+@check("bubble_fraction")
+def bubble_fraction(ctx: CheckContext) -> None:
+    world, m = ctx.world_size, _micro_batches(ctx.world_size)
+    grid = ctx.facts("bubble_grid", nprocs=1)[0]["bubble"]
+    values = {(p, mb, schedule): probe for p, mb, schedule, probe in grid}
+    for schedule in SCHEDULES:
+        errors = [(key, probe["error"]) for key, probe in values.items() if "error" in probe and key[2] == schedule]
+        if errors:
+            (p, mb, _), error = errors[0]
+            raise ctx.fail(
+                f"bubble_fraction({p}, {mb}, {schedule!r}) {error}; expected the idle fraction, a number in [0, 1)",
+                hint="bubble",
+            )
+        actions = _actions(_train(ctx, schedule))
+        incomplete = _incomplete(actions, m)
+        if incomplete:
+            raise ctx.fail(f"with {schedule!r}, no bubble to measure: {incomplete}", hint="schedule")
+        measured = measured_bubble(actions)
+        if measured is None:
+            raise ctx.fail(f"with {schedule!r}, the stages' order of actions cannot run to the end", hint="schedule")
+        got = values[(world, m, schedule)]["value"]
+        if not abs(got - measured) <= 1e-6:  # NaN included
+            probes = [(p, mb) for p, mb, s in values if s == schedule]
+            slip = find_slip(BUBBLE, probes, [values[(p, mb, schedule)]["value"] for p, mb in probes], NAMED_SLIPS)
+            said = f"; every probed (p, m) fits one slip: {slip.sentence}" if slip else ""
+            raise ctx.fail(
+                f"bubble_fraction({world}, {m}, {schedule!r}) returned {got:.6g}; the grader measured {measured:.6g} "
+                f"from the schedule's own timeline (the order each stage ran its {m} forwards and backwards, "
+                f"replayed in unit time slots: {world - 1} idle of {m + world - 1} slots per phase on each stage)"
+                + said,
+                hint="bubble",
+                cause=slip.name if slip else "",
+            )
+        wrong = [
+            (p, mb, values[(p, mb, s)]["value"])
+            for p, mb, s in values
+            if s == schedule and not abs(values[(p, mb, s)]["value"] - BUBBLE(p, mb)) <= 1e-6
+        ]
+        if wrong:
+            p, mb, value = wrong[0]
+            raise ctx.fail(
+                f"bubble_fraction({p}, {mb}, {schedule!r}) returned {value:.6g}, expected {BUBBLE(p, mb):.6g} "
+                f"(wrong at {len(wrong)} of the probed (p, m)); it matches the measurement at ({world}, {m}) only",
+                hint="bubble",
+            )
+
+
+@check("uneven_micro_batches")
+def uneven_micro_batches(ctx: CheckContext) -> None:
+    result = ctx.run("uneven", batch_size=UNEVEN_BATCH, micro_batches=UNEVEN_MICRO, lr=LR, **ctx.seeds("data", "model"))
+    if any((r.error or {}).get("not_implemented") for r in result.ranks):
+        ctx.require(result)
+    wanted = f"a ValueError naming both sizes ({UNEVEN_BATCH} samples, {UNEVEN_MICRO} micro-batches)"
+    for r in result.ranks:
+        if r.error:
+            raise ctx.fail(
+                f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches: rank {r.rank} raised "
+                f"{r.error.get('type')}: {str(r.error.get('message', '')).strip()[:200]}; expected {wanted}, raised "
+                "before the schedule runs",
+                hint="uneven",
+            )
+    ranks = ctx.require(result)
+    for rank, facts in enumerate(ranks):
+        raised = facts.get("raised")
+        if raised is None:
+            raise ctx.fail(
+                f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches ran without an error on rank "
+                f"{rank}: the micro-batches cannot be equal; expected {wanted}",
+                hint="uneven",
+            )
+        message = raised["message"]
+        if not all(_names(message, n) for n in (UNEVEN_BATCH, UNEVEN_MICRO)):
+            raise ctx.fail(
+                f"rank {rank} raised ValueError({message!r}) for a batch of {UNEVEN_BATCH} samples in "
+                f"{UNEVEN_MICRO} micro-batches; the message must name both sizes",
+                hint="uneven",
+            )
+
+
+def _names(message: str, number: int) -> bool:
+    return re.search(rf"(?<![\d.]){number}(?![\d.])", message) is not None
