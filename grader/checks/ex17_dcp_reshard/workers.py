@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, Def
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp._common_utils import clean_tensor_name
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
@@ -148,9 +148,24 @@ def _train(
         optimizer.step()
 
 
+def _union(global_batch: int, steps: int) -> list[list[int]]:
+    return [list(range(s * global_batch, (s + 1) * global_batch)) for s in range(steps)]
+
+
 def _piece(tensor: Any) -> torch.Tensor:
     local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
     return local.detach().cpu().reshape(-1).clone()
+
+
+def _trained(
+    global_batch: int, steps_before: int, steps_after: int, lr: float, data_seed: int, model_seed: int
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """Trusted: the uninterrupted single-process AdamW run up to the save, `steps_before` global batches."""
+    model = make_transformer(model_seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    dataset = make_regression(global_batch * (steps_before + steps_after), data_seed)
+    _train(model, optimizer, dataset, _union(global_batch, steps_before), torch.device("cpu"))
+    return model, optimizer
 
 
 def save(
@@ -163,17 +178,30 @@ def save(
     data_seed: int,
     model_seed: int,
 ) -> dict[str, Any]:
-    """The grader's FSDP2 training at W ranks for `steps_before` steps, then the student's save."""
+    """An FSDP2 model (fully_shard per block, then the root) on W ranks and its AdamW optimizer, holding the
+    weights and the optimizer state of `steps_before` steps of training, then the student's save.
+
+    The steps are the trusted single-process run's, taken on every rank alike and then sharded: W ranks
+    training with FSDP2 reach the same state (to fp32 rounding), at a second of collectives on a small
+    machine, and the checkpoint of exactly the reference's state leaves nothing to tolerate."""
     ctx.init_group()
     mesh = _mesh(ctx)
-    model = make_transformer(model_seed).to(ctx.device)
+    trained, trained_optimizer = _trained(global_batch, steps_before, steps_after, lr, data_seed, model_seed)
+    model = make_transformer(model_seed + 2000).to(ctx.device)
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    dataset = make_regression(global_batch * (steps_before + steps_after), data_seed)
-    batches = [step_samples(s, global_batch, ctx.world_size, ctx.rank) for s in range(steps_before)]
-    _train(model, optimizer, dataset, batches, ctx.device)
+    whole = dict(trained.named_parameters())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            full = whole[clean_tensor_name(name)]
+            p.to_local().copy_(_shard_of(full, p))
+            buffers = trained_optimizer.state[full]
+            optimizer.state[p] = {
+                "step": buffers["step"].clone(),
+                **{key: _sharded_like(buffers[key], p) for key in STATE_KEYS},
+            }
     watch = Watch(ctx.facts).install()  # before the student's imports
     save_checkpoint = ctx.student("save_checkpoint")
     try:
@@ -183,6 +211,15 @@ def save(
     ctx.facts["save_returned"] = True
     dist.barrier()  # the grader's: a rank left alone in a collective save meets it here, and is told at once
     return {}
+
+
+def _shard_of(full: torch.Tensor, like: Any) -> torch.Tensor:
+    """This rank's piece of `full` as the DTensor `like` holds it (Shard(0) on the mesh), with no message."""
+    return distribute_tensor(full.detach().to(like.device), like.device_mesh, like.placements, src_data_rank=None).to_local()
+
+
+def _sharded_like(full: torch.Tensor, like: Any) -> DTensor:
+    return distribute_tensor(full.detach().to(like.device), like.device_mesh, like.placements, src_data_rank=None)
 
 
 def _state(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, Any]:
@@ -269,10 +306,6 @@ def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:
     return facts
 
 
-def _union(global_batch: int, steps: int) -> list[list[int]]:
-    return [list(range(s * global_batch, (s + 1) * global_batch)) for s in range(steps)]
-
-
 def reference(
     ctx: RankContext, global_batch: int, steps_before: int, steps_after: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
@@ -281,9 +314,7 @@ def reference(
     steps = steps_before + steps_after
     dataset = make_regression(global_batch * steps, data_seed)
     facts = train_reference(make_transformer(model_seed), dataset, _union(global_batch, steps), lr, mistake=ADAMW).facts()
-    model = make_transformer(model_seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    _train(model, optimizer, dataset, _union(global_batch, steps_before), torch.device("cpu"))
+    model, optimizer = _trained(global_batch, steps_before, steps_after, lr, data_seed, model_seed)
     names = {id(p): name for name, p in model.named_parameters()}
     facts["saved"] = {name: p.detach().clone() for name, p in model.named_parameters()}
     facts["saved_state"] = {
