@@ -19,7 +19,7 @@ from grader.judge.compare import first_difference
 from grader.judge.diagnose import rank_phrase
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 
-STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 3, 0.01, 2
+STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 2, 0.01, 2
 SAVE_DEADLINE = 20.0  # a rank left alone in a collective is told by the collective check at once; else this
 _HYPOTHESES = replay.load(__package__ or "")
 _SHARD_FILE = re.compile(r"__(\d+)_\d+\.distcp$")
@@ -85,10 +85,28 @@ def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
     result = ctx.runs.run(dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size))
     ctx.used.append(result)
     _alone(ctx, result, ("dcp.load",), "dcp.load")
+    _optimizer_first(ctx, result)
     ranks = ctx.require(result, f"while resuming at W={_half(ctx)}")
     if "returned" in ranks[0]:
         raise ctx.fail(f"resume returned {ranks[0]['returned']}, not (model, optimizer)", hint="shard_then_load")
     return ranks
+
+
+def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
+    """A resume that failed after building its optimizer over parameters that fully_shard then replaced."""
+    if all(r.ok for r in result.ranks) or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    facts = result.ranks[0].facts
+    built = _calls(facts, "optimizer")
+    if built and built[0]["params"] and not built[0]["dtensors"] and facts.get("sharded_at_end"):
+        raise ctx.fail(
+            f"optimizer built before fully_shard: rank 0 built its optimizer over {built[0]['params']} plain "
+            "tensors, and the model was sharded afterwards (its parameters are DTensors now): fully_shard replaces "
+            "every parameter, so the optimizer holds tensors the model no longer has, and get_state_dict cannot "
+            "name them. Build the optimizer after sharding",
+            hint="shard_then_load",
+            cause="optimizer_before_shard",
+        )
 
 
 def _inspect(ctx: CheckContext) -> dict[str, Any]:
@@ -146,6 +164,20 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "coordinator rank once every rank has written its shard",
             hint="every_rank_saves",
         )
+    whole = [
+        (r, plan) for r, facts in enumerate(ranks) for plan in _calls(facts, "write") if plan["whole_elements"] > 0
+    ]
+    if whole:
+        rank, plan = whole[0]
+        raise ctx.fail(
+            f"rank {rank} handed dcp.save {plan['whole']} whole tensors ({_elements(plan['whole_elements'])}) and "
+            f"{plan['dtensors']} DTensor shards: the state was gathered into whole tensors (full_state_dict=True, "
+            "or full_tensor()) before the save, so ranks held the whole model at once where each needs only its "
+            "shard. Hand DCP the sharded state dict: get_state_dict's default, or model.state_dict() of an FSDP2 "
+            "model",
+            hint="every_rank_saves",
+            cause="full_state_dict_saved",
+        )
     sizes = [0] * world
     for name, size in files.items():
         found = _SHARD_FILE.search(name)
@@ -157,20 +189,6 @@ def every_rank_writes(ctx: CheckContext) -> None:
             f"{rank_phrase(empty, world)} wrote no shard file (__<rank>_<n>.distcp) into the checkpoint folder; "
             f"its files: {sorted(files)}",
             hint="every_rank_saves",
-        )
-    whole = [
-        (r, plan) for r, facts in enumerate(ranks) for plan in _calls(facts, "write") if plan["whole_elements"] > 0
-    ]
-    if whole:
-        rank, plan = whole[0]
-        raise ctx.fail(
-            f"rank {rank} handed dcp.save {plan['whole']} whole tensors ({_elements(plan['whole_elements'])}) and "
-            f"{plan['dtensors']} DTensor shards: the state dict was gathered (full_state_dict=True) before the "
-            f"save, so every rank held whole tensors at once and DCP had to pick one writer for each (the shard "
-            f"files' sizes: {sizes} bytes). Hand DCP the sharded state dict: get_state_dict's default, or "
-            "model.state_dict() of an FSDP2 model",
-            hint="every_rank_saves",
-            cause="full_state_dict_saved",
         )
 
 
@@ -275,6 +293,16 @@ def resumes_at_half(ctx: CheckContext) -> None:
     )
 
 
+def _never_loaded(ranks: list[dict[str, Any]]) -> bool:
+    """Whether every rank's AdamW state is the one get_state_dict initializes (one step of zero gradients)."""
+    return all(
+        buffers.get("step") == 1.0
+        and all(not np.any(np.asarray(buffers[key])) for key in ("exp_avg", "exp_avg_sq") if key in buffers)
+        for facts in ranks
+        for buffers in facts["state"].values()
+    )
+
+
 @check("optimizer_resharded")
 def optimizer_resharded(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
@@ -294,6 +322,15 @@ def optimizer_resharded(ctx: CheckContext) -> None:
             f"exp_avg_sq for {len(empty)} of the {len(names)} parameters (e.g. {empty[0]}); {why}",
             hint="optimizer_state",
             cause="optimizer_not_loaded" if saved else "optimizer_not_saved",
+        )
+    if _never_loaded(ranks):
+        raise ctx.fail(
+            f"optimizer state not restored: after resume at W={_half(ctx)}, the AdamW state is the empty state "
+            "get_state_dict creates for a fresh optimizer (step 1, exp_avg and exp_avg_sq all zero on every rank), "
+            "though the checkpoint holds the saved one: nothing was loaded into it. Pass the state dict dcp.load "
+            "filled to set_state_dict(model, optimizer, ..., optim_state_dict=...)",
+            hint="optimizer_state",
+            cause="optimizer_not_loaded" if _optimizer_saved(_keys_saved(ctx)) else "",
         )
     for rank, facts in enumerate(ranks):
         steps = {name: facts["state"][name].get("step") for name in names}
@@ -340,20 +377,27 @@ def loads_own_shard(ctx: CheckContext) -> None:
         raise ctx.fail("no rank called dcp.load: resume loads the checkpoint with dcp.load", hint="shard_then_load")
     full = _full_size(ranks)
     for rank, facts in enumerate(ranks):
-        for plan in _calls(facts, "fill"):
-            if plan["whole_elements"] >= full // 2 and not plan["dtensors"]:
+        sharded = None  # whether the model was sharded when the dcp.load being planned was called
+        for event in facts.get("events", []):
+            if event["op"] == "dcp.load":
+                sharded = event.get("model_sharded")
+            if event["op"] != "fill" or event["whole_elements"] == 0:
+                continue
+            wanted = (
+                f"rank {rank} asked dcp.load to fill {event['whole']} whole tensors "
+                f"({_elements(event['whole_elements'])}; the model has {full})"
+            )
+            if sharded is False and facts.get("sharded_at_end"):
                 raise ctx.fail(
-                    f"model loaded before fully_shard: rank {rank} asked dcp.load to fill {plan['whole']} whole "
-                    f"tensors ({_elements(plan['whole_elements'])}; the model has {full}) and no DTensor shard, "
-                    "while the model resume returned is sharded: it was sharded after the load, so every rank read "
-                    "the whole model. Shard first, then load: each rank reads only its pieces",
+                    f"model loaded before fully_shard: {wanted}, while the model was not sharded yet; it was "
+                    "sharded after the load, so every rank read the whole model. Shard first, then load: each rank "
+                    "reads only its pieces",
                     hint="shard_then_load",
                     cause="loaded_before_shard",
                 )
-            if plan["whole_elements"] > 0:
-                raise ctx.fail(
-                    f"rank {rank} asked dcp.load to fill {plan['whole']} whole tensors "
-                    f"({_elements(plan['whole_elements'])}) beside {plan['dtensors']} DTensor shards: load into "
-                    "the sharded state dict (get_state_dict's default), so that each rank reads only its pieces",
-                    hint="shard_then_load",
-                )
+            raise ctx.fail(
+                f"{wanted} and {event['dtensors']} DTensor shards, with the model already sharded: every rank read "
+                "whole tensors (a full_state_dict=True state dict?). Load into the sharded state dict "
+                "(get_state_dict's default), so that each rank reads only its pieces",
+                hint="shard_then_load",
+            )

@@ -68,9 +68,10 @@ class Watch:
     import), what its planners were given (after Stateful objects gave their state dicts), and
     torch.save / torch.load to or from a file."""
 
-    def __init__(self, facts: dict[str, Any]) -> None:
+    def __init__(self, facts: dict[str, Any], model: nn.Module | None = None) -> None:
         self.events: list[dict[str, Any]] = []
         facts["events"] = self.events
+        self._model = model  # the model resume was given: whether it was sharded when dcp.load ran
         self._restore: list[tuple[Any, str, Any]] = []
 
     def install(self) -> Watch:
@@ -82,7 +83,23 @@ class Watch:
         self._patch([DefaultLoadPlanner], "set_up_planner", self._planned(DefaultLoadPlanner.set_up_planner, "fill"))
         self._patch([torch], "save", self._file(torch.save, "torch.save"))
         self._patch([torch], "load", self._file(torch.load, "torch.load"))
+        self._patch([torch.optim.Optimizer], "__init__", self._optimizer(torch.optim.Optimizer.__init__))
         return self
+
+    def _sharded(self) -> bool | None:
+        return None if self._model is None else any(isinstance(p, DTensor) for p in self._model.parameters())
+
+    def _optimizer(self, original: Any) -> Any:
+        watch = self
+
+        def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original(optimizer, *args, **kwargs)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            watch.events.append(
+                {"op": "optimizer", "dtensors": sum(isinstance(p, DTensor) for p in params), "params": len(params)}
+            )
+
+        return __init__
 
     def close(self) -> None:
         for owner, name, original in reversed(self._restore):
@@ -94,7 +111,7 @@ class Watch:
             setattr(owner, name, replacement)
 
     def _called(self, original: Any, what: str) -> Any:
-        events = self.events
+        watch, events = self, self.events
 
         def call(*args: Any, **kwargs: Any) -> Any:
             where = kwargs.get("checkpoint_id")
@@ -102,6 +119,8 @@ class Watch:
             if where is None and writer is not None:
                 where = getattr(writer, "path", None) or getattr(writer, "checkpoint_id", None)
             event = {"op": what, "path": "" if where is None else str(where), "returned": False}
+            if what == "dcp.load":
+                event["model_sharded"] = watch._sharded()
             events.append(event)
             result = original(*args, **kwargs)
             event["returned"] = True
@@ -253,12 +272,13 @@ def resume(
     mesh = _mesh(ctx)
     model = make_transformer(model_seed + 1000).to(ctx.device)  # not the trained weights: only a load restores
     ctx.facts["shapes"] = {name: list(p.shape) for name, p in model.named_parameters()}
-    watch = Watch(ctx.facts).install()  # before the student's imports
+    watch = Watch(ctx.facts, model).install()  # before the student's imports
     resume_ = ctx.student("resume")
     try:
         returned = resume_(model, mesh, lr, path)
     finally:
         watch.close()
+        ctx.facts["sharded_at_end"] = watch._sharded()
     if not (
         isinstance(returned, tuple)
         and len(returned) == 2
