@@ -33,13 +33,18 @@ def _half(ctx: CheckContext) -> int:
     return ctx.world_size // 2
 
 
-def _args(ctx: CheckContext) -> dict[str, Any]:
+def _sizes(ctx: CheckContext) -> dict[str, Any]:
     return {
         "global_batch": PER_RANK * ctx.world_size,
         "steps_before": STEPS_BEFORE,
         "steps_after": STEPS_AFTER,
         "lr": LR,
     }
+
+
+def _args(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments every worker of a grading shares: the sizes, the lr and the drawn seeds."""
+    return {**_sizes(ctx), **ctx.seeds("data", "model")}
 
 
 def _calls(facts: dict[str, Any], *ops: str) -> list[dict[str, Any]]:
@@ -65,8 +70,10 @@ def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str
 
 def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
     """The saving run at W ranks, under a short deadline; a save called by some ranks only is named here."""
-    job = ctx.job("save", path=_path(ctx), **_args(ctx), **ctx.seeds("data", "model"))
-    result = ctx.runs.run(dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size))
+    job = ctx.job("save", path=_path(ctx), **_args(ctx))
+    result = ctx.runs.run(
+        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
+    )
     ctx.used.append(result)
     _alone(ctx, result, ("dcp.save", "dcp.async_save"), "dcp.save")
     return ctx.require(result, "while saving")
@@ -80,9 +87,10 @@ def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
         nprocs=_half(ctx),
         path=_path(ctx),
         **_args(ctx),
-        **ctx.seeds("data", "model"),
     )
-    result = ctx.runs.run(dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size))
+    result = ctx.runs.run(
+        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
+    )
     ctx.used.append(result)
     _alone(ctx, result, ("dcp.load",), "dcp.load")
     _optimizer_first(ctx, result)
@@ -114,7 +122,7 @@ def _inspect(ctx: CheckContext) -> dict[str, Any]:
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", **_args(ctx), **ctx.seeds("data", "model"))
+    return ctx.reference("reference", **_args(ctx))
 
 
 def _elements(count: int) -> str:
@@ -253,9 +261,11 @@ def resumes_at_half(ctx: CheckContext) -> None:
     steps = gathered_steps([facts["steps"] for facts in ranks], shapes)
     if steps is None or len(steps) != STEPS_AFTER:
         counts = [len(facts["steps"]) for facts in ranks]
-        raise ctx.fail(f"{counts} optimizer steps recorded per rank after resuming, where the grader took {STEPS_AFTER}")
+        raise ctx.fail(
+            f"{counts} optimizer steps recorded per rank after resuming, where the grader took {STEPS_AFTER}"
+        )
     resumed = STEPS_BEFORE + 1
-    replayer = ctx.replayer(**_args(ctx))
+    replayer = ctx.replayer(**_sizes(ctx))
 
     def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
         return {name: trajectory[STEPS_BEFORE:] for name, trajectory in replayer(hypotheses).items()}

@@ -9,7 +9,7 @@ DCP's metadata), train the uninterrupted single-process reference and replay the
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -215,7 +215,7 @@ def save(
     with torch.no_grad():
         for name, p in model.named_parameters():
             full = whole[clean_tensor_name(name)]
-            p.to_local().copy_(_shard_of(full, p))
+            cast(DTensor, p).to_local().copy_(_shard_of(full, p))
             buffers = trained_optimizer.state[full]
             optimizer.state[p] = {
                 "step": buffers["step"].clone(),
@@ -234,7 +234,9 @@ def save(
 
 def _shard_of(full: torch.Tensor, like: Any) -> torch.Tensor:
     """This rank's piece of `full` as the DTensor `like` holds it (Shard(0) on the mesh), with no message."""
-    return distribute_tensor(full.detach().to(like.device), like.device_mesh, like.placements, src_data_rank=None).to_local()
+    return distribute_tensor(
+        full.detach().to(like.device), like.device_mesh, like.placements, src_data_rank=None
+    ).to_local()
 
 
 def _sharded_like(full: torch.Tensor, like: Any) -> DTensor:
@@ -295,7 +297,9 @@ def resume(
     ctx.facts["stale_optimizer"] = sorted(name for name, p in model.named_parameters() if id(p) not in held)
     ctx.facts["state"] = _state(optimizer, names)
     dataset = make_regression(global_batch * (steps_before + steps_after), data_seed)
-    batches = [step_samples(s, global_batch, ctx.world_size, ctx.rank) for s in range(steps_before, steps_before + steps_after)]
+    batches = [
+        step_samples(s, global_batch, ctx.world_size, ctx.rank) for s in range(steps_before, steps_before + steps_after)
+    ]
     recorder = ShardStepRecorder(model)
     try:
         _train(model, optimizer, dataset, batches, ctx.device)
@@ -333,7 +337,9 @@ def reference(
     the AdamW state at the save (after `steps_before` steps), and every step."""
     steps = steps_before + steps_after
     dataset = make_regression(global_batch * steps, data_seed)
-    facts = train_reference(make_transformer(model_seed), dataset, _union(global_batch, steps), lr, mistake=ADAMW).facts()
+    facts = train_reference(
+        make_transformer(model_seed), dataset, _union(global_batch, steps), lr, mistake=ADAMW
+    ).facts()
     model, optimizer = _trained(global_batch, steps_before, steps_after, lr, data_seed, model_seed)
     names = {id(p): name for name, p in model.named_parameters()}
     facts["saved"] = {name: p.detach().clone() for name, p in model.named_parameters()}
