@@ -97,6 +97,11 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
     "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
     "overlap-exposed-time": lambda v: v["B"] + v["L"],
+    "dcp-rank0-gather-memory": lambda v: v["P"] * 1e9 * (4 + 4 + 4) / GB,
+    "dcp-parallel-write-time": lambda v: (v["S"] / v["N"]) / v["B"],
+    "dcp-file-count": lambda v: len([f"__{r}_0.distcp" for r in range(int(v["W"]))] + [".metadata"]),
+    "dcp-reshard-files-read": lambda v: len({row * int(v["S"]) // 1024 for row in range(1024 // int(v["L"]))}),
+    "dcp-async-stall": lambda v: v["G"] / v["D"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]
