@@ -26,10 +26,16 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
-from grader.rank.training import ShardStepRecorder, make_regression, make_transformer, replay_all, train_reference
+from grader.rank.training import ShardStepRecorder, TinyTransformer, make_regression, replay_all, train_reference
 
 ADAMW = {"optimizer": "adamw"}  # the trusted loop's optimizer: AdamW(params, lr) with its defaults
 STATE_KEYS = ("exp_avg", "exp_avg_sq")
+DEPTH = 2  # blocks: every DTensor costs DCP and AdamW time per tensor, and two blocks show the units as well as more
+
+
+def make_transformer(seed: int) -> TinyTransformer:
+    torch.manual_seed(seed)
+    return TinyTransformer(depth=DEPTH)
 
 
 def step_samples(step: int, global_batch: int, world_size: int, rank: int) -> list[int]:
