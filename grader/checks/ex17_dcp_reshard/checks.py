@@ -20,7 +20,8 @@ from grader.judge.diagnose import rank_phrase
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 
 STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 2, 0.01, 2
-SAVE_DEADLINE = 20.0  # a rank left alone in a collective is told by the collective check at once; else this
+SAVE_DEADLINE = 20.0  # the saving run's: a rank alone in the collective save is told at once by the collective
+# check (TORCH_DISTRIBUTED_DEBUG=DETAIL) at the grader's barrier after the save; without it, by this deadline
 _HYPOTHESES = replay.load(__package__ or "")
 _SHARD_FILE = re.compile(r"__(\d+)_\d+\.distcp$")
 
@@ -88,9 +89,7 @@ def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
         path=_path(ctx),
         **_args(ctx),
     )
-    result = ctx.runs.run(
-        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
-    )
+    result = ctx.runs.run(job, (ctx.check, ctx.world_size))
     ctx.used.append(result)
     _alone(ctx, result, ("dcp.load",), "dcp.load")
     _optimizer_first(ctx, result)
@@ -158,6 +157,16 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "load these shards at another world size. Call dcp.save on every rank",
             hint="every_rank_saves",
             cause="torch_save_per_rank" if len(writers) == world else "",
+        )
+    paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
+    if len(set(paths.values())) > 1:
+        said = ", ".join(f"rank {r}: {path!r}" for r, path in sorted(paths.items()))
+        raise ctx.fail(
+            f"a checkpoint path per rank: the ranks called dcp.save with different paths ({said}), so each rank's "
+            "shards went to a folder of its own and DCP's .metadata, written by the coordinator, only into rank "
+            "0's. One checkpoint is one folder, the same path on every rank",
+            hint="every_rank_saves",
+            cause="path_per_rank",
         )
     if not saved["exists"] or not saved.get("folder"):
         raise ctx.fail(
