@@ -158,6 +158,16 @@ def every_rank_writes(ctx: CheckContext) -> None:
             hint="every_rank_saves",
             cause="torch_save_per_rank" if len(writers) == world else "",
         )
+    unwaited = [r for r, facts in enumerate(ranks) if facts.get("async_unwaited")]
+    if unwaited:
+        raise ctx.fail(
+            f"asynchronous save never waited for: on {rank_phrase(unwaited, world)}, save_checkpoint returned "
+            "without touching the future dcp.async_save gave back (the grader held the background write until "
+            "then, and finished it itself). A job that moves on, saves again or exits before that future is "
+            "done leaves a partial checkpoint: call .result() on it before the next save and before exiting",
+            hint="every_rank_saves",
+            cause="async_save_not_waited",
+        )
     paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
     if len(set(paths.values())) > 1:
         said = ", ".join(f"rank {r}: {path!r}" for r, path in sorted(paths.items()))
