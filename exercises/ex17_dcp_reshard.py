@@ -24,6 +24,10 @@ of GPUs than the job that saved.
   `optimizer.state_dict()` keys them by position, and is empty before the first step). For a fresh
   optimizer `get_state_dict` creates the state tensors for DCP to fill.
 
+`dcp.async_save` does the same with the write in a background thread: it returns a future once the
+shards are copied to host memory, and that future must be waited for (`.result()`) before the next save
+or the end of the job.
+
 Write two functions:
 
 * `save_checkpoint(model, optimizer, path)`: runs on every rank, with a model sharded by `fully_shard`

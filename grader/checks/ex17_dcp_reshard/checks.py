@@ -165,7 +165,7 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "without touching the future dcp.async_save gave back (the grader held the background write until "
             "then, and finished it itself). A job that moves on, saves again or exits before that future is "
             "done leaves a partial checkpoint: call .result() on it before the next save and before exiting",
-            hint="every_rank_saves",
+            hint="async_save",
             cause="async_save_not_waited",
         )
     paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
