@@ -16,7 +16,7 @@ from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
-from grader.judge.diagnose import rank_phrase
+from grader.judge.diagnose import failure_verdict, rank_phrase
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 
 STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 2, 0.01, 2
@@ -99,18 +99,27 @@ def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
+def _built_before_shard(facts: dict[str, Any]) -> int:
+    """How many plain tensors the optimizers resume built held, when none was built over DTensors and the
+    model was sharded by the end: the optimizer was built before fully_shard (0 otherwise)."""
+    built = _calls(facts, "optimizer")
+    if built and not any(b["dtensors"] for b in built) and facts.get("sharded_at_end"):
+        return int(built[-1]["params"])
+    return 0
+
+
 def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
     """A resume that failed after building its optimizer over parameters that fully_shard then replaced."""
-    if all(r.ok for r in result.ranks) or any((r.error or {}).get("not_implemented") for r in result.ranks):
+    verdict = failure_verdict(result, ctx.student_file, f"while resuming at W={_half(ctx)}")
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    facts = result.ranks[0].facts
-    built = _calls(facts, "optimizer")
-    if built and built[0]["params"] and not built[0]["dtensors"] and facts.get("sharded_at_end"):
+    plain = _built_before_shard(result.ranks[0].facts)
+    if plain:
         raise ctx.fail(
-            f"optimizer built before fully_shard: rank 0 built its optimizer over {built[0]['params']} plain "
-            "tensors, and the model was sharded afterwards (its parameters are DTensors now): fully_shard replaces "
-            "every parameter, so the optimizer holds tensors the model no longer has, and get_state_dict cannot "
-            "name them. Build the optimizer after sharding",
+            f"optimizer built before fully_shard: rank 0 built its optimizer over {plain} plain tensors, and the "
+            "model was sharded afterwards (its parameters are DTensors now): fully_shard replaces every "
+            "parameter, so the optimizer holds tensors the model no longer has. Build the optimizer after "
+            f"sharding. {verdict.message[:1].upper()}{verdict.message[1:]}",
             hint="shard_then_load",
             cause="optimizer_before_shard",
         )
@@ -253,12 +262,19 @@ def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
         )
     stale = ranks[0]["stale_optimizer"]
     if stale:
-        raise ctx.fail(
+        measured = (
             f"the optimizer resume returned does not hold the model's parameters ({len(stale)} of them, e.g. "
-            f"{stale[0]}, are not among its params): it was built before fully_shard, which replaces every "
-            "parameter with a DTensor; build it after sharding",
-            hint="shard_then_load",
-            cause="optimizer_before_shard",
+            f"{stale[0]}, are not among its params)"
+        )
+        if _built_before_shard(ranks[0]):
+            raise ctx.fail(
+                f"optimizer built before fully_shard: {measured}: it was built over plain tensors, and fully_shard "
+                "then replaced every parameter with a DTensor; build it after sharding",
+                hint="shard_then_load",
+                cause="optimizer_before_shard",
+            )
+        raise ctx.fail(
+            f"{measured}; build it over model.parameters() once the model is sharded", hint="shard_then_load"
         )
 
 
