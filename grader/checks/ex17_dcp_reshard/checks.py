@@ -150,6 +150,13 @@ def every_rank_writes(ctx: CheckContext) -> None:
     saves = [r for r, facts in enumerate(ranks) if _calls(facts, "dcp.save", "dcp.async_save")]
     if writers and not saves:
         elements = [sum(e.get("whole_elements", 0) for e in _calls(ranks[r], "torch.save")) for r in writers]
+        if writers == [0] and not elements[0]:
+            raise ctx.fail(
+                f"rank 0 alone wrote a checkpoint, with torch.save, and it holds no whole tensor (its own DTensor "
+                f"shards, at most); {rank_phrase(list(range(1, world)), world)} wrote nothing, so their shards are "
+                "in no file. Call dcp.save on every rank",
+                hint="every_rank_saves",
+            )
         if writers == [0]:
             raise ctx.fail(
                 f"one writer: rank 0 alone wrote the checkpoint, with torch.save (whole tensors of "
