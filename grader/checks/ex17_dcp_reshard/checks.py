@@ -31,7 +31,8 @@ def _path(ctx: CheckContext) -> str:
 
 
 def _half(ctx: CheckContext) -> int:
-    return ctx.world_size // 2
+    """The resuming job's world size: half the saving job's (W=1 resumes at 1, resharding nothing)."""
+    return max(1, ctx.world_size // 2)
 
 
 def _sizes(ctx: CheckContext) -> dict[str, Any]:
