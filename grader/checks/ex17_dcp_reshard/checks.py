@@ -142,6 +142,18 @@ def _full_size(ranks: list[dict[str, Any]]) -> int:
     return sum(int(np.prod(shape)) for shape in ranks[0].get("shapes", {}).values())
 
 
+def _listing(saved: dict[str, Any]) -> str:
+    """What the checkpoint path holds, in a few words."""
+    if not saved["exists"]:
+        return "nothing at the path"
+    if not saved.get("folder"):
+        return f"the path is one file of {saved['size']} bytes"
+    files = saved["files"]
+    return f"the path is a folder of {len(files)} file(s): " + ", ".join(
+        f"{n} ({b} bytes)" for n, b in sorted(files.items())
+    )
+
+
 @check("every_rank_writes")
 def every_rank_writes(ctx: CheckContext) -> None:
     ranks = _saved(ctx)
@@ -162,7 +174,8 @@ def every_rank_writes(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"one writer: rank 0 alone wrote the checkpoint, with torch.save (whole tensors of "
                 f"{_elements(elements[0])} in all, gathered from every rank's shards); "
-                f"{rank_phrase(list(range(1, world)), world)} wrote nothing. Rank 0 held the whole model and its "
+                f"{rank_phrase(list(range(1, world)), world)} wrote nothing ({_listing(saved)}). Rank 0 held the "
+                "whole model and its "
                 "optimizer state in memory and wrote it alone: with dcp.save every rank writes its own shard, in "
                 "parallel",
                 hint="every_rank_saves",
