@@ -1,9 +1,10 @@
-"""Rank side of exercise 17: the grader trains an FSDP2 model with AdamW at W ranks and calls the
-student's save_checkpoint; a second run at W/2 ranks calls the student's resume on a fresh model and
-trains on. Both runs record what the grader's own instrumentation saw: every call of dcp.save,
-dcp.load, torch.save and torch.load, and what each rank handed DCP to write or to fill (its
-DTensor shards, or whole tensors). The trusted workers read the checkpoint folder (files, sizes,
-DCP's metadata), train the uninterrupted single-process reference and replay the hypotheses.
+"""Rank side of exercise 17: the saving run at W ranks gives the student's save_checkpoint an FSDP2 model
+and its AdamW optimizer holding the state of the trusted run's first steps; the resuming run at W/2 ranks
+calls the student's resume on a fresh model and trains on. Both runs record what the grader's own
+instrumentation saw (Watch): every call of dcp.save, dcp.async_save, dcp.load, torch.save and
+torch.load, what each rank handed DCP to write or to fill (its DTensor shards, or whole tensors) and
+the optimizers built. The trusted workers read the checkpoint folder (files, sizes, DCP's metadata),
+train the uninterrupted single-process reference and replay the hypotheses.
 """
 
 from __future__ import annotations
