@@ -41,6 +41,7 @@ class Setting:
     hypotheses: tuple[Hypothesis, ...] = ()
     replay: Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]] | None = None  # the trusted replays
     losses: list[list[float]] | None = None  # per step, the mean losses of the rank's (micro-)batches
+    optimizer: str = ""  # the reference's optimizer as messages name it; "" for SGD(lr, momentum)
 
 
 def _scaled(arrays: Arrays, factor: float) -> Arrays:
@@ -232,8 +233,9 @@ class _Locator:
             measured = f"the update is exactly {_fraction(scale)} the reference's for every parameter"
         else:
             difference = first_difference(update, expected)
+            optimizer = self.setting.optimizer or f"SGD(lr={lr:g}, momentum={momentum:g})"
             measured = (
-                f"the update differs from that of SGD(lr={lr:g}, momentum={momentum:g}) by up to "
+                f"the update differs from that of {optimizer} by up to "
                 f"{difference.max_abs if difference else 0:.3g} ({difference.name if difference else ''}; "
                 f"least-squares ratio {scale_of(update, expected):.3g})"
             )

@@ -158,6 +158,11 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "pp-activations-gpipe": lambda v: peak_in_flight("F" * int(v["m"]) + "B" * int(v["m"])) * v["A"],
     "pp-activations-1f1b": lambda v: peak_in_flight(one_f_one_b(int(v["p"]), int(v["m"]), 0)) * v["A"],
     "pp-interleaved-bubble": lambda v: (v["p"] - 1) / v["v"] / v["m"],
+    "dcp-rank0-gather-memory": lambda v: v["P"] * 1e9 * (4 + 4 + 4) / GB,
+    "dcp-parallel-write-time": lambda v: (v["S"] / v["N"]) / v["B"],
+    "dcp-file-count": lambda v: len([f"__{r}_0.distcp" for r in range(int(v["W"]))] + [".metadata"]),
+    "dcp-reshard-files-read": lambda v: len({row * int(v["S"]) // 1024 for row in range(1024 // int(v["L"]))}),
+    "dcp-async-stall": lambda v: v["G"] / v["D"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

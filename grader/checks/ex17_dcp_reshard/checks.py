@@ -1,0 +1,469 @@
+"""Judging exercise 17: two runs in one grading, a save at W ranks and a resume at W/2 ranks into the
+same scratch folder. Who wrote the checkpoint (the files DCP left, their sizes, the grader's own watch
+on dcp.save and torch.save), what each rank handed DCP (its shards or whole tensors), whether the
+AdamW state survived the resharding, and whether training after the resume equals uninterrupted
+training on one process (localized, then replayed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+
+from grader.engine import RunResult
+from grader.judge import replay
+from grader.judge.api import CheckContext, check
+from grader.judge.compare import first_difference
+from grader.judge.diagnose import failure_verdict, rank_phrase
+from grader.judge.trajectory import Setting, diagnose, gathered_steps
+
+STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 2, 0.01, 2
+SAVE_DEADLINE = 20.0  # the saving run's: a rank alone in the collective save is told at once by the collective
+# check (TORCH_DISTRIBUTED_DEBUG=DETAIL) at the grader's barrier after the save; without it, by this deadline
+_HYPOTHESES = replay.load(__package__ or "")
+_SHARD_FILE = re.compile(r"__(\d+)_\d+\.distcp$")
+
+
+def _path(ctx: CheckContext) -> str:
+    return str(ctx.scratch / f"dcp-w{ctx.world_size}")
+
+
+def _half(ctx: CheckContext) -> int:
+    """The resuming job's world size: half the saving job's (W=1 resumes at 1, resharding nothing)."""
+    return max(1, ctx.world_size // 2)
+
+
+def _sizes(ctx: CheckContext) -> dict[str, Any]:
+    return {
+        "global_batch": PER_RANK * ctx.world_size,
+        "steps_before": STEPS_BEFORE,
+        "steps_after": STEPS_AFTER,
+        "lr": LR,
+    }
+
+
+def _args(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments every worker of a grading shares: the sizes, the lr and the drawn seeds."""
+    return {**_sizes(ctx), **ctx.seeds("data", "model")}
+
+
+def _calls(facts: dict[str, Any], *ops: str) -> list[dict[str, Any]]:
+    return [event for event in facts.get("events", []) if event["op"] in ops]
+
+
+def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str) -> None:
+    """A collective called by some ranks only, in a run that failed: named from the grader's watch."""
+    if all(r.ok for r in result.ranks) or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    callers = [r.rank for r in result.ranks if _calls(r.facts, *ops)]
+    absent = [r.rank for r in result.ranks if not _calls(r.facts, *ops)]
+    if callers and absent:
+        raise ctx.fail(
+            f"{rank_phrase(callers, len(result.ranks))} alone called the collective {what}; "
+            f"{rank_phrase(absent, len(result.ranks))} never joined it (the grader's watch on {what} saw no call "
+            f"there), so the callers waited for ranks that had moved on. {what} is a collective: every rank "
+            "calls it, with its own shards, and DCP decides who writes what",
+            hint="every_rank_saves" if "save" in what else "shard_then_load",
+            cause="save_on_rank0_only" if "save" in what else "load_on_rank0_only",
+        )
+
+
+def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The saving run at W ranks, under a short deadline; a save called by some ranks only is named here."""
+    job = ctx.job("save", path=_path(ctx), **_args(ctx))
+    result = ctx.runs.run(
+        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
+    )
+    ctx.used.append(result)
+    _alone(ctx, result, ("dcp.save", "dcp.async_save"), "dcp.save")
+    return ctx.require(result, "while saving")
+
+
+def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
+    """The resuming run at W/2 ranks, after the save; a load called by some ranks only is named here."""
+    _saved(ctx)
+    job = ctx.job(
+        "resume",
+        nprocs=_half(ctx),
+        path=_path(ctx),
+        **_args(ctx),
+    )
+    result = ctx.runs.run(job, (ctx.check, ctx.world_size))
+    ctx.used.append(result)
+    _alone(ctx, result, ("dcp.load",), "dcp.load")
+    _optimizer_first(ctx, result)
+    ranks = ctx.require(result, f"while resuming at W={_half(ctx)}")
+    if "returned" in ranks[0]:
+        raise ctx.fail(f"resume returned {ranks[0]['returned']}, not (model, optimizer)", hint="shard_then_load")
+    return ranks
+
+
+def _built_before_shard(facts: dict[str, Any]) -> int:
+    """How many plain tensors the optimizers resume built held, when none was built over DTensors and the
+    model was sharded by the end: the optimizer was built before fully_shard (0 otherwise)."""
+    built = _calls(facts, "optimizer")
+    if built and not any(b["dtensors"] for b in built) and facts.get("sharded_at_end"):
+        return int(built[-1]["params"])
+    return 0
+
+
+def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
+    """A resume that failed after building its optimizer over parameters that fully_shard then replaced."""
+    verdict = failure_verdict(result, ctx.student_file, f"while resuming at W={_half(ctx)}")
+    if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
+        return
+    plain = _built_before_shard(result.ranks[0].facts)
+    if plain:
+        raise ctx.fail(
+            f"optimizer built before fully_shard: rank 0 built its optimizer over {plain} plain tensors, and the "
+            "model was sharded afterwards (its parameters are DTensors now): fully_shard replaces every "
+            "parameter, so the optimizer holds tensors the model no longer has. Build the optimizer after "
+            f"sharding. {verdict.message[:1].upper()}{verdict.message[1:]}",
+            hint="shard_then_load",
+            cause="optimizer_before_shard",
+        )
+
+
+def _inspect(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.inspect("inspect_checkpoint", path=_path(ctx))
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference("reference", **_args(ctx))
+
+
+def _elements(count: int) -> str:
+    return f"{count} element{'' if count == 1 else 's'}"
+
+
+def _full_size(ranks: list[dict[str, Any]]) -> int:
+    return sum(int(np.prod(shape)) for shape in ranks[0].get("shapes", {}).values())
+
+
+def _listing(saved: dict[str, Any]) -> str:
+    """What the checkpoint path holds, in a few words."""
+    if not saved["exists"]:
+        return "nothing at the path"
+    if not saved.get("folder"):
+        return f"the path is one file of {saved['size']} bytes"
+    files = saved["files"]
+    return f"the path is a folder of {len(files)} file(s): " + ", ".join(
+        f"{n} ({b} bytes)" for n, b in sorted(files.items())
+    )
+
+
+@check("every_rank_writes")
+def every_rank_writes(ctx: CheckContext) -> None:
+    ranks = _saved(ctx)
+    world = ctx.world_size
+    saved = _inspect(ctx)
+    writers = [r for r, facts in enumerate(ranks) if _calls(facts, "torch.save")]
+    saves = [r for r, facts in enumerate(ranks) if _calls(facts, "dcp.save", "dcp.async_save")]
+    if writers and not saves:
+        elements = [sum(e.get("whole_elements", 0) for e in _calls(ranks[r], "torch.save")) for r in writers]
+        if writers == [0] and not elements[0]:
+            raise ctx.fail(
+                f"rank 0 alone wrote a checkpoint, with torch.save, and it holds no whole tensor (its own DTensor "
+                f"shards, at most); {rank_phrase(list(range(1, world)), world)} wrote nothing, so their shards are "
+                "in no file. Call dcp.save on every rank",
+                hint="every_rank_saves",
+            )
+        if writers == [0]:
+            raise ctx.fail(
+                f"one writer: rank 0 alone wrote the checkpoint, with torch.save (whole tensors of "
+                f"{_elements(elements[0])} in all, gathered from every rank's shards); "
+                f"{rank_phrase(list(range(1, world)), world)} wrote nothing ({_listing(saved)}). Rank 0 held the "
+                "whole model and its "
+                "optimizer state in memory and wrote it alone: with dcp.save every rank writes its own shard, in "
+                "parallel",
+                hint="every_rank_saves",
+                cause="gathered_to_rank0",
+            )
+        raise ctx.fail(
+            f"{rank_phrase(writers, world)} wrote a file of its own with torch.save and no rank called dcp.save: "
+            "there is no DCP metadata (.metadata) saying which piece of which tensor is where, so nothing can "
+            "load these shards at another world size. Call dcp.save on every rank",
+            hint="every_rank_saves",
+            cause="torch_save_per_rank" if len(writers) == world else "",
+        )
+    unwaited = [r for r, facts in enumerate(ranks) if facts.get("async_unwaited")]
+    if unwaited:
+        raise ctx.fail(
+            f"asynchronous save never waited for: on {rank_phrase(unwaited, world)}, save_checkpoint returned "
+            "without touching the future dcp.async_save gave back (the grader held the background write until "
+            "then, and finished it itself). A job that moves on, saves again or exits before that future is "
+            "done leaves a partial checkpoint: call .result() on it before the next save and before exiting",
+            hint="async_save",
+            cause="async_save_not_waited",
+        )
+    paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
+    if len(set(paths.values())) > 1:
+        said = ", ".join(f"rank {r}: {path!r}" for r, path in sorted(paths.items()))
+        raise ctx.fail(
+            f"a checkpoint path per rank: the ranks called dcp.save with different paths ({said}), so each rank's "
+            "shards went to a folder of its own and DCP's .metadata, written by the coordinator, only into rank "
+            "0's. One checkpoint is one folder, the same path on every rank",
+            hint="every_rank_saves",
+            cause="path_per_rank",
+        )
+    if not saved["exists"] or not saved.get("folder"):
+        raise ctx.fail(
+            f"no checkpoint folder at the path given to save_checkpoint ({'a file' if saved['exists'] else 'nothing'} "
+            "there): dcp.save(state_dict, checkpoint_id=path) writes a folder",
+            hint="every_rank_saves",
+        )
+    files = saved["files"]
+    if ".metadata" not in files:
+        raise ctx.fail(
+            f"the checkpoint folder has no .metadata (its files: {sorted(files)}): dcp.save writes it on the "
+            "coordinator rank once every rank has written its shard",
+            hint="every_rank_saves",
+        )
+    whole = [
+        (r, plan) for r, facts in enumerate(ranks) for plan in _calls(facts, "write") if plan["whole_elements"] > 0
+    ]
+    if whole:
+        rank, plan = whole[0]
+        raise ctx.fail(
+            f"rank {rank} handed dcp.save {plan['whole']} whole tensors ({_elements(plan['whole_elements'])}) and "
+            f"{plan['dtensors']} DTensor shards: the state was gathered into whole tensors (full_state_dict=True, "
+            "or full_tensor()) before the save, so ranks held the whole model at once where each needs only its "
+            "shard. Hand DCP the sharded state dict: get_state_dict's default, or model.state_dict() of an FSDP2 "
+            "model",
+            hint="every_rank_saves",
+            cause="full_state_dict_saved",
+        )
+    sizes = [0] * world
+    for name, size in files.items():
+        found = _SHARD_FILE.search(name)
+        if found and int(found.group(1)) < world:
+            sizes[int(found.group(1))] += size
+    empty = [r for r, size in enumerate(sizes) if size == 0]
+    if empty:
+        raise ctx.fail(
+            f"{rank_phrase(empty, world)} wrote no shard file (__<rank>_<n>.distcp) into the checkpoint folder; "
+            f"its files: {sorted(files)}",
+            hint="every_rank_saves",
+        )
+
+
+def _keys_saved(ctx: CheckContext) -> list[str]:
+    return _inspect(ctx).get("keys", [])
+
+
+def _optimizer_saved(keys: list[str]) -> bool:
+    return any("exp_avg" in key for key in keys)
+
+
+def _gathered(ranks: list[dict[str, Any]], key: str) -> dict[str, np.ndarray] | None:
+    shapes = ranks[0]["shapes"]
+    joined = {}
+    for name, shape in shapes.items():
+        pieces = [facts[key].get(name) for facts in ranks]
+        if any(piece is None for piece in pieces):
+            return None
+        whole = np.concatenate([np.asarray(piece).ravel() for piece in pieces])
+        if whole.size != int(np.prod(shape)):
+            return None
+        joined[name] = whole.reshape(shape)
+    return joined
+
+
+def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
+    shapes = ranks[0]["shapes"]
+    plain = [name for name in shapes if name not in ranks[0]["sharded"]]
+    if plain:
+        raise ctx.fail(
+            f"the model resume returned is not sharded: {len(plain)} of its {len(shapes)} parameters (e.g. "
+            f"{plain[0]}) are plain tensors, not DTensors; call fully_shard on each block and then on the model, "
+            "with the mesh given",
+            hint="shard_then_load",
+        )
+    stale = ranks[0]["stale_optimizer"]
+    if stale:
+        measured = (
+            f"the optimizer resume returned does not hold the model's parameters ({len(stale)} of them, e.g. "
+            f"{stale[0]}, are not among its params)"
+        )
+        if _built_before_shard(ranks[0]):
+            raise ctx.fail(
+                f"optimizer built before fully_shard: {measured}: it was built over plain tensors, and fully_shard "
+                "then replaced every parameter with a DTensor; build it after sharding",
+                hint="shard_then_load",
+                cause="optimizer_before_shard",
+            )
+        raise ctx.fail(
+            f"{measured}; build it over model.parameters() once the model is sharded", hint="shard_then_load"
+        )
+
+
+@check("resumes_at_half")
+def resumes_at_half(ctx: CheckContext) -> None:
+    ranks = _resumed(ctx)
+    _not_sharded(ctx, ranks)
+    reference = _reference(ctx)
+    loaded = _gathered(ranks, "loaded")
+    expected = {name: np.asarray(value) for name, value in reference["saved"].items()}
+    difference = first_difference(loaded or {}, expected)
+    if difference:
+        raise ctx.fail(
+            f"after resume at W={_half(ctx)}, the model does not hold the weights saved at W={ctx.world_size}: "
+            f"{difference}",
+            hint="shard_then_load",
+        )
+    shapes = {name: tuple(shape) for name, shape in ranks[0]["shapes"].items()}
+    steps = gathered_steps([facts["steps"] for facts in ranks], shapes)
+    if steps is None or len(steps) != STEPS_AFTER:
+        counts = [len(facts["steps"]) for facts in ranks]
+        raise ctx.fail(
+            f"{counts} optimizer steps recorded per rank after resuming, where the grader took {STEPS_AFTER}"
+        )
+    resumed = STEPS_BEFORE + 1
+    replayer = ctx.replayer(**_sizes(ctx))
+
+    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
+        return {name: trajectory[STEPS_BEFORE:] for name, trajectory in replayer(hypotheses).items()}
+
+    setting = Setting(
+        lr=LR,
+        momentum=0.0,
+        factors={"W": ctx.world_size, "resumed": resumed},
+        reference=f"uninterrupted AdamW training on one process, from step {resumed}",
+        labels={1: "the first step after resuming"},
+        context=f"after resuming at W={_half(ctx)}: ",
+        subject="the ranks' shards joined",
+        hypotheses=_HYPOTHESES,
+        replay=replays,
+        optimizer=f"AdamW(lr={LR:g})",
+    )
+    finding = diagnose(steps, loaded or {}, reference["steps"][STEPS_BEFORE:], expected, setting)
+    if finding is None:
+        return
+    proven = "" if finding.cause == "measured" else finding.cause
+    if finding.cause == "optimizer_state_lost":
+        keys = _keys_saved(ctx)
+        where = (
+            "the checkpoint holds the optimizer state, so resume did not load it into the optimizer "
+            "(set_state_dict, or an optimizer state dict that DCP filled and nobody applied)"
+            if _optimizer_saved(keys)
+            else "the checkpoint holds no optimizer state at all (no exp_avg among its keys): save_checkpoint "
+            "saved the model alone"
+        )
+        raise ctx.fail(f"{finding.message} ({where})", hint="optimizer_state", cause=proven)
+    raise ctx.fail(
+        f"resumed training differs from uninterrupted training: {finding.message}",
+        hint=finding.hint or "optimizer_state",
+        cause=proven,
+    )
+
+
+def _never_loaded(ranks: list[dict[str, Any]]) -> bool:
+    """Whether every rank's AdamW state is the one get_state_dict initializes (one step of zero gradients)."""
+    return all(
+        buffers.get("step") == 1.0
+        and all(not np.any(np.asarray(buffers[key])) for key in ("exp_avg", "exp_avg_sq") if key in buffers)
+        for facts in ranks
+        for buffers in facts["state"].values()
+    )
+
+
+@check("optimizer_resharded")
+def optimizer_resharded(ctx: CheckContext) -> None:
+    ranks = _resumed(ctx)
+    _not_sharded(ctx, ranks)
+    reference = _reference(ctx)["saved_state"]
+    names = list(ranks[0]["shapes"])
+    empty = [name for name in names if not {"exp_avg", "exp_avg_sq"} <= set(ranks[0]["state"].get(name, {}))]
+    if empty:
+        saved = _optimizer_saved(_keys_saved(ctx))
+        why = (
+            "the checkpoint holds it (exp_avg among its keys), so it was not loaded into the optimizer"
+            if saved
+            else "the checkpoint holds no optimizer state (no exp_avg among its keys): it was never saved"
+        )
+        raise ctx.fail(
+            f"optimizer state not restored: after resume at W={_half(ctx)}, rank 0's AdamW holds no exp_avg / "
+            f"exp_avg_sq for {len(empty)} of the {len(names)} parameters (e.g. {empty[0]}); {why}",
+            hint="optimizer_state",
+            cause="optimizer_not_loaded" if saved else "optimizer_not_saved",
+        )
+    if _never_loaded(ranks):
+        raise ctx.fail(
+            f"optimizer state not restored: after resume at W={_half(ctx)}, the AdamW state is the empty state "
+            "get_state_dict creates for a fresh optimizer (step 1, exp_avg and exp_avg_sq all zero on every rank), "
+            "though the checkpoint holds the saved one: nothing was loaded into it. Pass the state dict dcp.load "
+            "filled to set_state_dict(model, optimizer, ..., optim_state_dict=...)",
+            hint="optimizer_state",
+            cause="optimizer_not_loaded" if _optimizer_saved(_keys_saved(ctx)) else "",
+        )
+    for rank, facts in enumerate(ranks):
+        steps = {name: facts["state"][name].get("step") for name in names}
+        wrong = {name: step for name, step in steps.items() if step != float(STEPS_BEFORE)}
+        if wrong:
+            name, step = next(iter(wrong.items()))
+            raise ctx.fail(
+                f"after resume, rank {rank}'s AdamW step counter for {name} is {step}, where {STEPS_BEFORE} steps "
+                "were taken before the save: the bias correction of the next steps depends on it",
+                hint="optimizer_state",
+            )
+        rates = {facts["state"][name]["lr"] for name in names}
+        if rates != {LR}:
+            raise ctx.fail(
+                f"after resume, rank {rank}'s optimizer has lr {sorted(rates)}, not the lr given ({LR:g})",
+                hint="optimizer_state",
+            )
+    for key in ("exp_avg", "exp_avg_sq"):
+        per_rank = [{name: facts["state"][name][key] for name in names} for facts in ranks]
+        joined = _gathered([{"shapes": ranks[0]["shapes"], "piece": pieces} for pieces in per_rank], "piece")
+        expected = {name: np.asarray(reference[name][key]) for name in names}
+        difference = first_difference(joined or {}, expected) if joined else None
+        if joined is None or difference:
+            measured = str(difference) if difference else "its pieces do not make whole tensors"
+            raise ctx.fail(
+                f"after resume at W={_half(ctx)}, the ranks' {key} shards joined are not the AdamW state at the "
+                f"save at W={ctx.world_size}: {measured}",
+                hint="optimizer_state",
+            )
+
+
+@check("loads_own_shard")
+def loads_own_shard(ctx: CheckContext) -> None:
+    ranks = _resumed(ctx)
+    half = _half(ctx)
+    readers = [r for r, facts in enumerate(ranks) if _calls(facts, "torch.load")]
+    if readers:
+        raise ctx.fail(
+            f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load: every rank held the "
+            "whole state at once. Load with dcp.load into the sharded state dict, each rank reading its pieces",
+            hint="shard_then_load",
+        )
+    if not any(_calls(facts, "dcp.load") for facts in ranks):
+        raise ctx.fail("no rank called dcp.load: resume loads the checkpoint with dcp.load", hint="shard_then_load")
+    full = _full_size(ranks)
+    for rank, facts in enumerate(ranks):
+        sharded = None  # whether the model was sharded when the dcp.load being planned was called
+        for event in facts.get("events", []):
+            if event["op"] == "dcp.load":
+                sharded = event.get("model_sharded")
+            if event["op"] != "fill" or event["whole_elements"] == 0:
+                continue
+            wanted = (
+                f"rank {rank} asked dcp.load to fill {event['whole']} whole tensors "
+                f"({_elements(event['whole_elements'])}; the model has {full})"
+            )
+            if sharded is False and facts.get("sharded_at_end"):
+                raise ctx.fail(
+                    f"model loaded before fully_shard: {wanted}, while the model was not sharded yet; it was "
+                    "sharded after the load, so every rank read the whole model. Shard first, then load: each rank "
+                    "reads only its pieces",
+                    hint="shard_then_load",
+                    cause="loaded_before_shard",
+                )
+            raise ctx.fail(
+                f"{wanted} and {event['dtensors']} DTensor shards, with the model already sharded: every rank read "
+                "whole tensors (a full_state_dict=True state dict?). Load into the sharded state dict "
+                "(get_state_dict's default), so that each rank reads only its pieces",
+                hint="shard_then_load",
+            )
