@@ -36,14 +36,14 @@ KNOBS = frozenset(
     }
 )
 # the run's numbers a value or a sentence may name (resumed: the first step after resuming, ex09)
-NUMBERS = frozenset({"b", "W", "k", "lr", "momentum", "resumed"})
+NUMBERS = frozenset({"b", "W", "k", "m", "lr", "momentum", "resumed"})  # k: accumulation steps; m: micro-batches
 FIELDS = frozenset({"cause", "says", "hint", "schedule", "mistake", "fitted"})
 
 
 @dataclass(frozen=True)
 class Hypothesis:
     cause: str
-    says: str  # the cause and its fix, as a message names it; {b}, {W}, {k}, {value} are filled in
+    says: str  # the cause and its fix, as a message names it; {b}, {W}, {k}, {m}, {value} are filled in
     hint: str | None = None
     schedule: str = "correct"  # the samples of each step: a key of the reference's schedules
     mistake: dict[str, Any] = field(default_factory=dict)  # knob -> value, a symbol of the run, or "fit"

@@ -226,7 +226,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
     setting = Setting(
         lr=LR,
         momentum=reference["momentum"],
-        factors={"b": BATCH, "k": m, "W": ctx.world_size},
+        factors={"b": BATCH, "m": m, "W": ctx.world_size},
         reference="one process on the whole batch",
         context=f"with {schedule!r} and m = {m}, ",
         subject="the stages together",
