@@ -117,7 +117,7 @@ def _describe_value(facts: Any, what: str) -> str:
         kind = facts.get("type") if isinstance(facts, dict) else type(facts).__name__
         return f"{what} is a {kind}, not a tensor"
     if facts["type"] == "DTensor":
-        return f"{what} is a DTensor; plain tensors are expected here"
+        return f"{what} is a DTensor (placements {', '.join(facts.get('placements', []))}), not a plain tensor"
     if facts["dtype"] != "torch.float32":
         return f"{what} has dtype {facts['dtype'].removeprefix('torch.')}, expected float32"
     return f"{what} has shape {facts['shape']}"
@@ -148,12 +148,7 @@ def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[
 
 
 RIGHT = {"w1": "rows", "b1": "slice", "w2": "columns", "b2": "whole"}
-WHAT = {
-    "w1": "w1 (fc1's weight, shape (h, d))",
-    "b1": "b1",
-    "w2": "w2 (fc2's weight, shape (d, h))",
-    "b2": "b2",
-}
+WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": "b2"}
 
 
 # --- by hand -------------------------------------------------------------------------------------
@@ -234,7 +229,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
             axis, index, _ = where
             if axis == "whole" and key != "b2":
                 raise ctx.fail(
-                    f"not sharded: rank {rank} holds all of {WHAT[key]} (shape {shape}), so every rank stores the "
+                    f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, so every rank stores the "
                     f"whole weight; each keeps 1/W of it: "
                     f"{_name_block(key, rank, full[key].shape[0 if key != 'w2' else 1] // world, world)}{also}",
                     hint="slices",
@@ -424,7 +419,10 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
 def _kinds(calls: list[dict[str, Any]]) -> str:
     if not calls:
         return "no collective"
-    return ", ".join(f"{c['kind'].replace('_', '-')} of {c['numel']} elements" for c in calls)
+    return ", ".join(
+        "a barrier" if c["kind"] == "barrier" else f"{c['kind'].replace('_', '-')} of {c['numel']} elements"
+        for c in calls
+    )
 
 
 def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_named: bool) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.engine.rank_runtime import RankContext
@@ -57,11 +58,11 @@ class CollectiveCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         op = str(func)
         if func.namespace in _NAMESPACES and not any(s in op for s in _NOT_COMMUNICATION):
-            first = args[0] if args else None
-            if isinstance(first, (list, tuple)) and first:
-                first = first[0]
-            numel = int(first.numel()) if isinstance(first, torch.Tensor) else 0
-            self.calls.append({"kind": collective_kind(op), "op": op, "numel": numel})
+            kind = collective_kind(op)
+            # what this rank puts in: c10d's all-gathers take (outputs, inputs), every other op its tensor first
+            given = args[1] if kind == "all_gather" and func.namespace == "c10d" and len(args) > 1 else args[:1]
+            tensors = [t for t in pytree.tree_leaves(given) if isinstance(t, torch.Tensor)]
+            self.calls.append({"kind": kind, "op": op, "numel": int(tensors[0].numel()) if tensors else 0})
         return func(*args, **(kwargs or {}))
 
 
@@ -140,6 +141,8 @@ def _tensor_facts(value: Any) -> dict[str, Any]:
     if not isinstance(value, torch.Tensor):
         return {"type": type(value).__name__}
     facts: dict[str, Any] = {"type": type(value).__name__, "shape": list(value.shape), "dtype": str(value.dtype)}
+    if _is_dtensor(value):
+        facts["placements"] = [_placement(p) for p in value.placements]
     if value.dtype == torch.float32 and value.numel() <= 4 * HIDDEN * DIM and not _is_dtensor(value):
         facts["value"] = torch.Tensor(value.detach().cpu()).clone()  # a plain copy (an AsyncCollectiveTensor waited)
     return facts
@@ -268,7 +271,7 @@ def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     with counter:
         y = returned(x)
     ctx.facts["forward"] = counter.calls
-    ctx.facts["y"] = _parameter_facts(y) if _is_dtensor(y) else _tensor_facts(y)
+    ctx.facts["y"] = _tensor_facts(y)
     if not _usable(y):
         return {}
     counter = CollectiveCounter()
