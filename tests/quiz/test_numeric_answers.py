@@ -97,6 +97,13 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
     "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
     "overlap-exposed-time": lambda v: v["B"] + v["L"],
+    "tpex-forward-allreduce-bytes": lambda v: ring_bytes(v["W"], v["b"] * v["s"] * v["d"] * 2) / 1e6,
+    "tpex-allreduces-per-step": lambda v: v["L"] * len(["attention", "mlp"]) * len(["g forward", "f backward"]),
+    "tpex-mlp-weights-per-gpu": lambda v: (4 * v["d"] * v["d"] + v["d"] * 4 * v["d"]) * 2 / v["W"] / 1e6,
+    "tpex-shard-elements": lambda v: (
+        v["h"] / v["W"] * v["d"] + v["h"] / v["W"] + v["d"] * v["h"] / v["W"] + v["d"]  # w1 rows, b1, w2 cols, b2
+    ),
+    "tpex-allreduce-time": lambda v: ring_bytes(v["W"], v["M"] * 1e6) / (v["B"] * GB) * 1e6,
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

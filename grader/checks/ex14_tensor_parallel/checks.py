@@ -52,7 +52,12 @@ HYPOTHESES: dict[str, dict[str, Any]] = {
         "hint": "f_and_g",
     },
     "f_and_g_swapped": {
-        "knobs": {"f_forward": "all_reduce", "f_backward": "identity", "g_forward": "identity", "g_backward": "all_reduce"},
+        "knobs": {
+            "f_forward": "all_reduce",
+            "f_backward": "identity",
+            "g_forward": "identity",
+            "g_backward": "all_reduce",
+        },
         "says": "f and g swapped: the input was all-reduced in forward (the first layer saw W·x) and the "
         "partial outputs never were; f is the identity in forward and all-reduces in backward, g the reverse",
         "hint": "f_and_g",
@@ -109,6 +114,13 @@ def _value(facts: Any) -> np.ndarray | None:
 
 def _close(got: np.ndarray | None, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
     return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+def _apart(got: np.ndarray, want: np.ndarray) -> str:
+    """The words between a measured tensor and "the reference's": how far apart, or the two shapes."""
+    if got.shape != want.shape:
+        return f"has shape {list(got.shape)}, not the shape {list(want.shape)} of"
+    return f"differs by up to {float(np.abs(got - want).max()):.3g} from"
 
 
 def _describe_value(facts: Any, what: str) -> str:
@@ -222,7 +234,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
             if where is None:
                 block = _slices(full[key], world).get((RIGHT[key], rank), full[key])
                 raise ctx.fail(
-                    f"rank {rank}'s shard \"{key}\" (shape {shape}) is no block of {WHAT[key]}: rank {rank} "
+                    f'rank {rank}\'s shard "{key}" (shape {shape}) is no block of {WHAT[key]}: rank {rank} '
                     f"keeps {_name_block(key, rank, block.shape[0 if key != 'w2' else 1], world)}{also}",
                     hint="slices",
                 )
@@ -392,16 +404,18 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
         if dx is None:
             raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint="f_and_g")
         if not _close(dx, want):
-            measured = f"rank {rank}'s gradient of x differs from the unsplit block's by up to {float(np.abs(dx - want).max()):.3g}"
-            dxs = [_value(f.get("dx")) for f in ranks]
-            if all(d is not None for d in dxs) and _close(np.sum(dxs, axis=0), want):
+            measured = f"rank {rank}'s gradient of x {_apart(dx, want)} the unsplit block's"
+            dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
+            if len(dxs) == len(ranks) and _close(np.sum(dxs, axis=0), want):
                 measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
             raise _named(ctx, ranks, measured, "f_and_g")
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
             where = layouts[rank][key]
             if grad is None or where is None:
-                raise ctx.fail(f"shard \"{key}\" on rank {rank} has no usable gradient after y.backward(dy)", hint="f_and_g")
+                raise ctx.fail(
+                    f'shard "{key}" on rank {rank} has no usable gradient after y.backward(dy)', hint="f_and_g"
+                )
             axis, index, transposed = where
             full_grad = np.asarray(reference[f"d{key}"])
             block = full_grad if axis == "whole" else _slices(full_grad, ctx.world_size)[(axis, index)]
@@ -410,7 +424,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                 raise _named(
                     ctx,
                     ranks,
-                    f"on rank {rank}, the gradient of shard \"{key}\" differs from the same block of the unsplit "
+                    f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
                     f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
                     "f_and_g",
                 )
@@ -435,9 +449,16 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
             kinds = [c["kind"] for c in calls]
             if kinds == ["all_reduce"]:
                 continue
-            measured = f"{phase} on rank {rank} ran {_kinds(calls)} (counted by the grader), where column-then-row needs exactly one all-reduce"
+            measured = (
+                f"{phase} on rank {rank} ran {_kinds(calls)} (counted by the grader), where column-then-row needs "
+                "exactly one all-reduce"
+            )
             if not kinds:
-                missing = "g's all-reduce is missing in forward" if phase == "forward" else "f's all-reduce is missing in backward"
+                missing = (
+                    "g's all-reduce is missing in forward"
+                    if phase == "forward"
+                    else "f's all-reduce is missing in backward"
+                )
                 raise ctx.fail(
                     f"{measured}: {missing}",
                     hint="f_and_g",
@@ -470,12 +491,14 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
         if "parameters" not in facts:
             continue
         params = facts["parameters"]
-        placements = {name: (p["placements"][0] if p["dtensor"] and p["placements"] else "plain") for name, p in params.items()}
+        placements = {
+            name: (p["placements"][0] if p["dtensor"] and p["placements"] else "plain") for name, p in params.items()
+        }
         missing = [name for name in PARAMETERS if name not in params]
         if missing:
             raise ctx.fail(
-                f"the module parallelize_mlp returned has no {', '.join(missing)} (its parameters: {facts.get('names')}); "
-                f"parallelize the grader's block in place and return it{also}",
+                f"the module parallelize_mlp returned has no {', '.join(missing)} (its parameters: "
+                f"{facts.get('names')}); parallelize the grader's block in place and return it{also}",
                 hint="parallelize_module",
             )
         shown = ", ".join(f"{name} {placements[name]}" for name in PARAMETERS)
@@ -523,7 +546,9 @@ def parallelize_module_plan(ctx: CheckContext) -> None:
     if verdict is not None and not all("parameters" in r for r in ranks):
         raise CheckFailed(verdict)
     if verdict is None and any("parameters" not in r for r in ranks):
-        raise ctx.fail(f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module")
+        raise ctx.fail(
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+        )
     _placement_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
 
 
@@ -535,7 +560,9 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
             _placement_failure(ctx, ranks, f". Then: {verdict.message}")
         raise CheckFailed(verdict)
     if any("parameters" not in r for r in ranks):
-        raise ctx.fail(f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module")
+        raise ctx.fail(
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+        )
     for rank, facts in enumerate(ranks):
         reference = facts["reference"]
         y, want = _value(facts.get("y")), np.asarray(reference["y"])
@@ -554,7 +581,11 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
         if not _close(dx, np.asarray(reference["dx"])):
             raise ctx.fail(
                 f"on rank {rank}, x's gradient through the parallelized block "
-                + ("is missing" if dx is None else f"differs from the unsplit block's by up to {float(np.abs(dx - reference['dx']).max()):.3g}"),
+                + (
+                    "is missing"
+                    if dx is None
+                    else f"differs from the unsplit block's by up to {float(np.abs(dx - reference['dx']).max()):.3g}"
+                ),
                 hint="parallelize_module",
             )
         for name, key in PARAMETERS.items():
@@ -566,7 +597,7 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
             if not _close(got, want):
                 raise ctx.fail(
                     f"on rank {rank}, the local gradient of {name} "
-                    + ("is missing" if got is None else f"differs from its block of the unsplit gradient by up to {float(np.abs(got - want).max()) if got.shape == want.shape else float('inf'):.3g}"),
+                    + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
                     hint="parallelize_module",
                 )
     _counted(ctx, ranks, "parallelized block", False)

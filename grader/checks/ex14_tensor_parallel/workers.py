@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -85,10 +86,11 @@ def drawn(seed: int) -> dict[str, torch.Tensor]:
 
 def unsplit(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Trusted: the unsplit block's output and gradients (y, dx, and each weight's gradient)."""
-    leaves = {k: full[k].clone().requires_grad_(True) for k in ("x", *KEYS)}
+    names = ("x", *KEYS)
+    leaves = {k: full[k].clone().requires_grad_(True) for k in names}
     y = F.linear(F.gelu(F.linear(leaves["x"], leaves["w1"], leaves["b1"])), leaves["w2"], leaves["b2"])
-    y.backward(full["dy"])
-    return {"y": y.detach(), "dx": leaves["x"].grad, **{f"d{k}": leaves[k].grad for k in KEYS}}
+    grads = torch.autograd.grad(y, [leaves[k] for k in names], full["dy"])
+    return {"y": y.detach(), **{f"d{k}": grad for k, grad in zip(names, grads)}}
 
 
 def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
@@ -107,7 +109,9 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: d
     parts = [slice(k * n, (k + 1) * n) for k in range(world_size)]
     dy = full["dy"]
     xs = [full["x"].clone() for _ in parts]
-    inputs = [_reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(len(parts))]
+    inputs = [
+        _reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(len(parts))
+    ]
     leaves = [
         {
             "w1": full["w1"][p].clone().requires_grad_(True),
@@ -141,23 +145,21 @@ def _tensor_facts(value: Any) -> dict[str, Any]:
     if not isinstance(value, torch.Tensor):
         return {"type": type(value).__name__}
     facts: dict[str, Any] = {"type": type(value).__name__, "shape": list(value.shape), "dtype": str(value.dtype)}
-    if _is_dtensor(value):
+    if isinstance(value, DTensor):
         facts["placements"] = [_placement(p) for p in value.placements]
-    if value.dtype == torch.float32 and value.numel() <= 4 * HIDDEN * DIM and not _is_dtensor(value):
+    elif value.dtype == torch.float32 and value.numel() <= 4 * HIDDEN * DIM:
         facts["value"] = torch.Tensor(value.detach().cpu()).clone()  # a plain copy (an AsyncCollectiveTensor waited)
     return facts
-
-
-def _is_dtensor(value: Any) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(value, DTensor)
 
 
 def _shard_facts(shards: Any) -> dict[str, Any]:
     if not isinstance(shards, dict):
         return {"type": type(shards).__name__}
-    return {"type": "dict", "keys": [str(k) for k in shards], "tensors": {k: _tensor_facts(shards.get(k)) for k in KEYS}}
+    return {
+        "type": "dict",
+        "keys": [str(k) for k in shards],
+        "tensors": {k: _tensor_facts(shards.get(k)) for k in KEYS},
+    }
 
 
 def _leaf(value: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -166,7 +168,9 @@ def _leaf(value: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _usable(y: Any) -> bool:
     """Whether the grader can go on to backward from this output (the judge says why not otherwise)."""
-    return isinstance(y, torch.Tensor) and not _is_dtensor(y) and list(y.shape) == [BATCH, DIM] and y.requires_grad
+    return (
+        isinstance(y, torch.Tensor) and not isinstance(y, DTensor) and list(y.shape) == [BATCH, DIM] and y.requires_grad
+    )
 
 
 def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -176,9 +180,7 @@ def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, st
     full = drawn(data_seed)
     ctx.facts["full"] = {k: full[k] for k in KEYS}
     ctx.facts["reference"] = unsplit(full)
-    ctx.facts["replays"] = {
-        name: simulate(full, ctx.world_size, ctx.rank, knobs) for name, knobs in hypotheses.items()
-    }
+    ctx.facts["replays"] = {name: simulate(full, ctx.world_size, ctx.rank, knobs) for name, knobs in hypotheses.items()}
     shard_mlp, tp_mlp_forward = ctx.student("shard_mlp"), ctx.student("tp_mlp_forward")
     device = ctx.device
     given = {k: full[k].to(device).clone() for k in KEYS}
@@ -225,8 +227,6 @@ PARAMETERS = {"fc1.weight": "w1", "fc1.bias": "b1", "fc2.weight": "w2", "fc2.bia
 
 def _placement(placement: Any) -> str:
     """Shard(dim=0), Replicate(), Partial(): one spelling whatever str() gives in this torch."""
-    from torch.distributed.tensor import Replicate, Shard
-
     if isinstance(placement, Shard):
         return f"Shard(dim={placement.dim})"
     if isinstance(placement, Replicate):
@@ -236,7 +236,7 @@ def _placement(placement: Any) -> str:
 
 def _parameter_facts(value: Any) -> dict[str, Any]:
     """A parameter (or its gradient) after parallelize_mlp: plain or DTensor, placements, local shard."""
-    if _is_dtensor(value):
+    if isinstance(value, DTensor):
         return {
             "dtensor": True,
             "placements": [_placement(p) for p in value.placements],
@@ -280,6 +280,8 @@ def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     ctx.facts["backward"] = counter.calls
     ctx.facts["dx"] = _tensor_facts(x.grad)
     ctx.facts["grads"] = {
-        name: _parameter_facts(found[name].grad) for name in PARAMETERS if name in found and found[name].grad is not None
+        name: _parameter_facts(found[name].grad)
+        for name in PARAMETERS
+        if name in found and found[name].grad is not None
     }
     return {}
