@@ -144,7 +144,12 @@ def _tensor_facts(value: Any) -> dict[str, Any]:
     """What a returned value is, as plain facts; its values only for a float32 tensor of a sane size."""
     if not isinstance(value, torch.Tensor):
         return {"type": type(value).__name__}
-    facts: dict[str, Any] = {"type": type(value).__name__, "shape": list(value.shape), "dtype": str(value.dtype)}
+    facts: dict[str, Any] = {
+        "type": type(value).__name__,
+        "shape": list(value.shape),
+        "dtype": str(value.dtype),
+        "requires_grad": bool(value.requires_grad),
+    }
     if isinstance(value, DTensor):
         facts["placements"] = [_placement(p) for p in value.placements]
     elif value.dtype == torch.float32 and value.numel() <= 4 * HIDDEN * DIM:
