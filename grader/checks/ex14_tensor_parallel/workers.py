@@ -25,7 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.engine.rank_runtime import RankContext
 
-BATCH, DIM, HIDDEN = 5, 8, 24  # x is (BATCH, DIM); Linear(DIM, HIDDEN) -> GELU -> Linear(HIDDEN, DIM)
+BATCH, DIM, HIDDEN = 5, 8, 24  # x is (BATCH, DIM); Linear(DIM, h) -> GELU -> Linear(h, DIM), h = hidden(W)
+MAX_ELEMENTS = 1 << 16  # of a reported tensor
 KEYS = ("w1", "b1", "w2", "b2")
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 _NOT_COMMUNICATION = ("wait_tensor", "_wrap_tensor_autograd")
@@ -67,17 +68,23 @@ class CollectiveCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def drawn(seed: int) -> dict[str, torch.Tensor]:
+def hidden(world_size: int) -> int:
+    """The hidden width: HIDDEN where W divides it (W = 2, 3, 4, 6, 8...), else the next multiple of W."""
+    return -(-HIDDEN // world_size) * world_size
+
+
+def drawn(seed: int, world_size: int) -> dict[str, torch.Tensor]:
     """The full weights, the input and the upstream gradient, the same on every rank."""
+    h = hidden(world_size)
     generator = torch.Generator().manual_seed(seed)
 
     def draw(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator)
 
     return {
-        "w1": draw(HIDDEN, DIM) / DIM**0.5,
-        "b1": draw(HIDDEN),
-        "w2": draw(DIM, HIDDEN) / HIDDEN**0.5,
+        "w1": draw(h, DIM) / DIM**0.5,
+        "b1": draw(h),
+        "w2": draw(DIM, h) / h**0.5,
         "b2": draw(DIM),
         "x": draw(BATCH, DIM),
         "dy": draw(BATCH, DIM),
@@ -105,7 +112,7 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: d
     `world_size` ranks and f (before the first layer), g (after the second) and the second bias do what
     `knobs` says (f_forward, f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after
     the reduction or on every rank before it). Every rank's part is computed here, in one process."""
-    n = HIDDEN // world_size
+    n = full["w1"].shape[0] // world_size
     parts = [slice(k * n, (k + 1) * n) for k in range(world_size)]
     dy = full["dy"]
     xs = [full["x"].clone() for _ in parts]
@@ -152,7 +159,7 @@ def _tensor_facts(value: Any) -> dict[str, Any]:
     }
     if isinstance(value, DTensor):
         facts["placements"] = [_placement(p) for p in value.placements]
-    elif value.dtype == torch.float32 and value.numel() <= 4 * HIDDEN * DIM:
+    elif value.dtype == torch.float32 and value.numel() <= MAX_ELEMENTS:
         facts["value"] = torch.Tensor(value.detach().cpu()).clone()  # a plain copy (an AsyncCollectiveTensor waited)
     return facts
 
@@ -182,7 +189,7 @@ def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, st
     """The hand-written split: shard_mlp's shards, tp_mlp_forward's output, the input gradient and the
     shards' gradients after y.backward(dy), and the collectives of forward and of backward."""
     ctx.init_group()
-    full = drawn(data_seed)
+    full = drawn(data_seed, ctx.world_size)
     ctx.facts["full"] = {k: full[k] for k in KEYS}
     ctx.facts["reference"] = unsplit(full)
     ctx.facts["replays"] = {name: simulate(full, ctx.world_size, ctx.rank, knobs) for name, knobs in hypotheses.items()}
@@ -212,13 +219,14 @@ def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, st
 
 
 class MLP(nn.Module):
-    """The block parallelize_mlp splits: fc1 = Linear(DIM, HIDDEN), GELU, fc2 = Linear(HIDDEN, DIM)."""
+    """The block parallelize_mlp splits: fc1 = Linear(DIM, h), GELU, fc2 = Linear(h, DIM)."""
 
     def __init__(self, full: dict[str, torch.Tensor]) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(DIM, HIDDEN)
+        h = full["w1"].shape[0]
+        self.fc1 = nn.Linear(DIM, h)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(HIDDEN, DIM)
+        self.fc2 = nn.Linear(h, DIM)
         with torch.no_grad():
             for name, value in (("fc1.weight", "w1"), ("fc1.bias", "b1"), ("fc2.weight", "w2"), ("fc2.bias", "b2")):
                 self.get_parameter(name).copy_(full[value])
@@ -257,7 +265,7 @@ def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import init_device_mesh
 
     ctx.init_group()
-    full = drawn(data_seed)
+    full = drawn(data_seed, ctx.world_size)
     ctx.facts["full"] = {k: full[k] for k in KEYS}
     ctx.facts["reference"] = unsplit(full)
     parallelize_mlp = ctx.student("parallelize_mlp")
