@@ -192,21 +192,24 @@ def _shards(facts: dict[str, Any], rank: int) -> dict[str, np.ndarray] | str:
     return values
 
 
-def _layouts(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[dict[str, tuple[str, int, bool] | None]]:
-    layouts = []
+Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
+
+
+def _layouts(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[dict[str, np.ndarray], Layout]]:
+    """Per rank, its shards' values and the block each holds; fails where a rank's shards are unusable."""
+    found = []
     for rank, facts in enumerate(ranks):
         shards = _shards(facts, rank)
         if isinstance(shards, str):
             raise ctx.fail(shards or f"rank {rank} did not report its shards", hint="slices")
-        layouts.append({k: _locate(shards[k], np.asarray(facts["full"][k]), ctx.world_size) for k in KEYS})
-    return layouts
+        found.append((shards, {k: _locate(shards[k], np.asarray(facts["full"][k]), ctx.world_size) for k in KEYS}))
+    return found
 
 
 def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = "") -> None:
     """Fail with what the shards hold, when a rank holds other than its own blocks."""
     world = ctx.world_size
-    layouts = _layouts(ctx, ranks)
-    for rank, (facts, layout) in enumerate(zip(ranks, layouts)):
+    for rank, (facts, (shards, layout)) in enumerate(zip(ranks, _layouts(ctx, ranks))):
         full = {k: np.asarray(facts["full"][k]) for k in KEYS}
         w1, w2 = layout["w1"], layout["w2"]
         if w1 and w2 and w1[0] == "columns" and w2[0] == "rows":
@@ -230,7 +233,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
             )
         for key in KEYS:
             where = layout[key]
-            shape = list(np.asarray(_shards(facts, rank)[key]).shape)  # type: ignore[index]
+            shape = list(shards[key].shape)
             if where is None:
                 block = _slices(full[key], world).get((RIGHT[key], rank), full[key])
                 raise ctx.fail(
@@ -325,7 +328,7 @@ def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bo
     )
 
 
-def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: str) -> Exception:
+def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: str) -> CheckFailed:
     """The failure: the measurement, and the one hypothesis whose replay reproduces every number, if one does."""
     complete = all("dx" in f for f in ranks)
     names = _matching(ranks, complete)
@@ -347,18 +350,11 @@ def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: 
     return ctx.fail(measured, hint=hint)
 
 
-def _usable_shards(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
-    for rank, facts in enumerate(ranks):
-        shards = _shards(facts, rank)
-        if isinstance(shards, str):
-            raise ctx.fail(shards or f"rank {rank} did not report its shards", hint="slices")
-
-
 @check("forward_matches_unsplit")
 def forward_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
     _completed(ctx, ranks, verdict)
-    _usable_shards(ctx, ranks)
+    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
     for rank, facts in enumerate(ranks):
         y, want = _value(facts.get("y")), np.asarray(facts["reference"]["y"])
         if y is None or y.shape != want.shape:
@@ -386,8 +382,7 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
 def backward_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
     _completed(ctx, ranks, verdict)
-    _usable_shards(ctx, ranks)
-    layouts = _layouts(ctx, ranks)
+    layouts = [layout for _, layout in _layouts(ctx, ranks)]
     for rank, facts in enumerate(ranks):
         if "dx" not in facts:
             y = facts.get("y")
@@ -414,9 +409,17 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
             where = layouts[rank][key]
-            if grad is None or where is None:
+            if where is None:
                 raise ctx.fail(
-                    f'shard "{key}" on rank {rank} has no usable gradient after y.backward(dy)', hint="f_and_g"
+                    f'shard "{key}" on rank {rank} is no block of {WHAT[key]}, so its gradient has no block of the '
+                    "unsplit gradient to be compared with (shards_hold_their_slice says more)",
+                    hint="slices",
+                )
+            if grad is None:
+                raise ctx.fail(
+                    f'shard "{key}" on rank {rank} has no gradient after y.backward(dy): the output does not depend '
+                    "on it through autograd",
+                    hint="f_and_g",
                 )
             axis, index, transposed = where
             full_grad = np.asarray(reference[f"d{key}"])
@@ -468,6 +471,14 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
                 )
             if "all_gather" in kinds and shards_named:
                 _layout_failure(ctx, ranks, f". Measured: {measured}")
+            batch, h = np.asarray(facts["reference"]["y"]).shape[0], np.asarray(facts["full"]["w1"]).shape[0]
+            hidden = batch * h // ctx.world_size
+            if any(c["kind"] == "all_gather" and c["numel"] == hidden for c in calls):
+                measured += (
+                    f"; the all-gather of {hidden} elements is this rank's block of the hidden activations "
+                    f"(b x h/W = {batch} x {h // ctx.world_size}): the hidden layer was made whole between the layers, "
+                    "which column-then-row never needs"
+                )
             raise ctx.fail(measured, hint="f_and_g" if set(kinds) == {"all_reduce"} else "column_then_row")
 
 
@@ -475,7 +486,7 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
 def one_all_reduce_each_way(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
     _completed(ctx, ranks, verdict)
-    _usable_shards(ctx, ranks)
+    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
     _counted(ctx, ranks, "tp_mlp_forward", True)
 
 
@@ -535,9 +546,9 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
             if not _close(_value(params[name]["local"]), want, 0, 0):
                 raise ctx.fail(
-                    f"rank {rank}'s local shard of {name} is not the block of the block's weights it should hold "
-                    f"({_describe_value(params[name]['local'], 'it')}): parallelize the module as the grader built it, "
-                    f"without changing its values{also}",
+                    f"rank {rank}'s local shard of {name} is not its block of the weights the grader gave "
+                    f"({_describe_value(params[name]['local'], 'it')}): parallelize the module as it is, without "
+                    f"changing its values{also}",
                     hint="parallelize_module",
                 )
 
@@ -570,8 +581,8 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
         y, want = _value(facts.get("y")), np.asarray(reference["y"])
         if not _close(y, want):
             what = (
-                f"differs from the unsplit block's by up to {float(np.abs(y - want).max()):.3g}"
-                if y is not None and y.shape == want.shape
+                f"{_apart(y, want)} the unsplit block's"
+                if y is not None
                 else _describe_value(facts.get("y"), "it").removeprefix("it ")
             )
             raise ctx.fail(
@@ -583,11 +594,7 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
         if not _close(dx, np.asarray(reference["dx"])):
             raise ctx.fail(
                 f"on rank {rank}, x's gradient through the parallelized block "
-                + (
-                    "is missing"
-                    if dx is None
-                    else f"differs from the unsplit block's by up to {float(np.abs(dx - reference['dx']).max()):.3g}"
-                ),
+                + ("is missing" if dx is None else f"{_apart(dx, np.asarray(reference['dx']))} the unsplit block's"),
                 hint="parallelize_module",
             )
         for name, key in PARAMETERS.items():
