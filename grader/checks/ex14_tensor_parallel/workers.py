@@ -101,6 +101,7 @@ def unsplit(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
+    """What rank `rank` holds after a collective over every rank's part: its own (identity), the sum, the mean."""
     if how == "identity":
         return parts[rank]
     total = torch.stack(parts).sum(0)
@@ -115,9 +116,9 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: d
     n = full["w1"].shape[0] // world_size
     parts = [slice(k * n, (k + 1) * n) for k in range(world_size)]
     dy = full["dy"]
-    xs = [full["x"].clone() for _ in parts]
+    xs = [full["x"]] * world_size  # x is the same on every rank
     inputs = [
-        _reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(len(parts))
+        _reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(world_size)
     ]
     leaves = [
         {
@@ -136,7 +137,7 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: d
     y = _reduce([p.detach() for p in partials], rank, knobs.get("g_forward", "all_reduce"))
     if not every_rank:
         y = y + full["b2"]
-    upstream = _reduce([dy] * len(parts), rank, knobs.get("g_backward", "identity"))
+    upstream = _reduce([dy] * world_size, rank, knobs.get("g_backward", "identity"))
     grads = []
     for a, leaf, partial in zip(inputs, leaves, partials):
         wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if every_rank else [])
