@@ -2,10 +2,10 @@
 parallelize_module, under the grader's own count of collectives; the trusted reference and the replays.
 
 Every rank gets the same full weights, input x and upstream gradient dy (drawn per grading). Before the
-student's module is imported, the grader's own code computes on each rank:
-- the unsplit block's output, input gradient and weight gradients (one process, no communication);
-- the judge's hypotheses: this rank's output and gradients when f and g do other things than
-  identity/all-reduce (each rank's partial computed from every rank's slice in this one process).
+student's module is imported, the grader's own code computes:
+- on each rank, the unsplit block's output, input gradient and weight gradients (no communication);
+- on rank 0, the judge's hypotheses: every rank's output and gradients when f and g do other things
+  than identity/all-reduce (each rank's part computed from its block, all in this one process).
 
 The collectives are counted by a TorchDispatchMode, which sees the ops that every route reaches:
 `dist.all_reduce` and the process group (c10d::allreduce_), the functional collectives and DTensor's
@@ -108,8 +108,8 @@ def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
     return total / len(parts) if how == "mean" else total
 
 
-def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: dict[str, str]) -> dict[str, Any]:
-    """Trusted replay: this rank's output and gradients when the block is split column-then-row over
+def simulate(full: dict[str, torch.Tensor], world_size: int, knobs: dict[str, str]) -> list[dict[str, Any]]:
+    """Trusted replay: every rank's output and gradients when the block is split column-then-row over
     `world_size` ranks and f (before the first layer), g (after the second) and the second bias do what
     `knobs` says (f_forward, f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after
     the reduction or on every rank before it). Every rank's part is computed here, in one process."""
@@ -134,18 +134,25 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, rank: int, knobs: d
     for a, leaf in zip(inputs, leaves):
         partial = F.linear(F.gelu(F.linear(a, leaf["w1"], leaf["b1"])), leaf["w2"])
         partials.append(partial + leaf["b2"] if every_rank else partial)
-    y = _reduce([p.detach() for p in partials], rank, knobs.get("g_forward", "all_reduce"))
-    if not every_rank:
-        y = y + full["b2"]
-    upstream = _reduce([dy] * world_size, rank, knobs.get("g_backward", "identity"))
+    outputs = [p.detach() for p in partials]
+    upstream = _reduce([dy] * world_size, 0, knobs.get("g_backward", "identity"))  # dy is the same on every rank
     grads = []
     for a, leaf, partial in zip(inputs, leaves, partials):
         wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if every_rank else [])
         grads.append(torch.autograd.grad(partial, wanted, upstream))
-    mine = grads[rank]
-    dx = _reduce([g[0] for g in grads], rank, knobs.get("f_backward", "all_reduce"))
-    db2 = mine[4] if every_rank else dy.sum(0)
-    return {"y": y, "dx": dx, "grads": {"w1": mine[1], "b1": mine[2], "w2": mine[3], "b2": db2}}
+    replayed = []
+    for rank, mine in enumerate(grads):
+        y = _reduce(outputs, rank, knobs.get("g_forward", "all_reduce"))
+        dx = _reduce([g[0] for g in grads], rank, knobs.get("f_backward", "all_reduce"))
+        db2 = mine[4] if every_rank else dy.sum(0)
+        replayed.append(
+            {
+                "y": y if every_rank else y + full["b2"],
+                "dx": dx,
+                "grads": {"w1": mine[1], "b1": mine[2], "w2": mine[3], "b2": db2},
+            }
+        )
+    return replayed
 
 
 def _tensor_facts(value: Any) -> dict[str, Any]:
@@ -193,7 +200,8 @@ def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, st
     full = drawn(data_seed, ctx.world_size)
     ctx.facts["full"] = {k: full[k] for k in KEYS}
     ctx.facts["reference"] = unsplit(full)
-    ctx.facts["replays"] = {name: simulate(full, ctx.world_size, ctx.rank, knobs) for name, knobs in hypotheses.items()}
+    if ctx.rank == 0:  # one simulation gives every rank's numbers
+        ctx.facts["replays"] = {name: simulate(full, ctx.world_size, knobs) for name, knobs in hypotheses.items()}
     shard_mlp, tp_mlp_forward = ctx.student("shard_mlp"), ctx.student("tp_mlp_forward")
     device = ctx.device
     given = {k: full[k].to(device).clone() for k in KEYS}
