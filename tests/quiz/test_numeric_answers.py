@@ -163,6 +163,13 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "dcp-file-count": lambda v: len([f"__{r}_0.distcp" for r in range(int(v["W"]))] + [".metadata"]),
     "dcp-reshard-files-read": lambda v: len({row * int(v["S"]) // 1024 for row in range(1024 // int(v["L"]))}),
     "dcp-async-stall": lambda v: v["G"] / v["D"],
+    "tpex-forward-allreduce-bytes": lambda v: ring_bytes(v["W"], v["b"] * v["s"] * v["d"] * 2) / 1e6,
+    "tpex-allreduces-per-step": lambda v: v["L"] * len(["attention", "mlp"]) * len(["g forward", "f backward"]),
+    "tpex-mlp-weights-per-gpu": lambda v: (4 * v["d"] * v["d"] + v["d"] * 4 * v["d"]) * 2 / v["W"] / 1e6,
+    "tpex-shard-elements": lambda v: (
+        v["h"] / v["W"] * v["d"] + v["h"] / v["W"] + v["d"] * v["h"] / v["W"] + v["d"]  # w1 rows, b1, w2 cols, b2
+    ),
+    "tpex-allreduce-time": lambda v: ring_bytes(v["W"], v["M"] * 1e6) / (v["B"] * GB) * 1e6,
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

@@ -1,0 +1,613 @@
+"""Judging exercise 14: a tensor-parallel MLP block, by hand and with parallelize_module, against the
+unsplit block computed by the grader's own code on each rank; which slice of each weight each rank
+holds (by value); the collectives of forward and of backward, counted by the grader's dispatch mode.
+
+A cause is named only where it is measured directly (the shard equals another slice of the full
+weight; the instrumentation saw the collective) or where a replay of it (`simulate` in workers.py:
+every rank's part in one process, with f and g changed) reproduces the output, x's gradient and
+every shard's gradient on every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grader.judge.api import CheckContext, CheckFailed, check
+from grader.judge.diagnose import failure_verdict
+from grader.judge.verdict import Verdict
+
+RTOL, ATOL = 1e-5, 1e-5  # a sum of W partial products against one matrix product, in fp32
+REPLAY_RTOL = 1e-4
+KEYS = ("w1", "b1", "w2", "b2")
+PARAMETERS = {"fc1.weight": "w1", "fc1.bias": "b1", "fc2.weight": "w2", "fc2.bias": "b2"}
+EXPECTED_PLACEMENTS = {
+    "fc1.weight": "Shard(dim=0)",
+    "fc1.bias": "Shard(dim=0)",
+    "fc2.weight": "Shard(dim=1)",
+    "fc2.bias": "Replicate()",
+}
+
+# The causes the numbers can name: one change each to the correct column-then-row split, replayed on the
+# rank side by the grader's own simulation of the W ranks (knobs of workers.simulate).
+HYPOTHESES: dict[str, dict[str, Any]] = {
+    "no_backward_all_reduce": {
+        "knobs": {"f_backward": "identity"},
+        "says": "the all-reduce missing in backward: f is the identity both ways, so x's gradient on each "
+        "rank is only the part that flowed through its own h/W hidden features (the W ranks' gradients add "
+        "up to the reference's); f's backward all-reduces the gradient",
+        "hint": "f_and_g",
+    },
+    "no_forward_all_reduce": {
+        "knobs": {"g_forward": "identity"},
+        "says": "g's all-reduce missing in forward: each rank's output is its own partial product plus b2, "
+        "and the output is the sum of the W partials; g all-reduces in forward",
+        "hint": "f_and_g",
+    },
+    "no_all_reduce": {
+        "knobs": {"f_backward": "identity", "g_forward": "identity"},
+        "says": "no all-reduce at all: each rank's output is its own partial product plus b2 and its x "
+        "gradient its own partial; g all-reduces in forward, f in backward",
+        "hint": "f_and_g",
+    },
+    "f_and_g_swapped": {
+        "knobs": {
+            "f_forward": "all_reduce",
+            "f_backward": "identity",
+            "g_forward": "identity",
+            "g_backward": "all_reduce",
+        },
+        "says": "f and g swapped: the input was all-reduced in forward (the first layer saw W·x) and the "
+        "partial outputs never were; f is the identity in forward and all-reduces in backward, g the reverse",
+        "hint": "f_and_g",
+    },
+    "g_reduces_both_ways": {
+        "knobs": {"g_backward": "all_reduce"},
+        "says": "g all-reduces in backward too: the output gradient is already whole on every rank, so "
+        "summing it gives W = {W} times it, and every gradient below g is W times the reference's "
+        "(torch.distributed.nn.functional.all_reduce does that: its backward all-reduces); g's backward is "
+        "the identity",
+        "hint": "f_and_g",
+    },
+    "f_reduces_both_ways": {
+        "knobs": {"f_forward": "all_reduce"},
+        "says": "f all-reduces in forward too: x is the same on every rank, so the first layer saw W·x = "
+        "{W}·x; f's forward is the identity",
+        "hint": "f_and_g",
+    },
+    "bias_every_rank": {
+        "knobs": {"bias": "every_rank"},
+        "says": "b2 added on every rank before the reduction: the all-reduce sums it W times, so the output "
+        "is the reference's plus exactly (W-1)·b2 = {W_1}·b2; add b2 once, after g",
+        "hint": "bias_once",
+    },
+    "averaged_in_forward": {
+        "knobs": {"g_forward": "mean"},
+        "says": "g averages instead of summing: the partial outputs are W parts of one sum, not W estimates "
+        "of it, so the output before b2 is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
+        "hint": "f_and_g",
+    },
+    "averaged_in_backward": {
+        "knobs": {"f_backward": "mean"},
+        "says": "f averages x's gradient in backward instead of summing: the W partial gradients are parts "
+        "of one sum, so x's gradient is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
+        "hint": "f_and_g",
+    },
+}
+
+
+def _hypotheses() -> dict[str, dict[str, str]]:
+    return {name: h["knobs"] for name, h in HYPOTHESES.items()}
+
+
+def _says(name: str, world_size: int) -> str:
+    return HYPOTHESES[name]["says"].format(W=world_size, W_1=world_size - 1)
+
+
+# --- the facts -----------------------------------------------------------------------------------
+
+
+def _value(facts: Any) -> np.ndarray | None:
+    return np.asarray(facts["value"]) if isinstance(facts, dict) and "value" in facts else None
+
+
+def _close(got: np.ndarray | None, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
+    return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+def _apart(got: np.ndarray, want: np.ndarray) -> str:
+    """The words between a measured tensor and "the reference's": how far apart, or the two shapes."""
+    if got.shape != want.shape:
+        return f"has shape {list(got.shape)}, not the shape {list(want.shape)} of"
+    return f"differs by up to {float(np.abs(got - want).max()):.3g} from"
+
+
+def _describe_value(facts: Any, what: str) -> str:
+    """What a returned value is, when it is not a float32 tensor the judge can compare."""
+    if not isinstance(facts, dict) or "shape" not in facts:
+        kind = facts.get("type") if isinstance(facts, dict) else type(facts).__name__
+        return f"{what} is a {kind}, not a tensor"
+    if facts["type"] == "DTensor":
+        return f"{what} is a DTensor (placements {', '.join(facts.get('placements', []))}), not a plain tensor"
+    if facts["dtype"] != "torch.float32":
+        return f"{what} has dtype {facts['dtype'].removeprefix('torch.')}, expected float32"
+    return f"{what} has shape {facts['shape']}"
+
+
+def _slices(full: np.ndarray, world_size: int) -> dict[tuple[str, int], np.ndarray]:
+    """Every 1/W block of a weight (rows or columns) or bias, by (dimension, index)."""
+    found: dict[tuple[str, int], np.ndarray] = {}
+    axes = ("rows", "columns") if full.ndim == 2 else ("slice",)
+    for axis, name in enumerate(axes):
+        if full.shape[axis] % world_size == 0:
+            for index, block in enumerate(np.split(full, world_size, axis=axis)):
+                found[(name, index)] = block
+    return found
+
+
+def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[str, int, bool] | None:
+    """Which block of `full` a shard holds: (rows/columns/slice/whole, rank's index, stored transposed)."""
+    if got is None:
+        return None
+    candidates = {**_slices(full, world_size), ("whole", -1): full}
+    for (axis, index), block in candidates.items():
+        if _close(got, block, 0, 0):
+            return axis, index, False
+        if block.ndim == 2 and _close(got, block.T, 0, 0):
+            return axis, index, True
+    return None
+
+
+RIGHT = {"w1": "rows", "b1": "slice", "w2": "columns", "b2": "whole"}
+WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": "b2"}
+
+
+# --- by hand -------------------------------------------------------------------------------------
+
+
+def _by_hand(ctx: CheckContext) -> tuple[list[dict[str, Any]], Any]:
+    """Each rank's facts (those a failed run left too), and the failure verdict (None if none)."""
+    result = ctx.run("by_hand", hypotheses=_hypotheses(), **ctx.seeds("data"))
+    verdict = failure_verdict(result, ctx.student_file)
+    return [r.facts for r in result.ranks], verdict
+
+
+def _shards(facts: dict[str, Any], rank: int) -> dict[str, np.ndarray] | str:
+    """The shards' values, or the sentence that says why the judge cannot use them."""
+    shards = facts.get("shards")
+    if shards is None:
+        return ""
+    if shards.get("type") != "dict":
+        return f"shard_mlp returned a {shards.get('type')} on rank {rank}, not a dict of tensors"
+    missing = [k for k in KEYS if k not in shards["keys"]]
+    if missing:
+        return f"shard_mlp's dict on rank {rank} has keys {shards['keys']}: {', '.join(missing)} missing"
+    values = {}
+    for key in KEYS:
+        value = _value(shards["tensors"][key])
+        if value is None:
+            return f"on rank {rank}, " + _describe_value(shards["tensors"][key], f'shard "{key}"')
+        values[key] = value
+    return values
+
+
+Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
+
+
+def _layouts(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[dict[str, np.ndarray], Layout]]:
+    """Per rank, its shards' values and the block each holds; fails where a rank's shards are unusable."""
+    found = []
+    for rank, facts in enumerate(ranks):
+        shards = _shards(facts, rank)
+        if isinstance(shards, str):
+            raise ctx.fail(shards or f"rank {rank} did not report its shards", hint="slices")
+        found.append((shards, {k: _locate(shards[k], np.asarray(facts["full"][k]), ctx.world_size) for k in KEYS}))
+    return found
+
+
+def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = "") -> None:
+    """Fail with what the shards hold, when a rank holds other than its own blocks."""
+    world = ctx.world_size
+    for rank, (facts, (shards, layout)) in enumerate(zip(ranks, _layouts(ctx, ranks))):
+        full = {k: np.asarray(facts["full"][k]) for k in KEYS}
+        w1, w2 = layout["w1"], layout["w2"]
+        if w1 and w2 and w1[0] == "columns" and w2[0] == "rows":
+            raise ctx.fail(
+                f"row-then-column: rank {rank} holds columns of w1 (its input features) and rows of w2 (its output "
+                "features). That splits the first layer's input, so its partial hidden sums must be all-reduced "
+                "before GELU, and the second layer's output columns then all-gathered: two collectives in forward "
+                "where column-then-row needs one. Keep w1's rows (output features) and w2's columns (input "
+                f"features){also}",
+                hint="column_then_row",
+                cause="row_then_column",
+            )
+        if w1 and w2 and w1[0] == "rows" and w2[0] == "rows":
+            raise ctx.fail(
+                f"both column-wise: rank {rank} holds rows of w1 and rows of w2, so both layers are split along "
+                "their output features. The second layer then needs the whole hidden layer (an all-gather before "
+                "it) and its output is split again (another all-gather). Split w2 along its input features, its "
+                f"columns: the hidden features this rank already holds{also}",
+                hint="column_then_row",
+                cause="both_column_wise",
+            )
+        for key in KEYS:
+            where = layout[key]
+            shape = list(shards[key].shape)
+            if where is None:
+                block = _slices(full[key], world).get((RIGHT[key], rank), full[key])
+                raise ctx.fail(
+                    f'rank {rank}\'s shard "{key}" (shape {shape}) is no block of {WHAT[key]}: rank {rank} '
+                    f"keeps {_name_block(key, rank, block.shape[0 if key != 'w2' else 1], world)}{also}",
+                    hint="slices",
+                )
+            axis, index, _ = where
+            if axis == "whole" and key != "b2":
+                raise ctx.fail(
+                    f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, so every rank stores the "
+                    f"whole weight; each keeps 1/W of it: "
+                    f"{_name_block(key, rank, full[key].shape[0 if key != 'w2' else 1] // world, world)}{also}",
+                    hint="slices",
+                    cause="not_sharded",
+                )
+            if key == "b2" and axis != "whole":
+                raise ctx.fail(
+                    f"b2 sharded: rank {rank} holds {axis} {index} of b2 (shape {shape}); b2 belongs to the output, "
+                    f"which g makes whole on every rank: keep all of b2 and add it once, after g{also}",
+                    hint="bias_once",
+                )
+            if axis != RIGHT[key]:
+                raise ctx.fail(
+                    f"{key} split along the wrong dimension: rank {rank} holds {axis} of {WHAT[key]}, where "
+                    f"{'column-parallel fc1 keeps rows (output features)' if key == 'w1' else ''}"
+                    f"{'row-parallel fc2 keeps columns (input features)' if key == 'w2' else ''}"
+                    f"{'b1 follows the rows of w1' if key == 'b1' else ''}{also}",
+                    hint="column_then_row",
+                )
+            if index != rank and key != "b2":
+                size = full[key].shape[0 if key != "w2" else 1] // world
+                raise ctx.fail(
+                    f"wrong slice: rank {rank} holds rank {index}'s {axis} of {WHAT[key]} "
+                    f"({index * size}..{(index + 1) * size - 1}); its own are {rank * size}..{(rank + 1) * size - 1}. "
+                    f"The offset is rank * h / W{also}",
+                    hint="slices",
+                    cause="wrong_slice",
+                )
+
+
+def _name_block(key: str, rank: int, size: int, world: int) -> str:
+    lo, hi = rank * size, (rank + 1) * size - 1
+    return {
+        "w1": f"rows {lo}..{hi} of w1",
+        "b1": f"elements {lo}..{hi} of b1",
+        "w2": f"columns {lo}..{hi} of w2",
+        "b2": "all of b2",
+    }[key]
+
+
+def _completed(ctx: CheckContext, ranks: list[dict[str, Any]], verdict: Verdict | None) -> None:
+    """Fail a run that did not finish: with what its shards show where they show a mistake, else as it failed."""
+    if verdict is None:
+        return
+    if not verdict.message.startswith("not implemented") and all(r.get("shards") for r in ranks):
+        _layout_failure(ctx, ranks, f". Then: {verdict.message}")
+    raise CheckFailed(verdict)
+
+
+@check("shards_hold_their_slice")
+def shards_hold_their_slice(ctx: CheckContext) -> None:
+    ranks, verdict = _by_hand(ctx)
+    if verdict is not None and not all(r.get("shards") for r in ranks):
+        raise CheckFailed(verdict)
+    _layout_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
+
+
+def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[str]:
+    """The hypotheses whose replay reproduces every rank's output (and gradients) within REPLAY_RTOL."""
+    replays = ranks[0]["replays"]  # rank 0 simulated every rank
+    return [
+        name
+        for name in HYPOTHESES
+        if all(_reproduces(facts, replays[name][rank], with_backward) for rank, facts in enumerate(ranks))
+    ]
+
+
+def _near(got: np.ndarray | None, want: Any) -> bool:
+    want = np.asarray(want)
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    return _close(got, want, 0, REPLAY_RTOL * max(scale, 1e-6))
+
+
+def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bool) -> bool:
+    if not _near(_value(facts.get("y")), replay["y"]):
+        return False
+    if not with_backward:
+        return True
+    grads = facts.get("grads", {})
+    return _near(_value(facts.get("dx")), replay["dx"]) and all(
+        _near(_value(grads.get(k)), replay["grads"][k]) for k in KEYS
+    )
+
+
+def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: str) -> CheckFailed:
+    """The failure: the measurement, and the one hypothesis whose replay reproduces every number, if one does."""
+    complete = all("dx" in f for f in ranks)
+    names = _matching(ranks, complete)
+    what = "output, x's gradient and every shard's gradient" if complete else "output"
+    if len(names) == 1:
+        name = names[0]
+        return ctx.fail(
+            f"{_says(name, ctx.world_size)}. Measured: {measured}; replaying this on the unsplit block "
+            f"reproduces the {what} on all {ctx.world_size} ranks",
+            hint=HYPOTHESES[name]["hint"],
+            cause=name,
+        )
+    if names:
+        return ctx.fail(
+            f"{measured}; the replays of {' and of '.join(names)} both reproduce it, and this run cannot tell "
+            "them apart",
+            hint=hint,
+        )
+    return ctx.fail(measured, hint=hint)
+
+
+@check("forward_matches_unsplit")
+def forward_matches_unsplit(ctx: CheckContext) -> None:
+    ranks, verdict = _by_hand(ctx)
+    _completed(ctx, ranks, verdict)
+    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
+    for rank, facts in enumerate(ranks):
+        y, want = _value(facts.get("y")), np.asarray(facts["reference"]["y"])
+        if y is None or y.shape != want.shape:
+            raise ctx.fail(
+                _describe_value(facts.get("y"), f"tp_mlp_forward's output on rank {rank}")
+                + f"; the block's output is the whole (b, d) = {list(want.shape)} tensor on every rank",
+                hint="f_and_g",
+            )
+        if not _close(y, want):
+            b2 = np.asarray(facts["full"]["b2"])
+            extra = y - want
+            offset = ""
+            if np.allclose(extra, (ctx.world_size - 1) * b2, rtol=1e-4, atol=1e-5):
+                offset = f" (exactly (W-1)·b2 = {ctx.world_size - 1}·b2 more in every row)"
+            raise _named(
+                ctx,
+                ranks,
+                f"rank {rank}'s output differs from the unsplit block's by up to {float(np.abs(extra).max()):.3g}"
+                + offset,
+                "f_and_g",
+            )
+
+
+@check("backward_matches_unsplit")
+def backward_matches_unsplit(ctx: CheckContext) -> None:
+    ranks, verdict = _by_hand(ctx)
+    _completed(ctx, ranks, verdict)
+    layouts = [layout for _, layout in _layouts(ctx, ranks)]
+    for rank, facts in enumerate(ranks):
+        if "dx" not in facts:
+            y = facts.get("y")
+            detached = isinstance(y, dict) and y.get("requires_grad") is False
+            raise ctx.fail(
+                "backward could not run: "
+                + (
+                    f"tp_mlp_forward's output on rank {rank} does not require grad (detached from the shards?)"
+                    if detached
+                    else _describe_value(y, f"tp_mlp_forward's output on rank {rank}")
+                ),
+                hint="f_and_g",
+            )
+        reference = facts["reference"]
+        dx, want = _value(facts.get("dx")), np.asarray(reference["dx"])
+        if dx is None:
+            raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint="f_and_g")
+        if not _close(dx, want):
+            measured = f"rank {rank}'s gradient of x {_apart(dx, want)} the unsplit block's"
+            dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
+            if len(dxs) == len(ranks) and _close(np.sum(dxs, axis=0), want):
+                measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
+            raise _named(ctx, ranks, measured, "f_and_g")
+        for key in KEYS:
+            grad = _value(facts.get("grads", {}).get(key))
+            where = layouts[rank][key]
+            if where is None:
+                raise ctx.fail(
+                    f'shard "{key}" on rank {rank} is no block of {WHAT[key]}, so its gradient has no block of the '
+                    "unsplit gradient to be compared with (shards_hold_their_slice says more)",
+                    hint="slices",
+                )
+            if grad is None:
+                raise ctx.fail(
+                    f'shard "{key}" on rank {rank} has no gradient after y.backward(dy): the output does not depend '
+                    "on it through autograd",
+                    hint="f_and_g",
+                )
+            axis, index, transposed = where
+            full_grad = np.asarray(reference[f"d{key}"])
+            block = full_grad if axis == "whole" else _slices(full_grad, ctx.world_size)[(axis, index)]
+            block = block.T if transposed else block
+            if not _close(grad, block):
+                raise _named(
+                    ctx,
+                    ranks,
+                    f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
+                    f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
+                    "f_and_g",
+                )
+
+
+def _kinds(calls: list[dict[str, Any]]) -> str:
+    if not calls:
+        return "no collective"
+    return ", ".join(
+        "a barrier" if c["kind"] == "barrier" else f"{c['kind'].replace('_', '-')} of {c['numel']} elements"
+        for c in calls
+    )
+
+
+def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_named: bool) -> None:
+    """Exactly one all-reduce in forward and one in backward, as the grader's dispatch mode saw them."""
+    for rank, facts in enumerate(ranks):
+        forward, backward = facts.get("forward"), facts.get("backward")
+        if forward is None or backward is None:
+            raise ctx.fail(f"rank {rank}'s {route} did not get through forward and backward", hint="f_and_g")
+        for phase, calls in (("forward", forward), ("backward", backward)):
+            kinds = [c["kind"] for c in calls]
+            if kinds == ["all_reduce"]:
+                continue
+            measured = (
+                f"{phase} on rank {rank} ran {_kinds(calls)} (counted by the grader), where column-then-row needs "
+                "exactly one all-reduce"
+            )
+            if not kinds:
+                missing = (
+                    "g's all-reduce is missing in forward"
+                    if phase == "forward"
+                    else "f's all-reduce is missing in backward"
+                )
+                raise ctx.fail(
+                    f"{measured}: {missing}",
+                    hint="f_and_g",
+                    cause="no_forward_all_reduce" if phase == "forward" else "no_backward_all_reduce",
+                )
+            if "all_gather" in kinds and shards_named:
+                _layout_failure(ctx, ranks, f". Measured: {measured}")
+            batch, h = np.asarray(facts["reference"]["y"]).shape[0], np.asarray(facts["full"]["w1"]).shape[0]
+            hidden = batch * h // ctx.world_size
+            if any(c["kind"] == "all_gather" and c["numel"] == hidden for c in calls):
+                measured += (
+                    f"; the all-gather of {hidden} elements is this rank's block of the hidden activations "
+                    f"(b x h/W = {batch} x {h // ctx.world_size}): the hidden layer was made whole between the layers, "
+                    "which column-then-row never needs"
+                )
+            raise ctx.fail(measured, hint="f_and_g" if set(kinds) == {"all_reduce"} else "column_then_row")
+
+
+@check("one_all_reduce_each_way")
+def one_all_reduce_each_way(ctx: CheckContext) -> None:
+    ranks, verdict = _by_hand(ctx)
+    _completed(ctx, ranks, verdict)
+    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
+    _counted(ctx, ranks, "tp_mlp_forward", True)
+
+
+# --- parallelize_module ----------------------------------------------------------------------------
+
+
+def _parallelized(ctx: CheckContext) -> tuple[list[dict[str, Any]], Any]:
+    result = ctx.run("parallelized", **ctx.seeds("data"))
+    return [r.facts for r in result.ranks], failure_verdict(result, ctx.student_file)
+
+
+def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = "") -> None:
+    """Fail with the placements and local shards parallelize_mlp left, where they are not column-then-row."""
+    for rank, facts in enumerate(ranks):
+        if "parameters" not in facts:
+            continue
+        params = facts["parameters"]
+        placements = {
+            name: (p["placements"][0] if p["dtensor"] and p["placements"] else "plain") for name, p in params.items()
+        }
+        missing = [name for name in PARAMETERS if name not in params]
+        if missing:
+            raise ctx.fail(
+                f"the module parallelize_mlp returned has no {', '.join(missing)} (its parameters: "
+                f"{facts.get('names')}); parallelize the grader's block in place and return it{also}",
+                hint="parallelize_module",
+            )
+        shown = ", ".join(f"{name} {placements[name]}" for name in PARAMETERS)
+        if placements["fc1.weight"] == "Shard(dim=1)" and placements["fc2.weight"] == "Shard(dim=0)":
+            raise ctx.fail(
+                f"row-then-column: fc1 is row-wise and fc2 column-wise ({shown}): the input would have to be "
+                "split and the partial hidden sums all-reduced before GELU, then the output all-gathered; use "
+                f"ColwiseParallel() for fc1 and RowwiseParallel() for fc2{also}",
+                hint="parallelize_module",
+                cause="row_then_column",
+            )
+        if placements["fc1.weight"] == "Shard(dim=0)" and placements["fc2.weight"] == "Shard(dim=0)":
+            raise ctx.fail(
+                f"both column-wise: fc1 and fc2 are both ColwiseParallel ({shown}): fc2 then needs the whole hidden "
+                f"layer and splits its output again; use RowwiseParallel() for fc2{also}",
+                hint="parallelize_module",
+                cause="both_column_wise",
+            )
+        wrong = [name for name in PARAMETERS if placements[name] != EXPECTED_PLACEMENTS[name]]
+        if wrong:
+            expected = ", ".join(f"{name} {EXPECTED_PLACEMENTS[name]}" for name in PARAMETERS)
+            plain = [name for name in wrong if placements[name] == "plain"]
+            raise ctx.fail(
+                f"rank {rank}'s parameters after parallelize_mlp: {shown}; column-then-row gives {expected}"
+                + (f" ({', '.join(plain)} left a plain tensor: that layer was not parallelized)" if plain else "")
+                + also,
+                hint="parallelize_module",
+            )
+        for name, key in PARAMETERS.items():
+            full = np.asarray(facts["full"][key])
+            axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
+            want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
+            if not _close(_value(params[name]["local"]), want, 0, 0):
+                raise ctx.fail(
+                    f"rank {rank}'s local shard of {name} is not its block of the weights the grader gave "
+                    f"({_describe_value(params[name]['local'], 'it')}): parallelize the module as it is, without "
+                    f"changing its values{also}",
+                    hint="parallelize_module",
+                )
+
+
+@check("parallelize_module_plan")
+def parallelize_module_plan(ctx: CheckContext) -> None:
+    ranks, verdict = _parallelized(ctx)
+    if verdict is not None and not all("parameters" in r for r in ranks):
+        raise CheckFailed(verdict)
+    if verdict is None and any("parameters" not in r for r in ranks):
+        raise ctx.fail(
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+        )
+    _placement_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
+
+
+@check("parallelized_matches_unsplit")
+def parallelized_matches_unsplit(ctx: CheckContext) -> None:
+    ranks, verdict = _parallelized(ctx)
+    if verdict is not None:
+        if not verdict.message.startswith("not implemented"):
+            _placement_failure(ctx, ranks, f". Then: {verdict.message}")
+        raise CheckFailed(verdict)
+    if any("parameters" not in r for r in ranks):
+        raise ctx.fail(
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+        )
+    for rank, facts in enumerate(ranks):
+        reference = facts["reference"]
+        y, want = _value(facts.get("y")), np.asarray(reference["y"])
+        if not _close(y, want):
+            what = (
+                f"{_apart(y, want)} the unsplit block's"
+                if y is not None
+                else _describe_value(facts.get("y"), "it").removeprefix("it ")
+            )
+            raise ctx.fail(
+                f"on rank {rank}, the parallelized block's output {what}; with fc1 column-wise and fc2 row-wise "
+                "(default layouts) it is the whole (b, d) output as a plain tensor",
+                hint="parallelize_module",
+            )
+        dx = _value(facts.get("dx"))
+        if not _close(dx, np.asarray(reference["dx"])):
+            raise ctx.fail(
+                f"on rank {rank}, x's gradient through the parallelized block "
+                + ("is missing" if dx is None else f"{_apart(dx, np.asarray(reference['dx']))} the unsplit block's"),
+                hint="parallelize_module",
+            )
+        for name, key in PARAMETERS.items():
+            grad = facts.get("grads", {}).get(name)
+            axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
+            full = np.asarray(reference[f"d{key}"])
+            want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
+            got = _value(grad["local"]) if grad else None
+            if not _close(got, want):
+                raise ctx.fail(
+                    f"on rank {rank}, the local gradient of {name} "
+                    + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
+                    hint="parallelize_module",
+                )
+    _counted(ctx, ranks, "parallelized block", False)

@@ -1,0 +1,309 @@
+"""Rank side of exercise 14: the student's tensor-parallel MLP block, by hand and with
+parallelize_module, under the grader's own count of collectives; the trusted reference and the replays.
+
+Every rank gets the same full weights, input x and upstream gradient dy (drawn per grading). Before the
+student's module is imported, the grader's own code computes:
+- on each rank, the unsplit block's output, input gradient and weight gradients (no communication);
+- on rank 0, the judge's hypotheses: every rank's output and gradients when f and g do other things
+  than identity/all-reduce (each rank's part computed from its block, all in this one process).
+
+The collectives are counted by a TorchDispatchMode, which sees the ops that every route reaches:
+`dist.all_reduce` and the process group (c10d::allreduce_), the functional collectives and DTensor's
+redistributions (_c10d_functional::all_reduce). Forward and backward are counted apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from grader.engine.rank_runtime import RankContext
+
+BATCH, DIM, HIDDEN = 5, 8, 24  # x is (BATCH, DIM); Linear(DIM, h) -> GELU -> Linear(h, DIM), h = hidden(W)
+MAX_ELEMENTS = 1 << 16  # of a reported tensor
+KEYS = ("w1", "b1", "w2", "b2")
+_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+_NOT_COMMUNICATION = ("wait_tensor", "_wrap_tensor_autograd")
+
+
+def collective_kind(op: str) -> str:
+    """all_reduce, all_gather, reduce_scatter... from an op's name (c10d.allreduce_.default)."""
+    name = op.split(".")[1].strip("_")
+    for kind, spellings in (
+        ("all_reduce", ("allreduce", "all_reduce")),
+        ("all_gather", ("allgather", "all_gather")),
+        ("reduce_scatter", ("reduce_scatter",)),
+        ("all_to_all", ("alltoall", "all_to_all")),
+        ("broadcast", ("broadcast",)),
+        ("barrier", ("barrier",)),
+        ("send", ("send",)),
+        ("recv", ("recv",)),
+    ):
+        if any(s in name for s in spellings):
+            return kind
+    return name
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Records every collective op dispatched while active: its kind and the elements of its tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, Any]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        op = str(func)
+        if func.namespace in _NAMESPACES and not any(s in op for s in _NOT_COMMUNICATION):
+            kind = collective_kind(op)
+            # what this rank puts in: c10d's all-gathers take (outputs, inputs), every other op its tensor first
+            given = args[1] if kind == "all_gather" and func.namespace == "c10d" and len(args) > 1 else args[:1]
+            tensors = [t for t in pytree.tree_leaves(given) if isinstance(t, torch.Tensor)]
+            self.calls.append({"kind": kind, "op": op, "numel": int(tensors[0].numel()) if tensors else 0})
+        return func(*args, **(kwargs or {}))
+
+
+def hidden(world_size: int) -> int:
+    """The hidden width: HIDDEN where W divides it (W = 2, 3, 4, 6, 8...), else the next multiple of W."""
+    return -(-HIDDEN // world_size) * world_size
+
+
+def drawn(seed: int, world_size: int) -> dict[str, torch.Tensor]:
+    """The full weights, the input and the upstream gradient, the same on every rank."""
+    h = hidden(world_size)
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    return {
+        "w1": draw(h, DIM) / DIM**0.5,
+        "b1": draw(h),
+        "w2": draw(DIM, h) / h**0.5,
+        "b2": draw(DIM),
+        "x": draw(BATCH, DIM),
+        "dy": draw(BATCH, DIM),
+    }
+
+
+def unsplit(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Trusted: the unsplit block's output and gradients (y, dx, and each weight's gradient)."""
+    names = ("x", *KEYS)
+    leaves = {k: full[k].clone().requires_grad_(True) for k in names}
+    y = F.linear(F.gelu(F.linear(leaves["x"], leaves["w1"], leaves["b1"])), leaves["w2"], leaves["b2"])
+    grads = torch.autograd.grad(y, [leaves[k] for k in names], full["dy"])
+    return {"y": y.detach(), **{f"d{k}": grad for k, grad in zip(names, grads)}}
+
+
+def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
+    """What rank `rank` holds after a collective over every rank's part: its own (identity), the sum, the mean."""
+    if how == "identity":
+        return parts[rank]
+    total = torch.stack(parts).sum(0)
+    return total / len(parts) if how == "mean" else total
+
+
+def simulate(full: dict[str, torch.Tensor], world_size: int, knobs: dict[str, str]) -> list[dict[str, Any]]:
+    """Trusted replay: every rank's output and gradients when the block is split column-then-row over
+    `world_size` ranks and f (before the first layer), g (after the second) and the second bias do what
+    `knobs` says (f_forward, f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after
+    the reduction or on every rank before it). Every rank's part is computed here, in one process."""
+    n = full["w1"].shape[0] // world_size
+    parts = [slice(k * n, (k + 1) * n) for k in range(world_size)]
+    dy = full["dy"]
+    xs = [full["x"]] * world_size  # x is the same on every rank
+    inputs = [
+        _reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(world_size)
+    ]
+    leaves = [
+        {
+            "w1": full["w1"][p].clone().requires_grad_(True),
+            "b1": full["b1"][p].clone().requires_grad_(True),
+            "w2": full["w2"][:, p].clone().requires_grad_(True),
+            "b2": full["b2"].clone().requires_grad_(True),
+        }
+        for p in parts
+    ]
+    every_rank = knobs.get("bias") == "every_rank"
+    partials = []
+    for a, leaf in zip(inputs, leaves):
+        partial = F.linear(F.gelu(F.linear(a, leaf["w1"], leaf["b1"])), leaf["w2"])
+        partials.append(partial + leaf["b2"] if every_rank else partial)
+    outputs = [p.detach() for p in partials]
+    upstream = _reduce([dy] * world_size, 0, knobs.get("g_backward", "identity"))  # dy is the same on every rank
+    grads = []
+    for a, leaf, partial in zip(inputs, leaves, partials):
+        wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if every_rank else [])
+        grads.append(torch.autograd.grad(partial, wanted, upstream))
+    replayed = []
+    for rank, mine in enumerate(grads):
+        y = _reduce(outputs, rank, knobs.get("g_forward", "all_reduce"))
+        dx = _reduce([g[0] for g in grads], rank, knobs.get("f_backward", "all_reduce"))
+        db2 = mine[4] if every_rank else dy.sum(0)
+        replayed.append(
+            {
+                "y": y if every_rank else y + full["b2"],
+                "dx": dx,
+                "grads": {"w1": mine[1], "b1": mine[2], "w2": mine[3], "b2": db2},
+            }
+        )
+    return replayed
+
+
+def _tensor_facts(value: Any) -> dict[str, Any]:
+    """What a returned value is, as plain facts; its values only for a float32 tensor of a sane size."""
+    if not isinstance(value, torch.Tensor):
+        return {"type": type(value).__name__}
+    facts: dict[str, Any] = {
+        "type": type(value).__name__,
+        "shape": list(value.shape),
+        "dtype": str(value.dtype),
+        "requires_grad": bool(value.requires_grad),
+    }
+    if isinstance(value, DTensor):
+        facts["placements"] = [_placement(p) for p in value.placements]
+    elif value.dtype == torch.float32 and value.numel() <= MAX_ELEMENTS:
+        facts["value"] = torch.Tensor(value.detach().cpu()).clone()  # a plain copy (an AsyncCollectiveTensor waited)
+    return facts
+
+
+def _shard_facts(shards: Any) -> dict[str, Any]:
+    if not isinstance(shards, dict):
+        return {"type": type(shards).__name__}
+    return {
+        "type": "dict",
+        "keys": [str(k) for k in shards],
+        "tensors": {k: _tensor_facts(shards.get(k)) for k in KEYS},
+    }
+
+
+def _leaf(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return value.detach().to(device).clone().requires_grad_(True)
+
+
+def _usable(y: Any) -> bool:
+    """Whether the grader can go on to backward from this output (the judge says why not otherwise)."""
+    return (
+        isinstance(y, torch.Tensor) and not isinstance(y, DTensor) and list(y.shape) == [BATCH, DIM] and y.requires_grad
+    )
+
+
+def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """The hand-written split: shard_mlp's shards, tp_mlp_forward's output, the input gradient and the
+    shards' gradients after y.backward(dy), and the collectives of forward and of backward."""
+    ctx.init_group()
+    full = drawn(data_seed, ctx.world_size)
+    ctx.facts["full"] = {k: full[k] for k in KEYS}
+    ctx.facts["reference"] = unsplit(full)
+    if ctx.rank == 0:  # one simulation gives every rank's numbers
+        ctx.facts["replays"] = {name: simulate(full, ctx.world_size, knobs) for name, knobs in hypotheses.items()}
+    shard_mlp, tp_mlp_forward = ctx.student("shard_mlp"), ctx.student("tp_mlp_forward")
+    device = ctx.device
+    given = {k: full[k].to(device).clone() for k in KEYS}
+    shards = shard_mlp(ctx.rank, ctx.world_size, given["w1"], given["b1"], given["w2"], given["b2"])
+    ctx.facts["shards"] = _shard_facts(shards)
+    if not isinstance(shards, dict) or not all(isinstance(shards.get(k), torch.Tensor) for k in KEYS):
+        return {}
+    leaves = {k: _leaf(shards[k], device) for k in KEYS}  # the grader's own leaves: their .grad is what backward gave
+    x = _leaf(full["x"], device)
+    counter = CollectiveCounter()
+    with counter:
+        y = tp_mlp_forward(x, dict(leaves))
+    ctx.facts["forward"] = counter.calls
+    ctx.facts["y"] = _tensor_facts(y)
+    if not _usable(y):
+        return {}
+    counter = CollectiveCounter()
+    with counter:
+        y.backward(full["dy"].to(device))
+    ctx.facts["backward"] = counter.calls
+    ctx.facts["dx"] = _tensor_facts(x.grad)
+    ctx.facts["grads"] = {k: _tensor_facts(leaves[k].grad) for k in KEYS}
+    return {}
+
+
+class MLP(nn.Module):
+    """The block parallelize_mlp splits: fc1 = Linear(DIM, h), GELU, fc2 = Linear(h, DIM)."""
+
+    def __init__(self, full: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        h = full["w1"].shape[0]
+        self.fc1 = nn.Linear(DIM, h)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(h, DIM)
+        with torch.no_grad():
+            for name, value in (("fc1.weight", "w1"), ("fc1.bias", "b1"), ("fc2.weight", "w2"), ("fc2.bias", "b2")):
+                self.get_parameter(name).copy_(full[value])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+PARAMETERS = {"fc1.weight": "w1", "fc1.bias": "b1", "fc2.weight": "w2", "fc2.bias": "b2"}
+
+
+def _placement(placement: Any) -> str:
+    """Shard(dim=0), Replicate(), Partial(): one spelling whatever str() gives in this torch."""
+    if isinstance(placement, Shard):
+        return f"Shard(dim={placement.dim})"
+    if isinstance(placement, Replicate):
+        return "Replicate()"
+    return type(placement).__name__ + "()"
+
+
+def _parameter_facts(value: Any) -> dict[str, Any]:
+    """A parameter (or its gradient) after parallelize_mlp: plain or DTensor, placements, local shard."""
+    if isinstance(value, DTensor):
+        return {
+            "dtensor": True,
+            "placements": [_placement(p) for p in value.placements],
+            "local": _tensor_facts(value.to_local()),
+        }
+    return {"dtensor": False, "local": _tensor_facts(value)}
+
+
+def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
+    """parallelize_mlp on the grader's block and a 1-D CPU mesh of the W ranks: each parameter's
+    placements and local shard, the output, the input gradient, the local weight gradients, and the
+    collectives of forward and of backward."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    ctx.init_group()
+    full = drawn(data_seed, ctx.world_size)
+    ctx.facts["full"] = {k: full[k] for k in KEYS}
+    ctx.facts["reference"] = unsplit(full)
+    parallelize_mlp = ctx.student("parallelize_mlp")
+    device = ctx.device
+    mesh = init_device_mesh(device.type, (ctx.world_size,))
+    model = MLP(full).to(device)
+    returned = parallelize_mlp(model, mesh)
+    ctx.facts["returned"] = type(returned).__name__
+    if not isinstance(returned, nn.Module):
+        return {}
+    found = dict(returned.named_parameters())
+    ctx.facts["parameters"] = {name: _parameter_facts(found[name]) for name in PARAMETERS if name in found}
+    ctx.facts["names"] = sorted(found)
+    x = _leaf(full["x"], device)
+    counter = CollectiveCounter()
+    with counter:
+        y = returned(x)
+    ctx.facts["forward"] = counter.calls
+    ctx.facts["y"] = _tensor_facts(y)
+    if not _usable(y):
+        return {}
+    counter = CollectiveCounter()
+    with counter:
+        y.backward(full["dy"].to(device))
+    ctx.facts["backward"] = counter.calls
+    ctx.facts["dx"] = _tensor_facts(x.grad)
+    ctx.facts["grads"] = {
+        name: _parameter_facts(found[name].grad)
+        for name in PARAMETERS
+        if name in found and found[name].grad is not None
+    }
+    return {}
