@@ -22,6 +22,7 @@ from grader.engine import EngineError, Runner
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
+from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
@@ -123,7 +124,7 @@ def _grade_checks(
                     options.seed or 0,
                     check=spec.name,
                 )
-                verdict = _verdict(function, context)
+                verdict = skipped_if_api_missing(_verdict(function, context), context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
                 if left and spec.strays == "fail" and verdict.status == "passed":
