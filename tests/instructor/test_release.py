@@ -23,12 +23,16 @@ GRADER_PACKAGE = support.REPO / "grader"
 
 
 def _solution_bodies() -> list[str]:
-    """The source of every function body of the reference solutions (the code students must write)."""
+    """The source of every function body of the reference solutions (the code students must write), but
+    for a body that only returns a name (an identity's `return x`), which any code may hold."""
     bodies = []
     for path in sorted(support.SOLUTIONS.glob("*.py")):
         source = path.read_text()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef):
+                only = node.body[0] if len(node.body) == 1 else None
+                if isinstance(only, ast.Return) and isinstance(only.value, ast.Name):
+                    continue
                 bodies.append("\n".join(ast.get_source_segment(source, stmt) or "" for stmt in node.body))
     return bodies
 
