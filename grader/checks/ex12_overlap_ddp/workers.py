@@ -26,6 +26,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from grader.engine.rank_runtime import RankContext
+from grader.rank.patches import Patches
 from grader.rank.training import FEATURES, MOMENTUM, make_regression, record_training, replay_all, train_reference
 
 WIDTH, NARROW = 12, 10
@@ -121,28 +122,23 @@ class CommRecorder:
         self.frozen_start: torch.Tensor | None = None  # the frozen parameter when the first step ran
         self._names = {id(p): name for name, p in model.named_parameters()}
         self._trained = [p for p in model.parameters() if p.requires_grad]
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._handles: list[Any] = []
 
     def install(self) -> CommRecorder:
         for p in self._trained:
             self._handles.append(p.register_post_accumulate_grad_hook(self._accumulated))
         self._handles.append(register_optimizer_step_pre_hook(self._before_step))
-        self._patch(dist, "all_reduce", self._all_reduce(dist.all_reduce))
-        self._patch(c10d, "all_reduce", dist.all_reduce)
+        self._patches.replace(dist, "all_reduce", self._all_reduce(dist.all_reduce))
+        self._patches.replace(c10d, "all_reduce", dist.all_reduce)
         for name in ("register_post_accumulate_grad_hook", "register_hook"):
-            self._patch(torch.Tensor, name, self._registration(getattr(torch.Tensor, name), name))
-        self._patch(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
-        self._patch(torch.autograd, "backward", self._backward(torch.autograd.backward))
+            self._patches.replace(torch.Tensor, name, self._registration(getattr(torch.Tensor, name), name))
+        self._patches.replace(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
+        self._patches.replace(torch.autograd, "backward", self._backward(torch.autograd.backward))
         return self
 
-    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._restore.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, replacement)
-
     def close(self) -> None:
-        for owner, name, original in reversed(self._restore):
-            setattr(owner, name, original)
+        self._patches.restore()
         for handle in self._handles:
             handle.remove()
         self.facts["comm"] = {

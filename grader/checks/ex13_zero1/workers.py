@@ -31,30 +31,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
+from grader.rank.patches import PROCESS_GROUP_COLLECTIVES, Patches
 from grader.rank.training import FEATURES, make_regression, state, train_reference
-
-COLLECTIVES = (
-    "allreduce",
-    "allreduce_coalesced",
-    "allgather",
-    "_allgather_base",
-    "allgather_coalesced",
-    "allgather_into_tensor_coalesced",
-    "all_gather_single",  # torch 2.13's all_gather_into_tensor
-    "all_gather_single_coalesced",
-    "reduce_scatter",
-    "reduce_scatter_single",  # torch 2.13's reduce_scatter_tensor
-    "reduce_scatter_single_coalesced",
-    "all_to_all_single",
-    "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced",
-    "broadcast",
-    "reduce",
-    "alltoall",
-    "alltoall_base",
-    "scatter",
-    "gather",
-)
 
 
 class ZeroNet(nn.Module):
@@ -163,9 +141,10 @@ class ZeroRecorder:
             register_optimizer_step_pre_hook(self._before),
             register_optimizer_step_post_hook(self._after),
         ]
-        self._originals = {name: getattr(ProcessGroup, name) for name in COLLECTIVES if hasattr(ProcessGroup, name)}
-        for name, original in self._originals.items():
-            setattr(ProcessGroup, name, self._spy(name, original))
+        self._patches = Patches()
+        for name in PROCESS_GROUP_COLLECTIVES:
+            if hasattr(ProcessGroup, name):
+                self._patches.replace(ProcessGroup, name, self._spy(name, getattr(ProcessGroup, name)))
 
     def _spy(self, name: str, original: Any) -> Any:
         recorder = self
@@ -206,8 +185,7 @@ class ZeroRecorder:
     def close(self) -> None:
         for handle in self._handles:
             handle.remove()
-        for name, original in self._originals.items():
-            setattr(ProcessGroup, name, original)
+        self._patches.restore()
 
     def optimizer_facts(self) -> list[dict[str, Any]]:
         """Each optimizer stepped: its class, the parameters it holds (by name) and its state's numel."""

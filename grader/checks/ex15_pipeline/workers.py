@@ -26,6 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
+from grader.rank.patches import Patches
 from grader.rank.training import MOMENTUM, StepRecorder, optimizer_state, replay_all, train_reference
 
 WIDTH, LAYERS = 8, 5
@@ -73,7 +74,7 @@ class PipelineWatch:
         self.steps: list[dict[str, Any]] = []
         self.start: dict[str, torch.Tensor] = {}
         self._names: dict[int, str] = {}  # id(parameter) -> the model's name for it
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._handles: list[Any] = []
 
     def name_of(self, tensor: torch.Tensor) -> str | None:
@@ -89,24 +90,19 @@ class PipelineWatch:
 
     def install(self) -> PipelineWatch:
         base = _PipelineStageBase
-        self._patch(_PipelineSchedule, "__init__", self._scheduled(_PipelineSchedule.__init__))
-        self._patch(base, "__init__", self._built(base.__init__))
-        self._patch(base, "forward_one_chunk", self._action(base.forward_one_chunk, "F"))
-        self._patch(base, "backward_one_chunk", self._action(base.backward_one_chunk, "B"))
-        self._patch(base, "backward_weight_one_chunk", self._action(base.backward_weight_one_chunk, "W"))
+        self._patches.replace(_PipelineSchedule, "__init__", self._scheduled(_PipelineSchedule.__init__))
+        self._patches.replace(base, "__init__", self._built(base.__init__))
+        self._patches.replace(base, "forward_one_chunk", self._action(base.forward_one_chunk, "F"))
+        self._patches.replace(base, "backward_one_chunk", self._action(base.backward_one_chunk, "B"))
+        self._patches.replace(base, "backward_weight_one_chunk", self._action(base.backward_weight_one_chunk, "W"))
         self._handles += [
             register_optimizer_step_pre_hook(self._before),
             register_optimizer_step_post_hook(self._after),
         ]
         return self
 
-    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._restore.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, replacement)
-
     def close(self) -> None:
-        for owner, name, original in reversed(self._restore):
-            setattr(owner, name, original)
+        self._patches.restore()
         for handle in self._handles:
             handle.remove()
 

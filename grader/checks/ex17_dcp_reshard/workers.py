@@ -28,6 +28,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
 from grader.engine.rank_runtime import RankContext
+from grader.rank.patches import Patches
 from grader.rank.training import ShardStepRecorder, TinyTransformer, make_regression, replay_all, train_reference
 
 ADAMW = {"optimizer": "adamw"}  # the trusted loop's optimizer: AdamW(params, lr) with its defaults
@@ -81,7 +82,7 @@ class Watch:
         self.events: list[dict[str, Any]] = []
         facts["events"] = self.events
         self._model = model  # the model resume was given: whether it was sharded when dcp.load ran
-        self._restore: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         # dcp.async_save writes in a background thread; the grader holds that write until the student's code
         # touches the future it returned (to wait for it), or has returned without: the same on every run
         self.released = threading.Event()
@@ -115,13 +116,11 @@ class Watch:
         return __init__
 
     def close(self) -> None:
-        for owner, name, original in reversed(self._restore):
-            setattr(owner, name, original)
+        self._patches.restore()
 
     def _patch(self, owners: list[Any], name: str, replacement: Any) -> None:
         for owner in owners:
-            self._restore.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, replacement)
+            self._patches.replace(owner, name, replacement)
 
     def _called(self, original: Any, what: str) -> Any:
         watch, events = self, self.events
