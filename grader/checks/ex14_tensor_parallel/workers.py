@@ -14,6 +14,7 @@ redistributions (_c10d_functional::all_reduce). Forward and backward are counted
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -210,21 +211,30 @@ def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, st
     if not isinstance(shards, dict) or not all(isinstance(shards.get(k), torch.Tensor) for k in KEYS):
         return {}
     leaves = {k: _leaf(shards[k], device) for k in KEYS}  # the grader's own leaves: their .grad is what backward gave
-    x = _leaf(full["x"], device)
+    if _forward_and_backward(ctx, lambda x: tp_mlp_forward(x, dict(leaves)), full):
+        ctx.facts["grads"] = {k: _tensor_facts(leaves[k].grad) for k in KEYS}
+    return {}
+
+
+def _forward_and_backward(
+    ctx: RankContext, forward: Callable[[torch.Tensor], Any], full: dict[str, torch.Tensor]
+) -> bool:
+    """Run `forward` on the drawn input, then backward from the drawn output gradient, recording the output,
+    the input gradient and the collectives of each pass; False where the output cannot be differentiated."""
+    x = _leaf(full["x"], ctx.device)
     counter = CollectiveCounter()
     with counter:
-        y = tp_mlp_forward(x, dict(leaves))
+        y = forward(x)
     ctx.facts["forward"] = counter.calls
     ctx.facts["y"] = _tensor_facts(y)
     if not _usable(y):
-        return {}
+        return False
     counter = CollectiveCounter()
     with counter:
-        y.backward(full["dy"].to(device))
+        y.backward(full["dy"].to(ctx.device))
     ctx.facts["backward"] = counter.calls
     ctx.facts["dx"] = _tensor_facts(x.grad)
-    ctx.facts["grads"] = {k: _tensor_facts(leaves[k].grad) for k in KEYS}
-    return {}
+    return True
 
 
 class MLP(nn.Module):
@@ -288,22 +298,10 @@ def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     found = dict(returned.named_parameters())
     ctx.facts["parameters"] = {name: _parameter_facts(found[name]) for name in PARAMETERS if name in found}
     ctx.facts["names"] = sorted(found)
-    x = _leaf(full["x"], device)
-    counter = CollectiveCounter()
-    with counter:
-        y = returned(x)
-    ctx.facts["forward"] = counter.calls
-    ctx.facts["y"] = _tensor_facts(y)
-    if not _usable(y):
-        return {}
-    counter = CollectiveCounter()
-    with counter:
-        y.backward(full["dy"].to(device))
-    ctx.facts["backward"] = counter.calls
-    ctx.facts["dx"] = _tensor_facts(x.grad)
-    ctx.facts["grads"] = {
-        name: _parameter_facts(found[name].grad)
-        for name in PARAMETERS
-        if name in found and found[name].grad is not None
-    }
+    if _forward_and_backward(ctx, returned, full):
+        ctx.facts["grads"] = {
+            name: _parameter_facts(found[name].grad)
+            for name in PARAMETERS
+            if name in found and found[name].grad is not None
+        }
     return {}
