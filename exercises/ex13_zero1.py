@@ -28,7 +28,8 @@ must depend on its arguments only (no rank, no unseeded randomness).
   s*batch_size .. (s+1)*batch_size - 1, in order (`DataLoader(dataset, batch_size=batch_size)`, no
   shuffle), for `steps` steps; the loss is the mean squared error (`F.mse_loss`);
 * after `backward()`, average every gradient over the ranks (`dist.all_reduce(p.grad)` then divide
-  by world_size, or `op=dist.ReduceOp.AVG`), so each rank holds the gradient of the union batch;
+  by world_size, or `op=dist.ReduceOp.AVG`), so each rank holds the gradient of the union batch (a
+  reduce-scatter that brings each rank the averaged gradients of its own share only is right too);
 * own only your share: `owned = [params[i] for i in shards[rank]]` with `params =
   list(model.parameters())`, and `torch.optim.AdamW(owned, lr=lr)` with its default betas, eps and
   weight_decay (0.01). Build it once, before the loop, and only over the owned parameters: that is
