@@ -12,7 +12,8 @@ import numpy as np
 
 from grader.judge.api import CheckContext, check
 
-STEPS, BATCH, LR = 3, 8, 0.05  # BATCH: the global batch of a step, BATCH / 2 per dp group
+# BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
+STEPS, BATCH, LR = 3, 12, 0.02
 DP, TP = 2, 2
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
@@ -24,6 +25,8 @@ REPLAYS = {
     "scaling; pass lr as given",
     "lr_times_dp": "the learning rate multiplied by the dp size (2): FSDP averages the gradients over dp, so lr needs "
     "no scaling; pass lr as given",
+    "unchanged": "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
+    "the model; build it after parallelize, over model.parameters() (the DTensors)",
     "never_zeroed": "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step",
 }
 
@@ -65,7 +68,7 @@ def placements_2d(ctx: CheckContext) -> None:
                 hint="fsdp",
             )
         dp_group = sorted(range(rank % TP, DP * TP, TP))
-        for p in held:
+        for p in sorted(held, key=lambda p: not _tp_placement(p["name"])):  # the blocks' TP weights first
             want_tp = _tp_placement(p["name"])
             dims, placements, mesh = p["dims"], p["placements"], p["mesh"]
             said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh} {tuple(dims)}, placements " + (
@@ -73,14 +76,16 @@ def placements_2d(ctx: CheckContext) -> None:
             )
             if not want_tp:
                 if placements != ["Shard(dim=0)"] or sorted(np.ravel(mesh).tolist()) != dp_group:
-                    everyone = sorted(np.ravel(mesh).tolist()) == list(range(DP * TP))
+                    ranks_of = sorted(np.ravel(mesh).tolist())
+                    everyone = ranks_of == list(range(DP * TP))
+                    tp_group = ranks_of == list(range(rank - rank % TP, rank - rank % TP + TP))
                     raise ctx.fail(
                         f"{said}: FSDP shards it over "
-                        + ("all 4 ranks, as one 1D mesh" if everyone else "other ranks")
+                        + ("all 4 ranks, as one 1D mesh" if everyone else "its tp group" if tp_group else "other ranks")
                         + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
                         "(fully_shard(..., mesh=mesh['dp']))",
                         hint="fsdp",
-                        cause="fsdp_over_world" if everyone else "",
+                        cause="fsdp_over_world" if everyone else "mesh_dims_swapped" if tp_group else "",
                     )
                 continue
             if len(placements) != 2:
@@ -89,6 +94,12 @@ def placements_2d(ctx: CheckContext) -> None:
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
                     "(parallelize_module on each block), then FSDP on mesh['dp']",
                     hint="tp_plan",
+                )
+            if np.shape(mesh) != (DP, TP):
+                raise ctx.fail(
+                    f"{said}: its mesh has shape {np.shape(mesh)}, not (dp, tp) = ({DP}, {TP}): "
+                    f"init_device_mesh(device_type, (world_size // {TP}, {TP}), mesh_dim_names=('dp', 'tp'))",
+                    hint="mesh",
                 )
             fsdp_groups, tp_groups = _groups(mesh, 0), _groups(mesh, 1)
             if placements[0] != "Shard(dim=0)" or rank not in [r for g in fsdp_groups for r in g]:
@@ -138,7 +149,8 @@ def fsdp_units(ctx: CheckContext) -> None:
         raise ctx.fail("the model itself is not an FSDP unit: fully_shard(model, mesh=mesh['dp']) last", hint="fsdp")
 
 
-def _share(rank: int, world: int, parts: int, index: int) -> list[int]:
+def _share(parts: int, index: int) -> list[int]:
+    """The samples of the index-th of `parts` equal chunks of a global batch."""
     size = BATCH // parts
     return list(range(index * size, (index + 1) * size))
 
@@ -151,7 +163,7 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
         if len(rows) < STEPS:
             raise ctx.fail(f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint="data")
         dp = rank // TP
-        want = _share(rank, DP * TP, DP, dp)
+        want = _share(DP, dp)
         for step, got in enumerate(rows[:STEPS]):
             if sorted(got) == want:
                 continue
@@ -160,14 +172,14 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                 raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint="data")
             if sorted(got) == list(range(BATCH)):
                 reason, cause = "the whole batch: the dp groups must each train on their own half", ""
-            elif sorted(got) == _share(rank, DP * TP, DP * TP, rank):
+            elif sorted(got) == _share(DP * TP, rank):
                 reason, cause = (
                     "a quarter indexed by the global rank: the two ranks of a tp group must feed the same samples "
                     "(TP splits one copy of the model), so index by the dp coordinate",
                     "data_by_global_rank",
                 )
-            elif sorted(got) == _share(rank, DP * TP, DP, rank % TP):
-                reason, cause = "the share of dp group {rank % TP}: the index came from the tp coordinate", "dp_from_tp"
+            elif sorted(got) == _share(DP, rank % TP):
+                reason, cause = f"the share of dp group {rank % TP}: the index came from the tp coordinate", "dp_from_tp"
             else:
                 reason, cause = "", ""
             raise ctx.fail(

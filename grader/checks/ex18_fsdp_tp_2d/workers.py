@@ -33,6 +33,7 @@ HYPOTHESES: dict[str, dict[str, Any]] = {
     "lr_times_world": {"lr_scale": DP * TP},
     "lr_times_dp": {"lr_scale": DP},
     "never_zeroed": {"accumulate": True},
+    "unchanged": {"lr_scale": 0},
 }
 
 
