@@ -14,16 +14,16 @@ from grader.judge.api import CheckContext, check
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
 STEPS, BATCH, LR = 3, 12, 0.02
-DP, TP = 2, 2
+TP = 2  # the tp dimension; dp = W / 2 (the exercise's mesh at W=4 is (2, 2); W=2 gives (1, 2))
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
 REPLAYS = {
     "loss_summed": "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
     "times too large; use F.mse_loss's default mean",
-    "lr_times_world": "the learning rate multiplied by the world size (4): FSDP averages the gradients, so lr needs no "
+    "lr_times_world": "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
     "scaling; pass lr as given",
-    "lr_times_dp": "the learning rate multiplied by the dp size (2): FSDP averages the gradients over dp, so lr needs "
+    "lr_times_dp": "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
     "no scaling; pass lr as given",
     "unchanged": "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
     "the model; build it after parallelize, over model.parameters() (the DTensors)",
@@ -37,7 +37,9 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
 
 
 def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.reference(
+        "reference", dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
 
 
 def _tp_placement(name: str) -> str:
@@ -56,6 +58,7 @@ def _groups(mesh: list[Any], dim: int) -> list[list[int]]:
 @check("placements_2d")
 def placements_2d(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
+    world = ctx.world_size
     for rank, facts in enumerate(ranks):
         held = facts["parameters"]
         plain = [p["name"] for p in held if not p["dtensor"]]
@@ -63,11 +66,15 @@ def placements_2d(ctx: CheckContext) -> None:
             root = {n.split(".")[0] for n in plain} <= {"inp", "out"}
             raise ctx.fail(
                 f"rank {rank} holds {', '.join(plain[:4])}{' ...' if len(plain) > 4 else ''} as plain tensors, whole"
-                + (": the root was never sharded (fully_shard(model, mesh=mesh['dp']) after the blocks)" if root else "")
+                + (
+                    ": the root was never sharded (fully_shard(model, mesh=mesh['dp']) after the blocks)"
+                    if root
+                    else ""
+                )
                 + "; every parameter is a DTensor, sharded over dp by FSDP",
                 hint="fsdp",
             )
-        dp_group = sorted(range(rank % TP, DP * TP, TP))
+        dp_group = sorted(range(rank % TP, world, TP))
         for p in sorted(held, key=lambda p: not _tp_placement(p["name"])):  # the blocks' TP weights first
             want_tp = _tp_placement(p["name"])
             dims, placements, mesh = p["dims"], p["placements"], p["mesh"]
@@ -77,11 +84,17 @@ def placements_2d(ctx: CheckContext) -> None:
             if not want_tp:
                 if placements != ["Shard(dim=0)"] or sorted(np.ravel(mesh).tolist()) != dp_group:
                     ranks_of = sorted(np.ravel(mesh).tolist())
-                    everyone = ranks_of == list(range(DP * TP))
+                    everyone = ranks_of == list(range(world)) and world > TP
                     tp_group = ranks_of == list(range(rank - rank % TP, rank - rank % TP + TP))
                     raise ctx.fail(
                         f"{said}: FSDP shards it over "
-                        + ("all 4 ranks, as one 1D mesh" if everyone else "its tp group" if tp_group else "other ranks")
+                        + (
+                            f"all {world} ranks, as one 1D mesh"
+                            if everyone
+                            else "its tp group"
+                            if tp_group
+                            else "other ranks"
+                        )
                         + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
                         "(fully_shard(..., mesh=mesh['dp']))",
                         hint="fsdp",
@@ -95,9 +108,9 @@ def placements_2d(ctx: CheckContext) -> None:
                     "(parallelize_module on each block), then FSDP on mesh['dp']",
                     hint="tp_plan",
                 )
-            if np.shape(mesh) != (DP, TP):
+            if np.shape(mesh) != (world // TP, TP):
                 raise ctx.fail(
-                    f"{said}: its mesh has shape {np.shape(mesh)}, not (dp, tp) = ({DP}, {TP}): "
+                    f"{said}: its mesh has shape {np.shape(mesh)}, not (dp, tp) = ({world // TP}, {TP}): "
                     f"init_device_mesh(device_type, (world_size // {TP}, {TP}), mesh_dim_names=('dp', 'tp'))",
                     hint="mesh",
                 )
@@ -118,16 +131,18 @@ def placements_2d(ctx: CheckContext) -> None:
                 swapped = placements[1] == SWAPPED.get(local)
                 raise ctx.fail(
                     f"{said}: on tp it is {placements[1]}, where {want_tp} was wanted"
-                    + (": ColwiseParallel and RowwiseParallel are swapped (up is column-wise, its output features "
-                       "split; down row-wise, its input features)" if swapped else "")
+                    + (
+                        ": ColwiseParallel and RowwiseParallel are swapped (up is column-wise, its output features "
+                        "split; down row-wise, its input features)"
+                        if swapped
+                        else ""
+                    )
                     + ". The plan: {'up': ColwiseParallel(), 'down': RowwiseParallel()}",
                     hint="tp_plan",
                     cause="colwise_rowwise_swapped" if swapped else "",
                 )
-            if p["name"].endswith("weight") and math.prod(p["local"]) * DP * TP != math.prod(p["full"]):
-                raise ctx.fail(
-                    f"{said}: it holds {p['local']} of {p['full']}, not a quarter", hint="fsdp"
-                )
+            if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(p["full"]):
+                raise ctx.fail(f"{said}: it holds {p['local']} of {p['full']}, not 1/{world} of it", hint="fsdp")
 
 
 @check("fsdp_units")
@@ -141,7 +156,11 @@ def fsdp_units(ctx: CheckContext) -> None:
             holder: list[str] = next((u["params"] for u in units.values() if own & set(u["params"])), [])
             raise ctx.fail(
                 f"{block} is not an FSDP unit of its own: "
-                + (f"one unit gathers {len(holder)} parameters, {', '.join(holder[:3])} ..." if holder else "no unit holds it")
+                + (
+                    f"one unit gathers {len(holder)} parameters, {', '.join(holder[:3])} ..."
+                    if holder
+                    else "no unit holds it"
+                )
                 + "; call fully_shard(block, mesh=mesh['dp']) on each block, then on the model",
                 hint="fsdp",
             )
@@ -158,28 +177,32 @@ def _share(parts: int, index: int) -> list[int]:
 @check("data_by_dp_coordinate")
 def data_by_dp_coordinate(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
+    dp_size = ctx.world_size // TP
     for rank, facts in enumerate(ranks):
         rows = facts["rows"]
         if len(rows) < STEPS:
             raise ctx.fail(f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint="data")
         dp = rank // TP
-        want = _share(DP, dp)
+        want = _share(dp_size, dp)
         for step, got in enumerate(rows[:STEPS]):
             if sorted(got) == want:
                 continue
-            said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the global batch"
+            said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
             if -1 in got or not got:
                 raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint="data")
             if sorted(got) == list(range(BATCH)):
                 reason, cause = "the whole batch: the dp groups must each train on their own half", ""
-            elif sorted(got) == _share(DP * TP, rank):
+            elif sorted(got) == _share(ctx.world_size, rank):
                 reason, cause = (
                     "a quarter indexed by the global rank: the two ranks of a tp group must feed the same samples "
                     "(TP splits one copy of the model), so index by the dp coordinate",
                     "data_by_global_rank",
                 )
-            elif sorted(got) == _share(DP, rank % TP):
-                reason, cause = f"the share of dp group {rank % TP}: the index came from the tp coordinate", "dp_from_tp"
+            elif sorted(got) == _share(dp_size, rank % TP):
+                reason, cause = (
+                    f"the share of dp group {rank % TP}: the index came from the tp coordinate",
+                    "dp_from_tp",
+                )
             else:
                 reason, cause = "", ""
             raise ctx.fail(
@@ -222,7 +245,8 @@ def matches_reference(ctx: CheckContext) -> None:
             if loss is not None and abs(loss - want) > TOLERANCE * max(abs(want), 1e-3) * 10:
                 first = first or (step, rank, loss, want)
     where = (
-        f"; the first loss off is step {first[0] + 1}'s on rank {first[1]}: {first[2]:.6g}, the reference's {first[3]:.6g}"
+        f"; the first loss off is step {first[0] + 1}'s on rank {first[1]}: {first[2]:.6g}, the reference's "
+        f"{first[3]:.6g}"
         if first
         else ""
     )

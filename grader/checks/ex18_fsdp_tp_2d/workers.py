@@ -25,16 +25,19 @@ from grader.checks.ex16_mixed_precision.workers import OriginalNames, _units
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import make_regression, make_transformer
 
-DP, TP = 2, 2  # the mesh the exercise asks for at W=4
-# The replays of the reference: what a mistake changes in the trusted loop.
-HYPOTHESES: dict[str, dict[str, Any]] = {
-    "correct": {},
-    "loss_summed": {"reduction": "sum"},
-    "lr_times_world": {"lr_scale": DP * TP},
-    "lr_times_dp": {"lr_scale": DP},
-    "never_zeroed": {"accumulate": True},
-    "unchanged": {"lr_scale": 0},
-}
+TP = 2  # the tp dimension of the mesh; dp = W / 2
+
+
+def hypotheses(dp: int) -> dict[str, dict[str, Any]]:
+    """The replays of the reference: what a mistake changes in the trusted loop."""
+    return {
+        "correct": {},
+        "loss_summed": {"reduction": "sum"},
+        "lr_times_world": {"lr_scale": dp * TP},
+        "lr_times_dp": {"lr_scale": dp},
+        "never_zeroed": {"accumulate": True},
+        "unchanged": {"lr_scale": 0},
+    }
 
 
 def global_batches(steps: int, batch_size: int, data_seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -145,7 +148,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
 
 
 def _replay(
-    steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int, knobs: dict[str, Any]
+    dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int, knobs: dict[str, Any]
 ) -> dict[str, Any]:
     """Trusted: one process, each step the average over the dp groups of the gradient of each group's loss on its
     chunk of the global batch (what FSDP's reduce-scatter averages), then plain SGD; `knobs` change the loss's
@@ -157,14 +160,14 @@ def _replay(
         if not knobs.get("accumulate"):
             grads = {name: torch.zeros_like(g) for name, g in grads.items()}
         step_losses = []
-        for x, y in zip(inputs.chunk(DP), targets.chunk(DP)):
+        for x, y in zip(inputs.chunk(dp), targets.chunk(dp)):
             model.zero_grad()
             output = model(x)
             F.mse_loss(output, y, reduction=knobs.get("reduction", "mean")).backward()
             step_losses.append(F.mse_loss(output.detach(), y).item())
             for name, p in model.named_parameters():
                 assert p.grad is not None  # every parameter takes part in the loss
-                grads[name] += p.grad / DP
+                grads[name] += p.grad / dp
         losses.append(step_losses)
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -173,7 +176,9 @@ def _replay(
 
 
 def reference(
-    ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
+    ctx: RankContext, dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
-    """The correct training and each replayed mistake (HYPOTHESES)."""
-    return {name: _replay(steps, batch_size, lr, data_seed, model_seed, knobs) for name, knobs in HYPOTHESES.items()}
+    """The correct training and each replayed mistake (hypotheses), with `dp` data-parallel groups."""
+    return {
+        name: _replay(dp, steps, batch_size, lr, data_seed, model_seed, knobs) for name, knobs in hypotheses(dp).items()
+    }
