@@ -171,7 +171,7 @@ def _replay(
         losses.append(step_losses)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p -= lr * knobs.get("lr_scale", 1) * grads[name]
+                p.sub_(lr * knobs.get("lr_scale", 1) * grads[name])
     return {"losses": losses, "final": {name: p.detach().clone() for name, p in model.named_parameters()}}
 
 
