@@ -91,7 +91,7 @@ def placements_2d(ctx: CheckContext) -> None:
                         + (
                             f"all {world} ranks, as one 1D mesh"
                             if everyone
-                            else "its tp group"
+                            else f"its tp group {ranks_of}: the mesh dimensions are swapped"
                             if tp_group
                             else "other ranks"
                         )
@@ -102,7 +102,11 @@ def placements_2d(ctx: CheckContext) -> None:
                     )
                 continue
             if len(placements) != 2:
-                kind = "only sharded by FSDP, never split by TP" if placements == ["Shard(dim=0)"] else "on a 1D mesh"
+                kind = (
+                    "only sharded by FSDP, never split by TP"
+                    if placements == ["Shard(dim=0)"]
+                    else f"on a {len(placements)}D mesh"
+                )
                 raise ctx.fail(
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
                     "(parallelize_module on each block), then FSDP on mesh['dp']",
