@@ -91,14 +91,14 @@ def placements_2d(ctx: CheckContext) -> None:
                         + (
                             f"all {world} ranks, as one 1D mesh"
                             if everyone
-                            else f"its tp group {ranks_of}: the mesh dimensions are swapped"
+                            else f"its tp group {ranks_of}: fully_shard got the tp dimension"
                             if tp_group
                             else "other ranks"
                         )
                         + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
                         "(fully_shard(..., mesh=mesh['dp']))",
                         hint="fsdp",
-                        cause="fsdp_over_world" if everyone else "mesh_dims_swapped" if tp_group else "",
+                        cause="fsdp_over_world" if everyone else "fsdp_on_tp" if tp_group else "",
                     )
                 continue
             if len(placements) != 2:
