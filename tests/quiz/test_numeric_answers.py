@@ -170,6 +170,11 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
         v["h"] / v["W"] * v["d"] + v["h"] / v["W"] + v["d"] * v["h"] / v["W"] + v["d"]  # w1 rows, b1, w2 cols, b2
     ),
     "tpex-allreduce-time": lambda v: ring_bytes(v["W"], v["M"] * 1e6) / (v["B"] * GB) * 1e6,
+    "fsdptp-bytes-per-rank": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / v["T"] / v["D"] / GB,
+    "fsdptp-dp-size": lambda v: len(range(0, int(v["W"]), 8)),
+    "fsdptp-dp-coordinate": lambda v: divmod(int(v["r"]), int(v["T"]))[0],
+    "fsdptp-fsdp-bytes-per-step": lambda v: 3 * ring_bytes(v["D"], v["P"] * GB * 2 / v["T"]) / 2 / GB,
+    "fsdptp-local-elements": lambda v: (v["R"] // v["T"]) * v["C"] / v["D"],
 }
 
 NUMERIC = [q for q in course_questions() if q.type == "numeric"]

@@ -1,0 +1,264 @@
+"""Judging exercise 18 from what the grader's own instrumentation saw on the ranks (workers.py): every
+parameter as each rank holds it (its mesh, the ranks of that mesh, the placement on each dimension, its local
+shape), the FSDP units, the samples each rank fed at each step, and the numbers against one trusted process
+training on the union of the dp groups' batches (and replays of the mistakes that change that loop)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from grader.judge.api import CheckContext, check
+
+# BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
+STEPS, BATCH, LR = 3, 12, 0.02
+TP = 2  # the tp dimension; dp = W / 2 (the exercise's mesh at W=4 is (2, 2); W=2 gives (1, 2))
+TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
+PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
+SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
+REPLAYS = {
+    "loss_summed": "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
+    "times too large; use F.mse_loss's default mean",
+    "lr_times_world": "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
+    "scaling; pass lr as given",
+    "lr_times_dp": "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
+    "no scaling; pass lr as given",
+    "unchanged": "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
+    "the model; build it after parallelize, over model.parameters() (the DTensors)",
+    "never_zeroed": "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step",
+}
+
+
+def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.require(result)
+
+
+def _reference(ctx: CheckContext) -> dict[str, Any]:
+    return ctx.reference(
+        "reference", dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+    )
+
+
+def _tp_placement(name: str) -> str:
+    """The placement tensor parallelism gives a block's parameter on "tp" ("" for one it leaves alone)."""
+    if not name.startswith("blocks."):
+        return ""
+    local = ".".join(name.split(".")[2:])
+    return PLAN.get(local, "Replicate()" if local == "down.bias" else "")
+
+
+def _groups(mesh: list[Any], dim: int) -> list[list[int]]:
+    """The groups of ranks that communicate along one dimension of a 2D mesh (its rows or its columns)."""
+    return [list(row) for row in (mesh if dim == 1 else list(map(list, zip(*mesh))))]
+
+
+@check("placements_2d")
+def placements_2d(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    world = ctx.world_size
+    for rank, facts in enumerate(ranks):
+        held = facts["parameters"]
+        plain = [p["name"] for p in held if not p["dtensor"]]
+        if plain:
+            root = {n.split(".")[0] for n in plain} <= {"inp", "out"}
+            raise ctx.fail(
+                f"rank {rank} holds {', '.join(plain[:4])}{' ...' if len(plain) > 4 else ''} as plain tensors, whole"
+                + (
+                    ": the root was never sharded (fully_shard(model, mesh=mesh['dp']) after the blocks)"
+                    if root
+                    else ""
+                )
+                + "; every parameter is a DTensor, sharded over dp by FSDP",
+                hint="fsdp",
+            )
+        dp_group = sorted(range(rank % TP, world, TP))
+        for p in sorted(held, key=lambda p: not _tp_placement(p["name"])):  # the blocks' TP weights first
+            want_tp = _tp_placement(p["name"])
+            dims, placements, mesh = p["dims"], p["placements"], p["mesh"]
+            said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh} {tuple(dims)}, placements " + (
+                f"{tuple(placements)}"
+            )
+            if not want_tp:
+                if placements != ["Shard(dim=0)"] or sorted(np.ravel(mesh).tolist()) != dp_group:
+                    ranks_of = sorted(np.ravel(mesh).tolist())
+                    everyone = ranks_of == list(range(world)) and world > TP
+                    tp_group = ranks_of == list(range(rank - rank % TP, rank - rank % TP + TP))
+                    raise ctx.fail(
+                        f"{said}: FSDP shards it over "
+                        + (
+                            f"all {world} ranks, as one 1D mesh"
+                            if everyone
+                            else f"its tp group {ranks_of}: fully_shard got the tp dimension"
+                            if tp_group
+                            else "other ranks"
+                        )
+                        + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
+                        "(fully_shard(..., mesh=mesh['dp']))",
+                        hint="fsdp",
+                        cause="fsdp_over_world" if everyone else "fsdp_on_tp" if tp_group else "",
+                    )
+                continue
+            if len(placements) != 2:
+                kind = (
+                    "only sharded by FSDP, never split by TP"
+                    if placements == ["Shard(dim=0)"]
+                    else f"on a {len(placements)}D mesh"
+                )
+                raise ctx.fail(
+                    f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
+                    "(parallelize_module on each block), then FSDP on mesh['dp']",
+                    hint="tp_plan",
+                )
+            if np.shape(mesh) != (world // TP, TP):
+                raise ctx.fail(
+                    f"{said}: its mesh has shape {np.shape(mesh)}, not (dp, tp) = ({world // TP}, {TP}): "
+                    f"init_device_mesh(device_type, (world_size // {TP}, {TP}), mesh_dim_names=('dp', 'tp'))",
+                    hint="mesh",
+                )
+            fsdp_groups, tp_groups = _groups(mesh, 0), _groups(mesh, 1)
+            if placements[0] != "Shard(dim=0)" or rank not in [r for g in fsdp_groups for r in g]:
+                raise ctx.fail(f"{said}: the first dimension should be FSDP's Shard(dim=0)", hint="fsdp")
+            mine = next(g for g in fsdp_groups if rank in g)
+            if sorted(mine) != dp_group:
+                raise ctx.fail(
+                    f"{said}: FSDP shards it over ranks {mine} (mesh dimension {dims[0]!r}) and TP splits it over "
+                    f"{next(g for g in tp_groups if rank in g)}: the mesh dimensions are swapped. FSDP goes on "
+                    f"mesh['dp'] (rank {rank}'s dp group is {dp_group}), TP on mesh['tp'] (ranks 2d and 2d+1)",
+                    hint="mesh",
+                    cause="mesh_dims_swapped",
+                )
+            if placements[1] != want_tp:
+                local = ".".join(p["name"].split(".")[2:])
+                swapped = placements[1] == SWAPPED.get(local)
+                raise ctx.fail(
+                    f"{said}: on tp it is {placements[1]}, where {want_tp} was wanted"
+                    + (
+                        ": ColwiseParallel and RowwiseParallel are swapped (up is column-wise, its output features "
+                        "split; down row-wise, its input features)"
+                        if swapped
+                        else ""
+                    )
+                    + ". The plan: {'up': ColwiseParallel(), 'down': RowwiseParallel()}",
+                    hint="tp_plan",
+                    cause="colwise_rowwise_swapped" if swapped else "",
+                )
+            if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(p["full"]):
+                raise ctx.fail(f"{said}: it holds {p['local']} of {p['full']}, not 1/{world} of it", hint="fsdp")
+
+
+@check("fsdp_units")
+def fsdp_units(ctx: CheckContext) -> None:
+    facts = _ranks(ctx)[0]
+    units = facts["units"]
+    names = [p["name"] for p in facts["parameters"]]
+    for block in sorted({".".join(n.split(".")[:2]) for n in names if n.startswith("blocks.")}):
+        own = {n for n in names if n.startswith(block + ".")}
+        if not any(set(unit["params"]) == own for unit in units.values()):
+            holder: list[str] = next((u["params"] for u in units.values() if own & set(u["params"])), [])
+            raise ctx.fail(
+                f"{block} is not an FSDP unit of its own: "
+                + (
+                    f"one unit gathers {len(holder)} parameters, {', '.join(holder[:3])} ..."
+                    if holder
+                    else "no unit holds it"
+                )
+                + "; call fully_shard(block, mesh=mesh['dp']) on each block, then on the model",
+                hint="fsdp",
+            )
+    if "" not in units:
+        raise ctx.fail("the model itself is not an FSDP unit: fully_shard(model, mesh=mesh['dp']) last", hint="fsdp")
+
+
+def _share(parts: int, index: int) -> list[int]:
+    """The samples of the index-th of `parts` equal chunks of a global batch."""
+    size = BATCH // parts
+    return list(range(index * size, (index + 1) * size))
+
+
+@check("data_by_dp_coordinate")
+def data_by_dp_coordinate(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    dp_size = ctx.world_size // TP
+    for rank, facts in enumerate(ranks):
+        rows = facts["rows"]
+        if len(rows) < STEPS:
+            raise ctx.fail(f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint="data")
+        dp = rank // TP
+        want = _share(dp_size, dp)
+        for step, got in enumerate(rows[:STEPS]):
+            if sorted(got) == want:
+                continue
+            said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
+            if -1 in got or not got:
+                raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint="data")
+            if sorted(got) == list(range(BATCH)):
+                reason, cause = "the whole batch: the dp groups must each train on their own half", ""
+            elif sorted(got) == _share(ctx.world_size, rank):
+                reason, cause = (
+                    "a quarter indexed by the global rank: the two ranks of a tp group must feed the same samples "
+                    "(TP splits one copy of the model), so index by the dp coordinate",
+                    "data_by_global_rank",
+                )
+            elif sorted(got) == _share(dp_size, rank % TP):
+                reason, cause = (
+                    f"the share of dp group {rank % TP}: the index came from the tp coordinate",
+                    "dp_from_tp",
+                )
+            else:
+                reason, cause = "", ""
+            raise ctx.fail(
+                f"{said}, where its dp group's share is {want}"
+                + (f": {reason}" if reason else "")
+                + ". Take inputs.chunk(dp_size)[dp_rank] with dp_rank = mesh['dp'].get_local_rank()",
+                hint="data",
+                cause=cause,
+            )
+
+
+def _relative(got: Any, want: Any) -> float:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return math.inf
+    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-12)
+
+
+def _off(final: dict[str, Any], want: dict[str, Any]) -> tuple[str, float]:
+    return max(((name, _relative(final.get(name, []), w)) for name, w in want.items()), key=lambda item: item[1])
+
+
+@check("matches_reference")
+def matches_reference(ctx: CheckContext) -> None:
+    ranks = _ranks(ctx)
+    reference = _reference(ctx)
+    counts = [f["steps"] for f in ranks]
+    if any(c != STEPS for c in counts):
+        raise ctx.fail(f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint="optimizer")
+    if "gather_error" in ranks[0]:
+        raise ctx.fail(f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint="fsdp")
+    correct = reference["correct"]
+    name, off = _off(ranks[0]["final"], correct["final"])
+    if off <= TOLERANCE:
+        return
+    first = None
+    for step in range(STEPS):
+        for rank, facts in enumerate(ranks):
+            loss, want = facts["losses"][step], correct["losses"][step][rank // TP]
+            if loss is not None and abs(loss - want) > TOLERANCE * max(abs(want), 1e-3) * 10:
+                first = first or (step, rank, loss, want)
+    where = (
+        f"; the first loss off is step {first[0] + 1}'s on rank {first[1]}: {first[2]:.6g}, the reference's "
+        f"{first[3]:.6g}"
+        if first
+        else ""
+    )
+    matched = [h for h in REPLAYS if _off(ranks[0]["final"], reference[h]["final"])[1] <= TOLERANCE]
+    raise ctx.fail(
+        f"after {STEPS} steps {name} differs from one process training on the union of the dp groups' batches by up to "
+        f"{off:.2g} of its scale{where}"
+        + (f". It equals, within {TOLERANCE:g}, a replay with {REPLAYS[matched[0]]}" if len(matched) == 1 else ""),
+        hint="optimizer",
+        cause=matched[0] if len(matched) == 1 else "",
+    )
