@@ -30,12 +30,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._common_utils import clean_tensor_name
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from grader.engine.rank_runtime import RankContext
+from grader.rank.fsdp_units import OriginalNames, fsdp_units
 from grader.rank.training import MOMENTUM, make_regression, make_transformer
 
 REGIONS = ("inp", "blocks.0", "blocks.1", "blocks.2", "out")
@@ -56,28 +56,6 @@ def rank_batches(
     inputs, targets = make_regression(steps * batch_size * world_size, data_seed).tensors
     starts = range(rank * batch_size, len(inputs), batch_size * world_size)
     return [(inputs[s : s + batch_size].clone(), targets[s : s + batch_size].clone()) for s in starts]
-
-
-class OriginalNames:
-    """The names the grader's model gave its modules and parameters before the student's code ran. Found
-    again by module identity (fully_shard keeps the module objects, and wrappers of one's own hold them), so
-    that any wrapping (checkpoint_wrapper, a module of one's own around a block) reports the same names."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.modules = {id(m): path for path, m in model.named_modules()}
-        self._kept = list(model.modules())  # alive, so that no new module is given a freed one's id
-
-    def module(self, path: str, module: nn.Module) -> str:
-        return self.modules.get(id(module), clean_tensor_name(path + ".").removesuffix("."))
-
-    def parameters(self, root: nn.Module) -> dict[str, str]:
-        """The root's parameter names -> the original names."""
-        names = {}
-        for path, module in root.named_modules():
-            for local, _ in module.named_parameters(recurse=False):
-                full = f"{path}.{local}" if path else local
-                names[full] = f"{self.modules[id(module)]}.{local}" if id(module) in self.modules else full
-        return names
 
 
 class SavedByRegion:
@@ -206,24 +184,6 @@ def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     return stored
 
 
-def _units(model: nn.Module, names: OriginalNames) -> dict[str, dict[str, Any]]:
-    """The modules fully_shard made FSDP units, by their paths in the model ("" for the root): the parameters
-    each gathers (original names) and the param_dtype of its policy ("None": no casting)."""
-    original = names.parameters(model)
-    by_id = {id(p): original[n] for n, p in model.named_parameters()}
-    units = {}
-    for path, module in model.named_modules():
-        if isinstance(module, FSDPModule):
-            state = module._get_fsdp_state()
-            group = state._fsdp_param_group
-            policy = getattr(state, "_mp_policy", None)
-            units[names.module(path, cast(nn.Module, module))] = {
-                "params": [by_id.get(id(p.sharded_param), "?") for p in group.fsdp_params] if group else [],
-                "param_dtype": str(getattr(policy, "param_dtype", None)).removeprefix("torch."),
-            }
-    return units
-
-
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
     model = make_transformer(seed=model_seed)
@@ -236,7 +196,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
             returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
     finally:
         watch.close()
-        ctx.facts.update(storage=_storage(model, watch.names), units=_units(model, watch.names))
+        ctx.facts.update(storage=_storage(model, watch.names), units=fsdp_units(model, watch.names))
     ctx.facts.update(
         steps=watch.steps,
         saved=dict(watch.saved.counts),

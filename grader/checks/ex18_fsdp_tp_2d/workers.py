@@ -21,8 +21,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from grader.checks.ex16_mixed_precision.workers import OriginalNames, _units
 from grader.engine.rank_runtime import RankContext
+from grader.rank.fsdp_units import OriginalNames, fsdp_units
 from grader.rank.training import make_regression, make_transformer
 
 TP = 2  # the tp dimension of the mesh; dp = W / 2
@@ -133,7 +133,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
         returned = ctx.student("train")(ctx.rank, ctx.world_size, model, batches, lr)
     finally:
         watch.close()
-        ctx.facts.update(steps=watch.steps, parameters=_parameters(model, names), units=_units(model, names))
+        ctx.facts.update(steps=watch.steps, parameters=_parameters(model, names), units=fsdp_units(model, names))
     ctx.facts["returned"] = type(returned).__name__
     try:  # every rank takes part in each full_tensor, in the same order
         original = names.parameters(model)
