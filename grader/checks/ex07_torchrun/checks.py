@@ -125,6 +125,14 @@ def _launch(ctx: CheckContext) -> tuple[dict[str, Any], float]:
     return launch, timeout
 
 
+def _telling_first(process: dict[str, Any]) -> tuple[bool, bool]:
+    """A process that failed by itself first; then one that lost its connection (another's failure echoed); last
+    one stopped by SIGTERM (torch's SignalException: torchrun or the grader stopping it once another process
+    failed or time ran out)."""
+    error = process["error"] or {}
+    return error.get("type") == "SignalException", bool(error_echo_phrase(error))
+
+
 def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
     """Every process's facts after a launch in which all of them finished without error."""
     launch, timeout = _launch(ctx)
@@ -137,8 +145,7 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
     named = _named_init_mistake(processes)
     if named:
         raise ctx.fail(named, hint="rank_from_env")
-    # a process that failed by itself first: another's lost connection is only its echo
-    for process in sorted(processes, key=lambda p: bool(error_echo_phrase(p["error"]))):
+    for process in sorted(processes, key=_telling_first):
         error = process["error"]
         if error and error["stage"] == "running the script":
             raise ctx.fail(
