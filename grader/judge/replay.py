@@ -153,7 +153,7 @@ REPLAY_RTOL = 1e-3  # of each tensor's largest value: fp32 rounding differs betw
 # A run that diverges (a loss summed where it should be averaged, at the course's learning rates) amplifies the
 # rounding DDP adds by a few times a step, beyond any fixed tolerance that still tells causes apart. How far
 # rounding can carry a replay is measured on the replay itself: the same hypothesis replayed again with its
-# learning rate changed by NUDGE (ten times fp32's rounding of a step) leaves it by the amount the run's chaos
+# learning rate changed by NUDGE (about eight times fp32's relative precision) leaves it by what the run's chaos
 # makes of a rounding-sized change, and a step may be off by SPREAD times that on top of REPLAY_RTOL.
 NUDGE = 1e-6
 SPREAD = 10.0
