@@ -150,32 +150,24 @@ def load(package: str) -> tuple[Hypothesis, ...]:
 
 
 REPLAY_RTOL = 1e-3  # of each tensor's largest value: fp32 rounding differs between DDP and one process
-# A run that diverges (a loss summed where it should be averaged, at the course's learning rates) amplifies the
-# rounding DDP adds by a few times a step, beyond any fixed tolerance that still tells causes apart. How far
-# rounding can carry a replay is measured on the replay itself: the same hypothesis replayed again with its
-# learning rate changed by NUDGE (about eight times fp32's relative precision) leaves it by what the run's chaos
-# makes of a rounding-sized change, and a step may be off by SPREAD times that on top of REPLAY_RTOL.
-NUDGE = 1e-6
-SPREAD = 10.0
-
-Arrays = dict[str, Any]
 
 
-def _within(got: Arrays, want: Arrays, scales: dict[str, float], spread: dict[str, float]) -> bool:
-    """Every tensor of `want` in `got`, off by at most REPLAY_RTOL of its scale over the whole replay plus SPREAD
-    times what a nudge of the replay moved it by (`spread`). Gradients and updates are compared, not weights: a
-    weight's size would hide a wrong update."""
+def _within(got: dict, want: dict, scales: dict[str, float]) -> bool:
+    """Every tensor of `want` in `got`, off by at most REPLAY_RTOL of its scale over the whole replay. Gradients
+    and updates are compared, not weights: a weight's size would hide a wrong update."""
     for name, expected in want.items():
         actual = got.get(name)
         if actual is None or np.shape(actual) != np.shape(expected):
             return False
-        allowed = REPLAY_RTOL * scales[name] + 1e-7 + SPREAD * spread.get(name, 0.0)
-        if np.size(expected) and float(np.max(np.abs(np.asarray(actual) - expected))) > allowed:
+        if (
+            np.size(expected)
+            and float(np.max(np.abs(np.asarray(actual) - expected))) > REPLAY_RTOL * scales[name] + 1e-7
+        ):
             return False
     return True
 
 
-def _scales(steps: list[Arrays]) -> dict[str, float]:
+def _scales(steps: list[dict]) -> dict[str, float]:
     """Each tensor's largest magnitude over all the steps. A step whose own values are small (a saturated
     layer after a too-large step, say) still carries the rounding the earlier, larger steps left in the
     weights: judged against its own scale, a true replay could fail there."""
@@ -187,7 +179,7 @@ def _scales(steps: list[Arrays]) -> dict[str, float]:
     return scales
 
 
-def _updates(steps: list[dict], start: Arrays) -> list[Arrays]:
+def _updates(steps: list[dict], start: dict) -> list[dict]:
     before, updates = start, []
     for step in steps:
         updates.append({name: step["params"][name] - before[name] for name in step["params"] if name in before})
@@ -195,45 +187,17 @@ def _updates(steps: list[dict], start: Arrays) -> list[Arrays]:
     return updates
 
 
-def _gaps(one: Arrays, other: Arrays) -> dict[str, float]:
-    return {
-        name: float(np.max(np.abs(np.asarray(other[name]) - value)))
-        for name, value in one.items()
-        if np.size(value) and name in other and np.shape(other[name]) == np.shape(value)
-    }
-
-
-def reproduces(observed: list[dict], replayed: list[dict], start: Arrays, nudged: list[dict] | None = None) -> bool:
+def reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool:
     """Whether a replay from the same `start` equals the run at every recorded step: the gradient each step
-    used and the update it made; with `nudged` (the same replay, its learning rate nudged), within what rounding
-    can make of the replay at each step."""
+    used and the update it made."""
     if len(observed) != len(replayed) or not observed:
         return False
-    nudged = nudged if nudged is not None and len(nudged) == len(replayed) else replayed
     replayed_updates = _updates(replayed, start)
     grad_scales, update_scales = _scales([s["grads"] for s in replayed]), _scales(replayed_updates)
     return all(
-        _within(got["grads"], want["grads"], grad_scales, _gaps(want["grads"], near["grads"]))
-        and _within(got_update, want_update, update_scales, _gaps(want_update, near_update))
-        for got, want, near, got_update, want_update, near_update in zip(
-            observed, replayed, nudged, _updates(observed, start), replayed_updates, _updates(nudged, start)
-        )
+        _within(got["grads"], want["grads"], grad_scales) and _within(got_update, want_update, update_scales)
+        for got, want, got_update, want_update in zip(observed, replayed, _updates(observed, start), replayed_updates)
     )
-
-
-def _starts_alike(observed: list[dict], replayed: list[dict] | None, start: Arrays) -> bool:
-    """Whether the replay equals the run at the first step (rounding cannot have grown there yet)."""
-    return bool(replayed) and reproduces(observed[:1], (replayed or [])[:1], start)
-
-
-def _requests(candidates: dict[str, tuple[Hypothesis, dict[str, Any]]], nudged: bool = False) -> dict[str, dict]:
-    """What the replay worker is asked: each hypothesis' schedule and knobs, its learning rate nudged if asked."""
-    requests = {}
-    for name, (hypothesis, knobs) in candidates.items():
-        if nudged:
-            knobs = knobs | {"lr_scale": float(knobs.get("lr_scale", 1.0)) * (1 + NUDGE)}
-        requests[name] = {"schedule": hypothesis.schedule, "mistake": knobs}
-    return requests
 
 
 @dataclass(frozen=True)
@@ -267,12 +231,12 @@ def prove(
         }
         if not candidates:
             continue
-        replays = replay(_requests(candidates))
-        proven = [name for name in candidates if reproduces(observed, replays.get(name) or [], start)]
-        if not proven:  # where a run diverges, rounding grows beyond REPLAY_RTOL: measure how far it can go
-            near = {name: c for name, c in candidates.items() if _starts_alike(observed, replays.get(name), start)}
-            nudges = replay(_requests(near, nudged=True)) if near else {}
-            proven = [name for name in near if reproduces(observed, replays[name], start, nudges.get(name))]
+        replays = replay({name: {"schedule": h.schedule, "mistake": knobs} for name, (h, knobs) in candidates.items()})
+        proven = tuple(
+            (h, h.sentence(numbers, knobs))
+            for name, (h, knobs) in candidates.items()
+            if reproduces(observed, replays.get(name) or [], start)
+        )
         if proven:
-            return Proof(tuple((h, h.sentence(numbers, knobs)) for h, knobs in (candidates[name] for name in proven)))
+            return Proof(proven)
     return Proof(())

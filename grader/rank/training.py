@@ -340,12 +340,15 @@ def train_reference(
     losses: list[float] | None = None,
     mistake: dict[str, Any] | None = None,
     parts: list[list[list[int]]] | None = None,
+    shares: list[list[list[int]]] | None = None,
 ) -> StepRecorder:
     """Plain SGD with momentum on one process, one union batch per step; each step's loss is
     appended to `losses` when given. `mistake` replays a hypothesis of the judge on the same inputs
     (grader.judge.replay): knobs from MISTAKE_KNOBS, each changing one thing of the correct loop.
     `parts`: per step, the batches one rank draws; each step then records their mean losses at the
-    weights it starts from ("part_losses"), what that rank's backward() should start from."""
+    weights it starts from ("part_losses"), what that rank's backward() should start from. `shares`: per
+    step, each rank's batch; the step's gradient is then theirs averaged, each share's backward on its own as
+    under DDP, so that a replay rounds as the run does (a diverging run amplifies any other rounding)."""
     knobs = {**MISTAKE_KNOBS, **(mistake or {})}
     unknown = set(knobs) - set(MISTAKE_KNOBS)
     if unknown:
@@ -362,10 +365,20 @@ def train_reference(
         if not knobs["keep_grads"] or number == 0:
             optimizer.zero_grad()
         scale = grad_scale * knobs["loss_scale"] * (len(indices) / knobs["summed_in"] if knobs["summed_in"] else 1)
-        loss = F.mse_loss(model(inputs[indices]), targets[indices]) * scale
-        if losses is not None:
-            losses.append(loss.item())
-        loss.backward()
+        if shares is None:
+            loss = F.mse_loss(model(inputs[indices]), targets[indices]) * scale
+            if losses is not None:
+                losses.append(loss.item())
+            loss.backward()
+        else:  # each rank's share backward on its own, averaged as DDP does: DDP's rounding, bit for bit at W=2
+            share_losses = [
+                F.mse_loss(model(inputs[share]), targets[share]) * (scale / len(shares[number]))
+                for share in shares[number]
+            ]
+            for share_loss in share_losses:
+                share_loss.backward()
+            if losses is not None:
+                losses.append(sum(share_loss.item() for share_loss in share_losses))
         if knobs["clip_norm"]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), knobs["clip_norm"])
         optimizer.step()
@@ -410,13 +423,18 @@ def replay_all(
     schedules: dict[str, list[list[int]]],
     lr: float,
     hypotheses: dict[str, dict[str, Any]],
+    shares: dict[str, list[list[list[int]]]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Each hypothesis (name -> {"schedule": a key of `schedules`, "mistake": knobs}) replayed from
-    the same initial weights on the same samples: its steps ({"grads", "params"} each)."""
+    the same initial weights on the same samples: its steps ({"grads", "params"} each). `shares`: per
+    schedule, each step's batches of every rank (train_reference's `shares`)."""
     replays = {}
     for name, hypothesis in hypotheses.items():
-        steps = schedules[hypothesis.get("schedule", "correct")]
-        recorder = train_reference(make(), dataset, steps, lr, mistake=hypothesis.get("mistake"))
+        schedule = hypothesis.get("schedule", "correct")
+        steps = schedules[schedule]
+        recorder = train_reference(
+            make(), dataset, steps, lr, mistake=hypothesis.get("mistake"), shares=(shares or {}).get(schedule)
+        )
         replays[name] = [{"grads": step["grads"], "params": step["params"]} for step in recorder.steps]
     return replays
 

@@ -106,7 +106,9 @@ def replays(
         "correct": union_batches(size, world_size, batch_size, epochs),
         "rank0_own": loader_batches(size, world_size, batch_size, epochs)[0],
     }
-    return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses)
+    per_rank = loader_batches(size, world_size, batch_size, epochs)
+    shares = {"correct": [list(batches) for batches in zip(*per_rank)]}
+    return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses, shares)
 
 
 def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:
