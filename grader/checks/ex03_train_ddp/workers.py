@@ -100,13 +100,11 @@ def replays(
     hypotheses: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Trusted: each of the judge's hypotheses (hypotheses.toml) replayed from rank 0's initial weights on
-    the same samples: the correct steps' union batches, or rank 0's own batches alone ("rank0_own")."""
+    the same samples: the correct steps' union batches, each rank's share on its own as under DDP (so that a
+    diverging run's replay rounds as the run does), or rank 0's own batches alone ("rank0_own")."""
     dataset = make_regression(size, data_seed)
-    schedules = {
-        "correct": union_batches(size, world_size, batch_size, epochs),
-        "rank0_own": loader_batches(size, world_size, batch_size, epochs)[0],
-    }
     per_rank = loader_batches(size, world_size, batch_size, epochs)
+    schedules = {"correct": union_batches(size, world_size, batch_size, epochs), "rank0_own": per_rank[0]}
     shares = {"correct": [list(batches) for batches in zip(*per_rank)]}
     return replay_all(lambda: make_model(seed=model_seed), dataset, schedules, lr, hypotheses, shares)
 
