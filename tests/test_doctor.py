@@ -34,12 +34,11 @@ GPU_NODE = {
 }
 
 
-class SimulatedNode:
+class SimulatedNode(doctor.EngineNode):
     """Real ranks on CPU that report a GPU node's accelerators; "nccl" runs are gloo underneath."""
 
     def __init__(self, engine: Engine, accelerators: dict[str, Any]) -> None:
-        self.engine = engine
-        self.launcher = engine.launcher
+        super().__init__(engine)
         self.accelerators = accelerators
         self.backends: list[str] = []
 
@@ -165,11 +164,12 @@ def test_ranks_that_cannot_start_fail_the_gloo_line():
     assert replace(finding, fix="").fix == ""
 
 
-class ApiNode:
+class ApiNode(doctor.EngineNode):
     """Real ranks asked about the APIs, the answers then edited as an older torch would give them."""
 
     def __init__(self, engine: Engine, missing: dict[str, str]) -> None:
-        self.engine, self.missing = engine, missing
+        super().__init__(engine)
+        self.missing = missing
 
     def torch_apis(self, apis: list[str]) -> RunResult:
         result = self.engine.run(Job("grader.engine.probe:torch_apis", 1, {"apis": apis}))

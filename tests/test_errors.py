@@ -89,8 +89,9 @@ def test_a_pickling_error_means_what_raised_it_there():
     message = "AttributeError: Can't pickle local object 'f.<locals>.Net'"
     saved = {"type": "AttributeError", "message": message, "traceback": 'File "/x/torch/serialization.py"'}
     spawned = {"type": "AttributeError", "message": message, "traceback": 'File "/x/multiprocessing/reduction.py"'}
-    assert explain(saved).name == "pickled_model"
-    assert explain(spawned).name == "pickled_process_target"
+    pickled, target = explain(saved), explain(spawned)
+    assert pickled is not None and pickled.name == "pickled_model"
+    assert target is not None and target.name == "pickled_process_target"
     assert explain({"type": "AttributeError", "message": message, "traceback": ""}) is None
 
 
@@ -105,15 +106,20 @@ def test_a_wrapped_torch_error_is_explained_from_its_chain_and_the_verdict_keeps
         ],
     }
     verdict = failure_verdict(_result([_raised_outcome(0, wrapped), _raised_outcome(1, wrapped)]), None)
+    assert verdict is not None
     assert verdict.message.startswith("every rank raised RuntimeError: setup failed")
     assert f"{MEANING_PREFIX}a collective, or DDP, was used before `dist.init_process_group`" in verdict.message
     unknown = {"type": "KeyError", "message": "'weight'", "traceback": ""}
-    assert MEANING_PREFIX not in failure_verdict(_result([_raised_outcome(0, unknown)]), None).message
+    verdict = failure_verdict(_result([_raised_outcome(0, unknown)]), None)
+    assert verdict is not None
+    assert MEANING_PREFIX not in verdict.message
 
 
 def test_the_hint_of_a_known_error_goes_with_the_verdict():
     error = {"type": "RuntimeError", "message": "Expected to have finished reduction in the prior iteration"}
-    assert failure_verdict(_result([_raised_outcome(0, error)]), None).hint == "find_unused_parameters"
+    verdict = failure_verdict(_result([_raised_outcome(0, error)]), None)
+    assert verdict is not None
+    assert verdict.hint == "find_unused_parameters"
 
 
 # --- echoes: constructed outcomes (tests/engine/test_faults.py has the real runs) ---------------------
@@ -141,6 +147,7 @@ def _result(ranks: list[RankOutcome]) -> RunResult:
 def test_a_connection_error_is_the_echo_of_the_rank_that_failed_otherwise(cause):
     echo = {"type": "RuntimeError", "message": RESET}
     verdict = failure_verdict(_result([_raised_outcome(0, echo), _raised_outcome(1, echo), cause]), None)
+    assert verdict is not None
     first, *rest = verdict.message.splitlines()
     assert first.startswith("rank 2 "), verdict.message
     assert 'the errors of ranks 0-1, "Connection reset by peer", are the echo of rank 2\'s failure above' in rest[-1]
@@ -150,4 +157,5 @@ def test_a_connection_error_is_the_echo_of_the_rank_that_failed_otherwise(cause)
 def test_connection_errors_on_every_rank_are_reported_as_they_are():
     echo = {"type": "RuntimeError", "message": RESET}
     verdict = failure_verdict(_result([_raised_outcome(0, echo), _raised_outcome(1, echo)]), None)
+    assert verdict is not None
     assert verdict.message.startswith("every rank raised RuntimeError: ") and "echo" not in verdict.message

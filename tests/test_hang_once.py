@@ -64,7 +64,7 @@ def test_a_later_check_of_the_same_worker_fails_without_running(tmp_path):
     student = tmp_path / "ex.py"
     student.write_text("def launch():\n    while True: pass\n")
     engine = _Hanging(student)
-    runs = RunCache(engine)  # type: ignore[arg-type]
+    runs = RunCache(engine)
     with pytest.raises(CheckFailed) as first:
         _context(runs, student, "first", 2).facts("launch_identity", nprocs=1, delays=[0.1, 0.0])
     assert "did not finish within the 30 s deadline (a hang?)" in first.value.verdict.message
@@ -89,7 +89,7 @@ def test_the_same_hang_is_said_as_the_check_that_met_it_said_it(tmp_path):
 
     student = tmp_path / "ex.py"
     student.write_text("def launch():\n    pass\n")
-    runs = RunCache(_Hanging(student))  # type: ignore[arg-type]
+    runs = RunCache(_Hanging(student))
     with pytest.raises(CheckFailed):
         _context(runs, student, "first", 2).facts("ring")
     runs.explain_hang(("first", 2), Verdict("failed", "deadlock: every rank waits in send", hint="isend"))

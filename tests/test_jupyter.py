@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import pytest
@@ -20,6 +21,9 @@ from conftest import REPO
 from grader import notebook_source
 from grader.catalog import load_catalog
 from grader.instructor import notebook_build
+
+if TYPE_CHECKING:
+    from nbclient import NotebookClient
 
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -34,7 +38,7 @@ STUB_CODE = next(c.source for c in STUB.cells if notebook_source.is_exercise_cel
 class Kernel:
     """Runs cells one by one in a live kernel, as a student does, and returns what they printed."""
 
-    def __init__(self, client: nbclient.NotebookClient) -> None:
+    def __init__(self, client: NotebookClient) -> None:
         self.client = client
         self.count = 0  # the execution number of the last cell run: what `In [N]` says
 

@@ -37,7 +37,8 @@ GRAPH = _imports()
 
 
 def _reach(start: str) -> set[str]:
-    seen, todo = set(), [start]
+    seen: set[str] = set()
+    todo = [start]
     while todo:
         for nxt in GRAPH[todo.pop()] - seen:
             seen.add(nxt)

@@ -56,7 +56,8 @@ def test_a_replay_by_shares_computes_the_union_batch_step() -> None:
     dataset = make_regression(40, seed=3)
     steps = union_batches(40, 2, 8, epochs=2)
     shares = [list(batches) for batches in zip(*loader_batches(40, 2, 8, epochs=2))]
-    by_union, by_shares = [], []
+    by_union: list[float] = []
+    by_shares: list[float] = []
     union = train_reference(make_model(seed=4), dataset, steps, 0.05, losses=by_union, mistake={"loss_scale": 3.0})
     shared = train_reference(
         make_model(seed=4), dataset, steps, 0.05, losses=by_shares, mistake={"loss_scale": 3.0}, shares=shares

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grader.judge.replay import Hypothesis
-from grader.judge.samples import Pipeline, diagnose_samples
+from grader.judge.samples import Batches, Pipeline, diagnose_samples
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 from grader.judge.writes import landings, went_on_early, writers_problem
 
@@ -106,6 +106,7 @@ def test_a_gradient_ratio_is_named_only_when_a_replay_reproduces_every_step(run,
     start, grads = run
     scaled = [{k: factor * g for k, g in grad.items()} for grad in grads]
     finding = diagnose(_sgd(start, scaled), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding is not None
     assert finding.cause == cause and finding.step == 1
     assert f"exactly {'1/2 of' if factor == 0.5 else f'{factor:g} times'} the reference's" in finding.message
     if cause != "measured":
@@ -119,6 +120,7 @@ def test_a_look_alike_cannot_borrow_a_name(run) -> None:
     start, grads = run
     once = [{k: 8 * g for k, g in grads[0].items()}, *grads[1:]]
     finding = diagnose(_sgd(start, once), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding is not None
     assert finding.cause == "measured" and "exactly 8 times the reference's" in finding.message
     assert "loss_summed" not in finding.message
 
@@ -128,6 +130,7 @@ def test_causes_this_run_cannot_tell_apart_are_both_said_and_neither_named(run) 
     doubled = [{k: 2 * g for k, g in grad.items()} for grad in grads]
     setting = _setting(start, grads, factors={"k": 2, "W": 2})
     finding = diagnose(_sgd(start, doubled), start, _sgd(start, grads), start, setting)
+    assert finding is not None
     assert finding.cause == "measured"
     assert "cannot tell them apart: summed_over_ranks named; loss_not_divided_by_k named" in finding.message
 
@@ -140,9 +143,11 @@ def test_gradients_never_cleared_and_gradients_of_another_kind(run) -> None:
         {k: sum(g[k] for g in grads) for k in grads[0]},
     ]
     finding = diagnose(_sgd(start, summed), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding is not None
     assert finding.cause == "gradients_not_cleared" and finding.step == 2
     other = [grads[0], grads[2]]
     finding = diagnose(_sgd(start, other), start, _sgd(start, grads[:2]), start, _setting(start, grads[:2]))
+    assert finding is not None
     assert finding.cause == "measured" and finding.step == 2 and "not a multiple" in finding.message
 
 
@@ -160,6 +165,7 @@ def test_gradients_never_cleared_and_gradients_of_another_kind(run) -> None:
 def test_a_right_gradient_with_a_wrong_update_is_named_from_its_replay(run, variant, cause, step) -> None:
     start, grads = run
     finding = diagnose(_sgd(start, grads, **variant), start, _sgd(start, grads), start, _setting(start, grads))
+    assert finding is not None
     assert finding.cause == cause and finding.step == step
     assert "the gradient equals the reference's" in finding.message
 
@@ -168,6 +174,7 @@ def test_without_hypotheses_the_observation_is_said_with_where_to_look(run) -> N
     start, grads = run
     setting = Setting(lr=LR, momentum=MOMENTUM, factors={}, reference="the reference")
     finding = diagnose(_sgd(start, grads, lr=2 * LR), start, _sgd(start, grads), start, setting)
+    assert finding is not None
     assert finding.cause == "measured"
     assert finding.message == (
         "step 1, rank 0: the gradient equals the reference's; the update is exactly 2 times the reference's for "
@@ -180,7 +187,9 @@ def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     setting = _setting(start, grads, momentum=0.0, labels={3: "the first step of epoch 1"})
     want = _sgd(start, grads, momentum=0.0)
     mine = want[:2] + _sgd(want[1]["params"], [{k: 2 * g for k, g in grads[2].items()}], momentum=0.0)
-    assert "step 3 (the first step of epoch 1), rank 0:" in diagnose(mine, start, want, start, setting).message
+    finding = diagnose(mine, start, want, start, setting)
+    assert finding is not None
+    assert "step 3 (the first step of epoch 1), rank 0:" in finding.message
 
 
 def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
@@ -189,7 +198,9 @@ def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
         [{"grads": {"w": whole[:2].ravel()}, "params": {"w": whole[:2].ravel()}}],
         [{"grads": {"w": whole[2:].ravel()}, "params": {"w": whole[2:].ravel()}}],
     ]
-    (step,) = gathered_steps(ranks, {"w": (4, 3)})
+    steps = gathered_steps(ranks, {"w": (4, 3)})
+    assert steps is not None
+    (step,) = steps
     assert np.array_equal(step["grads"]["w"], whole)
     flat = np.concatenate([whole.ravel(), [0.0], np.arange(3, dtype=np.float32)])  # w, padding, b
     layout = {"_flat_param": [["w", 12], [None, 1], ["b", 3]]}
@@ -197,7 +208,9 @@ def test_pieces_of_every_rank_join_into_whole_tensors() -> None:
         [{"grads": {"_flat_param": flat[:8]}, "params": {"_flat_param": flat[:8]}}],
         [{"grads": {"_flat_param": flat[8:]}, "params": {"_flat_param": flat[8:]}}],
     ]
-    (step,) = gathered_steps(ranks, {"w": (4, 3), "b": (3,)}, layout)
+    steps = gathered_steps(ranks, {"w": (4, 3), "b": (3,)}, layout)
+    assert steps is not None
+    (step,) = steps
     assert np.array_equal(step["params"]["b"], np.arange(3))
     assert gathered_steps(ranks, {"w": (5, 3)}, layout) is None
 
@@ -206,20 +219,26 @@ def _pipeline(expected: list, mistakes: dict | None = None) -> Pipeline:
     return Pipeline(size=8, batch_size=2, epochs=2, expected=expected, mistakes=mistakes or {}, sampler="the sampler")
 
 
+def _sample_cause(samples: list[Batches], pipeline: Pipeline) -> str:
+    finding = diagnose_samples(samples, pipeline)
+    assert finding is not None, "nothing said about these samples"
+    return finding.cause
+
+
 def test_data_signatures() -> None:
     expected = [[[0, 5], [2, 7], [1, 4], [6, 3]], [[1, 6], [3, 0], [7, 5], [2, 4]]]
     repeated = [[[0, 5], [2, 7], [0, 5], [2, 7]], [[1, 6], [3, 0], [1, 6], [3, 0]]]
     pipeline = _pipeline(expected, {"no_set_epoch": repeated})
     assert diagnose_samples(expected, pipeline) is None
     assert diagnose_samples([b[:3] for b in expected], pipeline) is None  # a beginning: the step count decides
-    assert diagnose_samples(repeated, pipeline).cause == "no_set_epoch"
-    assert diagnose_samples([[[0, 5, 2, 7]], [[1, 6, 3, 0]]], pipeline).cause == "batch_size"
+    assert _sample_cause(repeated, pipeline) == "no_set_epoch"
+    assert _sample_cause([[[0, 5, 2, 7]], [[1, 6, 3, 0]]], pipeline) == "batch_size"
     overlapping = [expected[0], [[0, 6], [3, 5], [7, 1], [2, 4]]]
-    assert diagnose_samples(overlapping, pipeline).cause == "shards_overlap"
+    assert _sample_cause(overlapping, pipeline) == "shards_overlap"
     one_rank_repeats = [expected[0], [[1, 6], [3, 4], [1, 6], [3, 4]]]  # an order is named only if every rank has it
-    assert diagnose_samples(one_rank_repeats, pipeline).cause == "measured"
+    assert _sample_cause(one_rank_repeats, pipeline) == "measured"
     everything = [[[i, i + 1] for i in range(0, 8, 2)] * 2] * 2
-    assert diagnose_samples(everything, pipeline).cause == "no_sampler"
+    assert _sample_cause(everything, pipeline) == "no_sampler"
 
 
 def _save(path: str, start: float, end: float, **extra) -> dict:

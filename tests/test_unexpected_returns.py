@@ -57,7 +57,7 @@ ODD_TENSORS = [
 RANK_RAISED = re.compile(r"\brank(s [\d-]+)? raised|every rank raised")
 
 
-def _grade(grade, exercise_id: str, file: str, replace: list[list[str]], checks: set[str]) -> list[CheckResult]:
+def _grade(grade, exercise_id: str, file: str, replace: list[list[str]], checks: set[str] | None) -> list[CheckResult]:
     with tempfile.TemporaryDirectory() as folder:
         path = materialize(file, {"name": "odd", "replace": replace}, Path(folder))
         return grade(exercise_id, path, world_sizes=(2,), checks=checks)

@@ -61,6 +61,7 @@ def test_healthy_run_reports_facts(fault_engine):
 
 def test_a_raising_rank_is_named_with_its_line_and_its_peer_is_stopped(fault_engine):
     result, verdict, elapsed = run_fault(fault_engine, "raises")
+    assert verdict is not None
     assert "rank 1 raised ValueError: planted error on rank 1" in verdict.message
     assert "fault_workers.py" in verdict.message and "in raises()" in verdict.message
     assert result.ranks[0].stopped == "peer failure"
@@ -70,6 +71,7 @@ def test_a_raising_rank_is_named_with_its_line_and_its_peer_is_stopped(fault_eng
 def test_a_hang_names_rank_and_line_and_kills_the_process_tree(fault_engine, tmp_path):
     pid_file = str(tmp_path / "grandchild")
     result, verdict, elapsed = run_fault(fault_engine, "hangs", HANG_DEADLINE, pid_file=pid_file)
+    assert verdict is not None
     assert result.timed_out and elapsed >= HANG_DEADLINE
     assert "did not finish within the 3 s deadline" in verdict.message
     assert "fault_workers.py" in verdict.message and "in hangs()" in verdict.message
@@ -83,6 +85,7 @@ def test_a_hang_names_rank_and_line_and_kills_the_process_tree(fault_engine, tmp
 
 def test_abort_is_explained_in_plain_words(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "aborts")
+    assert verdict is not None
     assert "rank 1 aborted (SIGABRT)" in verdict.message
     assert "mismatched tensor shapes" in verdict.message
     assert "in aborts()" in verdict.message  # the line, from the crash's stack dump
@@ -90,16 +93,19 @@ def test_abort_is_explained_in_plain_words(fault_engine):
 
 def test_os_exit_before_reporting(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "exits_quietly")
+    assert verdict is not None
     assert "exited with code 0 before reporting" in verdict.message
 
 
 def test_sys_exit_is_reported_as_such(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "calls_sys_exit")
+    assert verdict is not None
     assert "the code called sys.exit(0)" in verdict.message
 
 
 def test_mismatched_collective_fails_fast(fault_engine):
     _, verdict, elapsed = run_fault(fault_engine, "mismatched_collective")
+    assert verdict is not None
     assert "Detected mismatch between collectives" in verdict.message
     assert elapsed < DEADLINE / 2  # at once, not at the collective's timeout or the deadline
 
@@ -132,6 +138,7 @@ def test_temporary_files_a_rank_leaves_go_with_its_run(fault_engine):
 
 def test_a_gpu_call_on_a_cpu_run_keeps_torchs_message_and_says_what_it_means(fault_engine):
     _, verdict, _ = run_fault(fault_engine, "model_to_rank")
+    assert verdict is not None
     assert "raised RuntimeError: Cannot access accelerator device when none is available" in verdict.message
     assert "what this error means here: this run has no GPU" in verdict.message
 
@@ -143,6 +150,7 @@ def test_a_peers_connection_error_is_named_as_the_echo_of_the_rank_that_failed(f
     job = Job(f"fault_workers:{worker}", 2, student_file=FAULTS, deadline=8.0, debug_collectives=debug_collectives)
     result = fault_engine.run(job)
     verdict = failure_verdict(result, FAULTS)
+    assert verdict is not None
     assert verdict.message.startswith("rank 1 "), verdict.message  # the rank that failed by itself
     if result.ranks[0].error is not None:  # rank 0's collective failed before the grader stopped it
         assert re.search(r"rank 0's error, \".+\", is the echo of rank 1's failure above", verdict.message)

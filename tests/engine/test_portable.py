@@ -61,6 +61,7 @@ def test_grader_check_takes_the_launcher_asked_for(catalog, monkeypatch):
     default = platforms.chosen_launcher()[0]
     for asked, expected in (("portable", "portable"), ("fork", "fork"), ("grader", default)):
         with GradingSession(catalog, GradeOptions(), launcher=asked) as session:
+            assert isinstance(session.engine, Engine), session.engine  # no engine given: a local one is opened
             assert session.engine.launcher == expected
 
 
@@ -206,6 +207,7 @@ def test_the_macos_stray_finder_kills_the_group_and_what_python_started():
         [sys.executable, "-c", ESCAPES], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     bystander = subprocess.Popen(["sleep", "139"])
+    assert member.stdout is not None
     try:
         inside, outside = json.loads(member.stdout.readline())
         member.kill()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from grader.catalog import Catalog
 from grader.engine import Job, RankOutcome, RunResult, wire
 from grader.engine.contract import CappedOutput
 from grader.judge.api import CheckContext, CheckFailed, RunCache
@@ -15,7 +17,11 @@ from grader.judge.diagnose import failure_verdict, stuck_frame
 
 
 def test_wire_round_trip_keeps_arrays_and_structure():
-    facts = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": [1, "x", None, True], "c": {"d": 2.5}}
+    facts: dict[str, Any] = {
+        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b": [1, "x", None, True],
+        "c": {"d": 2.5},
+    }
     back = wire.decode(wire.encode(facts))
     assert np.array_equal(back["a"], facts["a"]) and back["a"].dtype == np.float32
     assert back["b"] == [1, "x", None, True] and back["c"] == {"d": 2.5}
@@ -58,23 +64,42 @@ def _result(*outcomes: RankOutcome) -> RunResult:
     return RunResult(Job("m:f", len(outcomes)), list(outcomes), 0.1, False)
 
 
-def test_crash_at_teardown_after_a_full_report_is_not_a_failure():
+class _NoRuns:
+    """The runner of a check that only judges a result it is given: starting ranks is not expected."""
+
+    def run(self, job: Job) -> RunResult:
+        raise AssertionError(f"unexpected run of {job.target}")
+
+    def new_scratch(self) -> str:
+        raise AssertionError("unexpected scratch folder")
+
+    def discard_scratch(self, path: str) -> None:
+        pass
+
+
+def _judging(catalog: Catalog) -> CheckContext:
+    """A check's context that judges results only (any exercise: it runs nothing)."""
+    return CheckContext(RunCache(_NoRuns()), catalog.exercises[0], student_file=Path("x.py"), world_size=2)
+
+
+def test_crash_at_teardown_after_a_full_report_is_not_a_failure(catalog: Catalog) -> None:
     reported = {"facts": {"x": 1}, "error": None}
     result = _result(RankOutcome(0, report=reported, status=0), RankOutcome(1, report=reported, status=-6))
     assert failure_verdict(result, None) is None
-    context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
+    context = _judging(catalog)
     assert context.require(result) == [{"x": 1}, {"x": 1}]
     assert "died by signal 6 after it had reported" in context.notes[0]
 
 
-def test_a_missing_report_fails_closed_even_with_exit_code_zero():
+def test_a_missing_report_fails_closed_even_with_exit_code_zero(catalog: Catalog) -> None:
     result = _result(
         RankOutcome(0, report={"facts": {}, "error": None}, status=0),
         RankOutcome(1, report=None, report_problem="no report", status=0),
     )
     verdict = failure_verdict(result, None)
+    assert verdict is not None
     assert verdict.status == "failed" and "rank 1 exited with code 0 before reporting" in verdict.message
-    context = CheckContext(RunCache(engine=None), exercise=None, student_file=Path("x.py"), world_size=2)
+    context = _judging(catalog)
     with pytest.raises(CheckFailed):
         context.require(result)
 

@@ -51,16 +51,16 @@ def read_png(path: Path) -> np.ndarray:
         elif kind == 2:
             row = line + previous
         else:
-            row = bytearray(line.tobytes())
+            pixels = bytearray(line.tobytes())
             up = previous.tobytes()
             for i in range(stride):
-                left = row[i - channels] if i >= channels else 0
+                left = pixels[i - channels] if i >= channels else 0
                 if kind == 3:
-                    row[i] = (row[i] + (left + up[i]) // 2) & 255
+                    pixels[i] = (pixels[i] + (left + up[i]) // 2) & 255
                 else:
                     corner = up[i - channels] if i >= channels else 0
-                    row[i] = (row[i] + _paeth(left, up[i], corner)) & 255
-            row = np.frombuffer(bytes(row), np.uint8)
+                    pixels[i] = (pixels[i] + _paeth(left, up[i], corner)) & 255
+            row = np.frombuffer(bytes(pixels), np.uint8)
         image[y] = row
         previous = row
     return image.reshape(height, width, channels)

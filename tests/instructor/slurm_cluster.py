@@ -126,10 +126,10 @@ def one_node_cluster() -> Iterator[dict[str, str]]:
             )
         )
         time.sleep(0.5)
-        for daemon in ("slurmctld", "slurmd"):
+        for program in ("slurmctld", "slurmd"):
             daemons.append(
                 subprocess.Popen(
-                    [_program(daemon), "-D", "-f", env["SLURM_CONF"]],
+                    [_program(program), "-D", "-f", env["SLURM_CONF"]],
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

@@ -18,6 +18,7 @@ from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
 from grader.judge.runner import CheckResult
+from grader.judge.verdict import Status
 
 from . import support
 from .png import count_colour, read_png
@@ -31,7 +32,10 @@ SUMMED = "loss summed, not averaged: the first gradient is {} times the referenc
 HANG = "rank 1 did not finish within the 10 s deadline (a hang?) at {}/ex02_data_sharding.py:{}"
 
 
-def _results(exercise_id: str, verdicts: dict[str, tuple[str, str]] | None = None) -> list[CheckResult]:
+Verdicts = dict[str, tuple[Status, str]]  # check name: (status, message)
+
+
+def _results(exercise_id: str, verdicts: Verdicts | None = None) -> list[CheckResult]:
     """Every check of the exercise at W=2 and 4: passed, unless `verdicts` says (status, message) for it."""
     exercise = CATALOG.get(exercise_id)
     results = []
@@ -60,16 +64,16 @@ def _results(exercise_id: str, verdicts: dict[str, tuple[str, str]] | None = Non
 
 def _class() -> list[SubmissionGrade]:
     """Three correct, two with a summed loss, the stub of exercise 2, a hang in it, an unreadable zip."""
-    stub = {
+    stub: Verdicts = {
         s.name: ("failed", "not implemented yet: make_loader() still raises NotImplementedError")
         for s in CATALOG.get("ex02").checks
     }
-    summed = {"joins_group": ("failed", SUMMED)}
+    summed: Verdicts = {"joins_group": ("failed", SUMMED)}
     unreadable = "broken.zip is not a readable zip archive"
     grades = [SubmissionGrade(f"good{i}", _results("ex01") + _results("ex02"), 3.0 + i) for i in range(3)]
     grades += [SubmissionGrade(f"summed{i}", _results("ex01", summed) + _results("ex02"), 2.0) for i in range(2)]
     grades.append(SubmissionGrade("stub", _results("ex01") + _results("ex02", stub), 1.0))
-    hang = {"shards_are_disjoint": ("failed", HANG)}
+    hang: Verdicts = {"shards_are_disjoint": ("failed", HANG)}
     grades.append(SubmissionGrade("hangs", _results("ex01") + _results("ex02", hang), 30.0))
     broken = [
         dataclasses.replace(r, status="error", message=unreadable, points=0.0)

@@ -39,7 +39,9 @@ def test_the_script_is_a_job_array_with_one_task_per_shard_and_a_dependent_merge
         f"SUBMISSIONS={subs}",
     ):
         assert f"\n{line}\n" in script, line
-    srun = re.search(r"\nsrun grader grade (.*\n.*)\n", script)[1]
+    found = re.search(r"\nsrun grader grade (.*\n.*)\n", script)
+    assert found is not None, script
+    srun = found[1]
     assert '"$SUBMISSIONS"/* --shard "$SLURM_ARRAY_TASK_ID/3" --backend nccl -j 1' in srun
     assert '--out "$RESULTS/shard-$SLURM_ARRAY_TASK_ID"' in srun
     merge = script[script.index('if [ "$SLURM_ARRAY_TASK_ID" = 1 ]') : script.index("\nfi\n")]
@@ -82,7 +84,9 @@ def test_options_are_passed_on_to_every_grade_and_the_time_limit_covers_the_shar
 
 
 def _srun_line(script: Path) -> str:
-    return re.search(r"\nsrun grader grade (.*\n.*)\n", script.read_text())[1]
+    found = re.search(r"\nsrun grader grade (.*\n.*)\n", script.read_text())
+    assert found is not None, f"no srun line in {script}"
+    return found[1]
 
 
 def test_the_tasks_grade_in_the_sandbox_asked_for_and_in_grade_s_default_otherwise(tmp_path: Path) -> None:

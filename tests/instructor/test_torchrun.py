@@ -46,7 +46,7 @@ def test_stub_fails_with_its_reason_under_torchrun() -> None:
     results = grade_exercise(
         TorchrunEngine(),
         exercise,
-        support.REPO / "exercises" / exercise.file,  # type: ignore[arg-type]
+        support.REPO / "exercises" / exercise.file,
         GradeOptions(world_sizes=(2,)),
     )
     assert [r.status for r in results] == ["failed"] * 3
@@ -111,7 +111,7 @@ def test_a_hang_on_two_nodes_is_named_on_both_and_leaves_nothing(tmp_path: Path)
         with TorchrunEngine(cluster=cluster) as engine:  # the default allowance: torch imports slowly under load
             engine.start()
             options = GradeOptions(world_sizes=(2,), deadline=2.0, only=frozenset({"shards_are_disjoint"}))
-            results = grade_exercise(engine, exercise, folder / exercise.file, options)  # type: ignore[arg-type]
+            results = grade_exercise(engine, exercise, folder / exercise.file, options)
         follower.communicate(timeout=10)
     finally:
         follower.kill()

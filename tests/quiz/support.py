@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import xml.etree.ElementTree as ET
 from functools import lru_cache
 from pathlib import Path
 
@@ -133,3 +134,24 @@ def right_answers(rendered: Path, version: int) -> dict[str, str]:
 
 def row(*cells: str, delimiter: str = ",") -> str:
     return delimiter.join(cells) + "\n"
+
+
+def find_child(element: ET.Element, path: str) -> ET.Element:
+    """`element.find(path)`, which the export must have written."""
+    found = element.find(path)
+    assert found is not None, f"no <{path}> in <{element.tag}>"
+    return found
+
+
+def child_text(element: ET.Element, path: str) -> str:
+    """`element.findtext(path)`, which the export must have written ("" for an empty element)."""
+    found = element.findtext(path)
+    assert found is not None, f"no <{path}> in <{element.tag}>"
+    return found
+
+
+def attribute(element: ET.Element, name: str) -> str:
+    """`element.get(name)`, which the export must have written."""
+    value = element.get(name)
+    assert value is not None, f"<{element.tag}> has no {name}="
+    return value

@@ -14,7 +14,7 @@ from grader.quiz import export_gift, export_moodle
 from grader.quiz.bank import load_banks
 from grader.quiz.versions import Version, draw, draw_all
 
-from .support import course_questions, write_bank
+from .support import attribute, child_text, course_questions, find_child, write_bank
 
 NASTY = r"Braces {x}, tilde ~, equals =, hash #, colon a:b, backslash C:\temp and \n, percent 50%"
 
@@ -194,15 +194,15 @@ def test_moodle_xml_is_well_formed_and_matches_the_key(version: Version) -> None
     assert len(questions) == len(version.items)
     for item, element in zip(version.items, questions):
         assert element.findtext("questiontext/text") == item.text.strip()
-        assert element.find("questiontext").get("format") == "markdown"
+        assert attribute(find_child(element, "questiontext"), "format") == "markdown"
         assert element.findtext("idnumber") == item.question.id
         answers = element.findall("answer")
-        fractions = [a.get("fraction") for a in answers]
+        fractions = [attribute(a, "fraction") for a in answers]
         assert all(f.lstrip("-") in export_moodle.FRACTIONS for f in fractions)
         if item.question.type == "numeric":
             assert element.get("type") == "numerical"
-            assert float(answers[0].findtext("text")) == item.value
-            assert float(answers[0].findtext("tolerance")) == item.tolerance
+            assert float(child_text(answers[0], "text")) == item.value
+            assert float(child_text(answers[0], "tolerance")) == item.tolerance
         elif item.question.type in ("single", "multiple"):
             assert element.get("type") == "multichoice"
             assert element.findtext("single") == ("true" if item.question.type == "single" else "false")
@@ -216,7 +216,7 @@ def test_moodle_xml_special_characters_round_trip(tmp_path: Path) -> None:
     (version,) = draw_all(load_banks(tmp_path / "bank").questions, seed=1, versions=1)
     root = ET.fromstring(export_moodle.render(version))
     (question,) = root.findall("question[@type='multichoice']")
-    assert NASTY in question.findtext("questiontext/text")
+    assert NASTY in child_text(question, "questiontext/text")
     assert NASTY in [a.findtext("text") for a in question.findall("answer")]
 
 
@@ -314,7 +314,7 @@ def test_moodle_variant_pools_hold_every_variant_of_each_question(tmp_path: Path
     current = None
     for element in root.findall("question"):
         if element.get("type") == "category":
-            current = element.findtext("category/text")
+            current = child_text(element, "category/text")
             assert current not in pools
             pools[current] = []
         else:

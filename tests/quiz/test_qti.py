@@ -16,7 +16,7 @@ from grader.quiz import export_qti
 from grader.quiz.markdown import to_html
 from grader.quiz.versions import Item, Version, draw_all
 
-from .support import COURSE_BANK, course_questions
+from .support import COURSE_BANK, attribute, child_text, course_questions, find_child
 
 QTI = "{http://www.imsglobal.org/xsd/ims_qtiasiv1p2}"
 CP = "{http://www.imsglobal.org/xsd/imsccv1p1/imscp_v1p1}"
@@ -79,57 +79,60 @@ def check_structure(element: ET.Element) -> None:
 def package(version: Version) -> tuple[ET.Element, ET.Element, ET.Element, zipfile.ZipFile]:
     archive = zipfile.ZipFile(io.BytesIO(export_qti.render(version)))
     manifest = ET.fromstring(archive.read("imsmanifest.xml"))
-    resources = {r.get("identifier"): r for r in manifest.iter(f"{CP}resource")}
+    resources = {attribute(r, "identifier"): r for r in manifest.iter(f"{CP}resource")}
     (quiz,) = [r for r in resources.values() if r.get("type") == "imsqti_xmlv1p2"]
     (dependency,) = quiz.findall(f"{CP}dependency")
-    meta = resources[dependency.get("identifierref")]
-    files = [f.get("href") for r in resources.values() for f in r.findall(f"{CP}file")]
+    meta = resources[attribute(dependency, "identifierref")]
+    files = [attribute(f, "href") for r in resources.values() for f in r.findall(f"{CP}file")]
     assert sorted(files) == sorted(n for n in archive.namelist() if n != "imsmanifest.xml")
-    assessment = ET.fromstring(archive.read(quiz.find(f"{CP}file").get("href")))
-    settings = ET.fromstring(archive.read(meta.find(f"{CP}file").get("href")))
+    assessment = ET.fromstring(archive.read(attribute(find_child(quiz, f"{CP}file"), "href")))
+    settings = ET.fromstring(archive.read(attribute(find_child(meta, f"{CP}file"), "href")))
     return manifest, assessment, settings, archive
 
 
 def fields(item: ET.Element) -> dict[str, str]:
-    return {f.findtext(f"{QTI}fieldlabel"): f.findtext(f"{QTI}fieldentry") for f in item.iter(f"{QTI}qtimetadatafield")}
+    return {
+        child_text(f, f"{QTI}fieldlabel"): child_text(f, f"{QTI}fieldentry")
+        for f in item.iter(f"{QTI}qtimetadatafield")
+    }
 
 
 def scoring_condition(element: ET.Element) -> ET.Element:
     (condition,) = [c for c in element.iter(f"{QTI}respcondition") if c.find(f"{QTI}setvar") is not None]
-    setvar = condition.find(f"{QTI}setvar")
+    setvar = find_child(condition, f"{QTI}setvar")
     assert (setvar.get("action"), setvar.get("varname"), setvar.text) == ("Set", "SCORE", "100")
     assert condition.get("continue") == "No"
-    return condition.find(f"{QTI}conditionvar")
+    return find_child(condition, f"{QTI}conditionvar")
 
 
 def check_item(element: ET.Element, item: Item) -> None:
     meta = fields(element)
     assert meta["question_type"] == CANVAS_TYPES[item.question.type]
     assert float(meta["points_possible"]) == item.question.points
-    presentation = element.find(f"{QTI}presentation")
+    presentation = find_child(element, f"{QTI}presentation")
     assert presentation.findtext(f"{QTI}material/{QTI}mattext") == str(to_html(item.text))
-    assert presentation.find(f"{QTI}material/{QTI}mattext").get("texttype") == "text/html"
+    assert find_child(presentation, f"{QTI}material/{QTI}mattext").get("texttype") == "text/html"
     condition = scoring_condition(element)
     if item.value is not None:
-        fib = presentation.find(f"{QTI}response_str/{QTI}render_fib")
+        fib = find_child(presentation, f"{QTI}response_str/{QTI}render_fib")
         assert fib.get("fibtype") == "Decimal"
-        either = condition.find(f"{QTI}or")
-        assert float(either.findtext(f"{QTI}varequal")) == pytest.approx(item.value, rel=1e-11)
-        low = float(either.findtext(f"{QTI}and/{QTI}vargte"))
-        high = float(either.findtext(f"{QTI}and/{QTI}varlte"))
+        either = find_child(condition, f"{QTI}or")
+        assert float(child_text(either, f"{QTI}varequal")) == pytest.approx(item.value, rel=1e-11)
+        low = float(child_text(either, f"{QTI}and/{QTI}vargte"))
+        high = float(child_text(either, f"{QTI}and/{QTI}varlte"))
         assert low == pytest.approx(item.value - item.tolerance) and high == pytest.approx(item.value + item.tolerance)
         return
-    lid = presentation.find(f"{QTI}response_lid")
+    lid = find_child(presentation, f"{QTI}response_lid")
     assert lid.get("rcardinality") == ("Multiple" if item.question.type == "multiple" else "Single")
     labels = lid.findall(f"{QTI}render_choice/{QTI}response_label")
     assert [lab.findtext(f"{QTI}material/{QTI}mattext") for lab in labels] == [
         str(to_html(c.text)) for c in item.choices
     ]
-    idents = [lab.get("ident") for lab in labels]
+    idents = [attribute(lab, "ident") for lab in labels]
     assert meta["original_answer_ids"] == ",".join(idents)
     right = {ident for ident, choice in zip(idents, item.choices) if choice.correct}
     if item.question.type == "multiple":
-        every = condition.find(f"{QTI}and")
+        every = find_child(condition, f"{QTI}and")
         assert {v.text for v in every.findall(f"{QTI}varequal")} == right
         assert {v.text for v in every.findall(f"{QTI}not/{QTI}varequal")} == set(idents) - right
     else:
@@ -154,7 +157,7 @@ def test_every_version_is_a_qti_package_canvas_reads(versions: list[Version]) ->
         assert len(items) == len(version.items)
         for element, item in zip(items, version.items):
             check_item(element, item)
-        idents = {e.get("ident") for e in assessment.iter() if e.get("ident")} - {
+        idents = {ident for e in assessment.iter() if (ident := e.get("ident"))} - {
             "root_section",
             "general_fb",
             "response1",
@@ -163,7 +166,8 @@ def test_every_version_is_a_qti_package_canvas_reads(versions: list[Version]) ->
         assert not idents & seen, "versions must not share identifiers: Canvas would merge them"
         seen |= idents
         assert settings.tag == f"{CANVAS}quiz"
-        assert float(settings.findtext(f"{CANVAS}points_possible")) == sum(i.question.points for i in version.items)
+        points = float(child_text(settings, f"{CANVAS}points_possible"))
+        assert points == sum(i.question.points for i in version.items)
         assert settings.findtext(f"{CANVAS}shuffle_answers") == "false", "the key's letters must stay"
 
 

@@ -237,7 +237,8 @@ def test_every_malformed_notebook_shape_is_refused_in_a_sentence(tmp_path: Path,
     in_folder = _checked(_folder(tmp_path, {f"{EX01}.ipynb": data}))
     assert isinstance(in_folder, Submission)
     if said is None:
-        assert isinstance(result, Submission) and not result.problems[EX01], result.problems
+        assert isinstance(result, Submission), result
+        assert not result.problems[EX01], result.problems
         assert not in_folder.problems[EX01]
     else:
         assert isinstance(result, SubmissionError) and said in str(result), result

@@ -45,6 +45,7 @@ def sandboxed(bwrap_available, tmp_path_factory: pytest.TempPathFactory):
     """A warm engine in a bubblewrap sandbox with the default limits, and its workspace."""
     out = tmp_path_factory.mktemp("out")
     sandbox = open_sandbox("bubblewrap", REPO, out)
+    assert sandbox is not None
     workspace = Path(tempfile.mkdtemp(dir=out))
     try:
         with Engine(confinement=sandbox.confine(workspace)) as engine:

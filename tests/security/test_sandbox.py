@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ PACKAGE = REPO / "grader"
 
 
 @pytest.fixture(scope="module")
-def view(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def view(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = rank_view.materialize(PACKAGE, tmp_path_factory.mktemp("view"))
     yield folder
     rank_view.remove(folder)
@@ -111,6 +112,7 @@ def test_a_sandbox_that_cannot_run_is_one_line_and_exit_2(hidden_course_cli, tmp
 
 def test_memory_beyond_the_limit_ends_the_run_in_seconds(bwrap_available, tmp_path):
     sandbox = open_sandbox("bubblewrap", REPO, tmp_path, Limits(memory_bytes=768 << 20))
+    assert sandbox is not None
     workspace = Path(tempfile.mkdtemp(dir=tmp_path))
     student = workspace / "ex01_process_group.py"
     student.write_text(
@@ -133,6 +135,7 @@ def test_memory_beyond_the_limit_ends_the_run_in_seconds(bwrap_available, tmp_pa
             assert (rank.status == -9 and result.memory_exceeded) or "MemoryError" in str(rank.error), rank
             if result.memory_exceeded:
                 verdict = failure_verdict(result, student)
+                assert verdict is not None
                 assert "memory limit of the sandbox" in verdict.message, verdict
     finally:
         sandbox.close()
