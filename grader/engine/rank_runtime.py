@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, Final, cast
 from urllib.parse import urlparse
 
 from grader.engine import spawn_log, wire
@@ -35,9 +35,9 @@ _encode = wire.encode
 AGENT_STORE_VARIABLE = "TORCHELASTIC_USE_AGENT_STORE"  # torch's rendezvous: every rank a store client
 
 
-IMPORT_CALLS = "student_import_calls"  # the facts key: function name -> line of the top-level call
+IMPORT_CALLS: Final = "student_import_calls"  # the facts key: function name -> line of the top-level call
 # The facts key: the ranks whose Gloo group registered its address in the store rank 0 hosts.
-RENDEZVOUS_RANKS = "rendezvous_ranks"
+RENDEZVOUS_RANKS: Final = "rendezvous_ranks"
 GLOO_ADDRESS_KEY = re.compile(r"(?:default_pg/)?0//\w+//\d+/(\d+)")
 
 

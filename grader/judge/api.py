@@ -12,11 +12,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
 from grader.catalog import Exercise
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
+from grader.engine.facts import Worker
 from grader.judge.diagnose import failure_verdict
+from grader.judge.facts import problems as facts_problems
 from grader.judge.verdict import Verdict
 
 
@@ -27,6 +29,7 @@ class CheckFailed(Exception):
 
 
 CheckFunction = Callable[["CheckContext"], "Verdict | str | None"]
+F = TypeVar("F")
 _REGISTRY: dict[str, dict[str, CheckFunction]] = {}
 
 
@@ -210,11 +213,28 @@ class CheckContext:
         self.used.append(result)
         return result
 
-    def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-        """Each rank's facts; fails the check (naming rank and stage) unless every rank reported."""
+    @overload
+    def facts(self, worker: Worker[F], nprocs: int | None = None, **kwargs: Any) -> list[F]: ...
+
+    @overload
+    def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]: ...
+
+    def facts(self, worker: str | Worker[Any], nprocs: int | None = None, **kwargs: Any) -> list[Any]:
+        """Each rank's facts; fails the check (naming rank and stage) unless every rank reported, and, for a
+        `Worker` with a schema, unless every report conforms to it."""
+        if isinstance(worker, Worker):
+            return self.require(self.run(worker.name, nprocs, **kwargs), schema=worker.facts)
         return self.require(self.run(worker, nprocs, **kwargs))
 
-    def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]:
+    @overload
+    def require(self, result: RunResult, stage: str = "", *, schema: type[F]) -> list[F]: ...
+
+    @overload
+    def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]: ...
+
+    def require(self, result: RunResult, stage: str = "", schema: type | None = None) -> list[Any]:
+        """Each rank's facts once every rank reported without an error (else the check fails with what went
+        wrong); with a `schema`, once every report also conforms to it (else it fails saying what does not)."""
         verdict = failure_verdict(result, self.student_file, stage)
         if verdict is not None:
             raise CheckFailed(verdict)
@@ -223,7 +243,21 @@ class CheckContext:
             for r in result.ranks
             if r.status is not None and r.status < 0
         ]
+        if schema is not None:
+            for outcome in result.ranks:
+                self.conform(outcome.facts, schema, outcome.rank)
         return [r.facts for r in result.ranks]
+
+    def conform(self, facts: dict[str, Any], schema: type[F], rank: int, complete: bool = True) -> F:
+        """Fail the check unless one rank's facts fit `schema` (`complete`: the rank ran to its end, so every
+        required fact is there). A rank's report is untrusted: what does not fit is never read as a pass."""
+        found = facts_problems(facts, schema, complete)
+        if found:
+            raise self.fail(
+                f"rank {rank} reported facts the grader cannot judge: {'; '.join(found)}",
+                details=f"schema: {schema.__name__} (in {schema.__module__})",
+            )
+        return cast(F, facts)
 
     def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]:
         """Run a trusted worker on one fresh process that never loads the student's code.

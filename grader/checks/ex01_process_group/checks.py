@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
+from grader.checks.ex01_process_group.facts import JOIN_AND_LEAVE, SIMULATED_GPU_NODE, Joined, OnGpuNode
 from grader.engine import RunResult
 from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
 
 
-def _port_overridden(facts: dict[str, Any]) -> str | None:
+def _port_overridden(facts: Joined) -> str | None:
     grader_port = facts.get("grader_port")
     for call in facts.get("init_calls", []):
-        init_method = call.get("init_method") or ""
+        init_method = str(call.get("init_method") or "")
         if call.get("store_port") is not None:
             if str(call["store_port"]) != grader_port:
                 return f"the TCPStore passed to init_process_group listens on port {call['store_port']}"
@@ -41,7 +42,7 @@ def _backends(config: str) -> dict[str, str]:
     return {device.strip(): backend.strip() for device, backend in pairs}
 
 
-def _named_init_mistake(ctx: CheckContext, rank: int, facts: dict[str, Any]) -> None:
+def _named_init_mistake(ctx: CheckContext, rank: int, facts: Joined) -> None:
     """Raise the failure a rank's init_process_group arguments show, if they show one."""
     overridden = _port_overridden(facts)
     if overridden:
@@ -98,25 +99,25 @@ def _collective_inputs(ctx: CheckContext) -> dict[str, list[int]]:
     }
 
 
-def _joined(ctx: CheckContext) -> list[dict[str, Any]]:
+def _joined(ctx: CheckContext) -> list[Joined]:
     """The shared run, with the named mistakes checked before any generic failure."""
     inputs = _collective_inputs(ctx)
-    result = ctx.run("join_and_leave", summands=inputs["summands"], broadcast=inputs["broadcast"])
+    result = ctx.run(JOIN_AND_LEAVE.name, summands=inputs["summands"], broadcast=inputs["broadcast"])
     for outcome in result.ranks:
-        _named_init_mistake(ctx, outcome.rank, outcome.facts)
+        _named_init_mistake(ctx, outcome.rank, ctx.conform(outcome.facts, Joined, outcome.rank, outcome.ok))
     if _rank_from_environment(result):
         raise ctx.fail(
             "init_process_group looked for RANK/WORLD_SIZE in the environment (env:// without rank= "
             "and world_size=); a launcher like mp.spawn passes them as arguments: "
             "init_process_group(backend, rank=rank, world_size=world_size)"
         )
-    ranks = ctx.require(result)
+    ranks: list[Joined] = ctx.require(result, schema=Joined)
     if not all(f.get("init_calls") for f in ranks):
         raise ctx.fail("setup_ddp returned without calling dist.init_process_group")
     return ranks
 
 
-def _store_saw(ctx: CheckContext, facts: dict[str, Any]) -> None:
+def _store_saw(ctx: CheckContext, facts: Joined) -> None:
     """Under Gloo, the store the grader hosts for the launcher's rendezvous (MASTER_ADDR:MASTER_PORT)
     sees every rank's group publish its address: its own observation, beside what the ranks report."""
     seen = facts.get(RENDEZVOUS_RANKS)
@@ -139,9 +140,9 @@ def joins_group(ctx: CheckContext) -> None:
         if not facts.get("initialized") or group is None:
             raise ctx.fail(f"after setup_ddp, rank {rank} is not in a process group")
         wrong = [
-            f"{key} {group[key]!r} (expected {want!r})"
-            for key, want in (("rank", rank), ("world_size", ctx.world_size))
-            if group[key] != want
+            f"{key} {got!r} (expected {want!r})"
+            for key, got, want in (("rank", group["rank"], rank), ("world_size", group["world_size"], ctx.world_size))
+            if got != want
         ]
         device = "cuda" if ctx.backend == "nccl" else "cpu"
         chosen = _backends(group.get("backend_config", "")).get(device)
@@ -188,7 +189,7 @@ def _gpu_used(events: list[dict[str, Any]]) -> tuple[int | None, str]:
     return first_use["device"], use
 
 
-def _judge_gpu(ctx: CheckContext, rank: int, facts: dict[str, Any], raised: bool) -> None:
+def _judge_gpu(ctx: CheckContext, rank: int, facts: OnGpuNode, raised: bool) -> None:
     events, local, gpus = facts["events"], facts["local_rank"], facts["gpus_per_node"]
     place = f"rank {rank} (LOCAL_RANK {local} on a node of {gpus} GPU{'s' if gpus > 1 else ''})"
     bindings = [e for e in events if e["call"] == "set_device"]
@@ -224,9 +225,9 @@ def _judge_gpu(ctx: CheckContext, rank: int, facts: dict[str, Any], raised: bool
 
 @check("nccl_setup")
 def nccl_setup(ctx: CheckContext) -> None:
-    result = ctx.run("simulated_gpu_node")
+    result = ctx.run(SIMULATED_GPU_NODE.name)
     for outcome in result.ranks:
-        facts, rank = outcome.facts, outcome.rank
+        facts, rank = ctx.conform(outcome.facts, OnGpuNode, outcome.rank, complete=False), outcome.rank
         if "events" not in facts:
             continue  # the stub, or a crash before anything ran: the generic failure says which
         inits = [e for e in facts["events"] if e["call"] == "init_process_group"]
@@ -239,8 +240,8 @@ def nccl_setup(ctx: CheckContext) -> None:
                 hint="backend_choice",
             )
         _judge_gpu(ctx, rank, facts, raised=outcome.error is not None)
-    for facts in ctx.require(result, "on a simulated GPU node"):
-        if not any(e["call"] == "init_process_group" for e in facts["events"]):
+    for gpu_facts in ctx.require(result, "on a simulated GPU node", schema=OnGpuNode):
+        if not any(e["call"] == "init_process_group" for e in gpu_facts["events"]):
             raise ctx.fail("setup_ddp did not call dist.init_process_group")
 
 

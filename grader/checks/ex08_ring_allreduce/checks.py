@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.ex08_ring_allreduce.facts import RING, Call, Message, Ring
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.checks.ex08_ring_allreduce.mixtures import explain
 from grader.engine import RankOutcome
@@ -83,14 +84,14 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
             )
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+def _ranks(ctx: CheckContext) -> list[Ring]:
     """Each rank's facts, under a short deadline; deadlocks and gloo aborts are named here."""
-    job = dataclasses.replace(ctx.job("ring", shapes=SHAPES, seed=_seed(ctx)), deadline=min(ctx.deadline, DEADLINE))
+    job = dataclasses.replace(ctx.job(RING.name, shapes=SHAPES, seed=_seed(ctx)), deadline=min(ctx.deadline, DEADLINE))
     result = ctx.runs.run(job)
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
         _hang_or_crash(ctx, failing)
-    return ctx.require(result)
+    return ctx.require(result, schema=Ring)
 
 
 def _seed(ctx: CheckContext) -> int:
@@ -98,7 +99,7 @@ def _seed(ctx: CheckContext) -> int:
     return ctx.draw("tensors").randrange(2**31)
 
 
-def _calls(ctx: CheckContext) -> list[list[dict[str, Any]]]:
+def _calls(ctx: CheckContext) -> list[list[Call]]:
     """Per rank, per shape: output, bytes sent."""
     return [facts["calls"] for facts in _ranks(ctx)]
 
@@ -114,7 +115,7 @@ def _wrong_sum(
     output: np.ndarray,
     inputs: np.ndarray,
     messages: int,
-    sends: list[list[dict[str, Any]]],
+    sends: list[list[Message]],
 ) -> CheckFailed:
     """What is wrong with one rank's result, named from what its elements hold: the failure to raise."""
     world = ctx.world_size
@@ -200,7 +201,7 @@ def _expected(step: int, world: int) -> tuple[str, Any]:
     return f"all-gather step {step - world + 2}", lambda m, _sender: m == (1.0,) * world
 
 
-def _first_wrong_message(inputs: np.ndarray, sends: list[list[dict[str, Any]]]) -> str:
+def _first_wrong_message(inputs: np.ndarray, sends: list[list[Message]]) -> str:
     """The first message (by step, then rank) whose values are not what a ring sends at that step,
     measured from the values each rank sent and where they sit in its tensor; "" when the messages
     cannot be placed in the tensor (copies, not views) or every message is a ring's."""
@@ -213,7 +214,10 @@ def _first_wrong_message(inputs: np.ndarray, sends: list[list[dict[str, Any]]]) 
         phase, right = _expected(step, world)
         for sender, mine in enumerate(sends):
             message = mine[step]
-            start, values = message["offset"], np.asarray(message["values"], dtype=np.float64)
+            start = message.get("offset")
+            if start is None:  # placed by the guard above: narrows the type
+                return ""
+            values = np.asarray(message["values"], dtype=np.float64)
             stop = start + values.size
             runs = [r for r in explain(values, inputs[:, start:stop]) if not right(r.mixture, sender)]
             if not runs:
@@ -235,7 +239,7 @@ def _first_wrong_message(inputs: np.ndarray, sends: list[list[dict[str, Any]]]) 
     return ""
 
 
-def _held_then(inputs: np.ndarray, message: dict[str, Any], sender: int, gathering: bool) -> str:
+def _held_then(inputs: np.ndarray, message: Message, sender: int, gathering: bool) -> str:
     """What the sender's tensor held when it sent a wrong all-gather message: whether a complete chunk
     was there to send (then the wrong one was sent) or none (the reduce-scatter completed none)."""
     if not gathering or "held" not in message:

@@ -1,0 +1,141 @@
+"""Facts are typed at the boundary: a report that does not fit its worker's schema fails the check, never passes."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict
+
+import numpy as np
+import pytest
+
+from grader.catalog import load_catalog
+from grader.checks.ex01_process_group.facts import Joined
+from grader.engine import RankOutcome, RunResult
+from grader.engine.facts import RankFacts, Worker
+from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.facts import MAX_PROBLEMS, problems
+from grader.paths import course_root
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Inner(TypedDict):
+    name: str
+    sizes: list[int]
+
+
+class Report(RankFacts):
+    losses: list[float]
+    weights: dict[str, np.ndarray]
+    inner: Inner
+    pair: tuple[int, str]
+    maybe: int | None
+    later: NotRequired[bool]
+
+
+def good() -> dict[str, Any]:
+    return {
+        "losses": [1.0, 2],  # JSON writes 2.0 as 2
+        "weights": {"w": np.zeros(2)},
+        "inner": {"name": "a", "sizes": [1, 2]},
+        "pair": [1, "x"],  # the wire carries tuples as lists
+        "maybe": None,
+        "rendezvous_ranks": [0, 1],  # the runtime's own fact
+    }
+
+
+def test_a_conforming_report_has_no_problem() -> None:
+    assert problems(good(), Report) == []
+    assert problems({**good(), "later": True}, Report) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"losses": None}, "fact 'losses' is missing (None), not list[float]"),
+        ({"losses": [1.0, "2"]}, "fact 'losses'[1] is a str, not float"),
+        ({"losses": [True]}, "fact 'losses'[0] is a bool, not float"),
+        ({"weights": {"w": [0.0]}}, "fact 'weights'['w'] is a list, not an array"),
+        ({"inner": {"name": "a"}}, "fact 'inner' lacks 'sizes'"),
+        ({"inner": {"name": "a", "sizes": [1], "extra": 1}}, "fact 'inner' hold 'extra', which Inner does not have"),
+        ({"pair": [1]}, "fact 'pair' has 1 items, not 2"),
+        ({"maybe": "1"}, "fact 'maybe' is a str, not int | None"),
+        ({"later": 1}, "fact 'later' is a int, not bool"),
+        ({"forged_reference": [1.0]}, "the facts hold 'forged_reference', which Report does not have"),
+    ],
+)
+def test_each_malformed_fact_is_said(change: dict[str, Any], said: str) -> None:
+    assert problems({**good(), **change}, Report) == [said]
+
+
+def test_a_missing_fact_is_said_only_of_a_complete_report() -> None:
+    facts = good()
+    del facts["losses"]
+    assert problems(facts, Report) == ["the facts lack 'losses'"]
+    assert problems(facts, Report, complete=False) == []
+    assert problems({}, Report, complete=False) == []
+
+
+def test_a_flood_of_problems_is_said_in_a_few_lines() -> None:
+    assert len(problems({**good(), "losses": ["x"] * 10_000}, Report)) == MAX_PROBLEMS
+
+
+class _Runs(RunCache):
+    """A run cache that hands back a prepared result: the judge's side alone, no ranks started."""
+
+    def __init__(self, result: RunResult) -> None:
+        self._result = result
+
+    def run(self, job: Any, by: tuple[str, int] = ("", 0)) -> RunResult:
+        return self._result
+
+    @property
+    def scratch(self) -> str:
+        return ""
+
+
+def _context(facts: list[dict[str, Any]]) -> CheckContext:
+    result = RunResult(
+        job=None,  # type: ignore[arg-type]  # never read by the context
+        ranks=[RankOutcome(rank, report={"facts": f, "error": None}, status=0) for rank, f in enumerate(facts)],
+        seconds=0.0,
+        timed_out=False,
+    )
+    exercise = load_catalog(course_root()).get("ex01")
+    return CheckContext(_Runs(result), exercise, Path("student.py"), world_size=len(facts))
+
+
+def test_a_check_fails_on_a_malformed_report_and_passes_a_good_one() -> None:
+    worker = Worker("train", Report)
+    assert len(_context([good(), good()]).facts(worker)) == 2
+    with pytest.raises(CheckFailed) as failed:
+        _context([good(), {**good(), "losses": "all good"}]).facts(worker)
+    assert failed.value.verdict.message == (
+        "rank 1 reported facts the grader cannot judge: fact 'losses' is a str, not list[float]"
+    )
+    with pytest.raises(CheckFailed, match="rank 0 reported facts the grader cannot judge: the facts lack 'losses'"):
+        _context([{k: v for k, v in good().items() if k != "losses"}]).facts(worker)
+
+
+def test_an_empty_report_of_exercise_1_fails_its_schema() -> None:
+    ctx = _context([{}])
+    with pytest.raises(CheckFailed, match="the facts lack 'device_bindings'; the facts lack 'grader_port'"):
+        ctx.require(ctx.runs.run(None), schema=Joined)
+
+
+def _facts_modules() -> list[str]:
+    return sorted(f"grader.checks.{path.parent.name}.facts" for path in (ROOT / "grader" / "checks").glob("*/facts.py"))
+
+
+@pytest.mark.parametrize("module_name", _facts_modules())
+def test_every_declared_worker_is_a_function_of_its_workers_module(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    workers = Path(module.__file__ or "").with_name("workers.py")
+    defined = {node.name for node in ast.parse(workers.read_text()).body if isinstance(node, ast.FunctionDef)}
+    handles = [value for value in vars(module).values() if isinstance(value, Worker)]
+    assert handles, f"{module_name} declares no Worker"
+    for handle in handles:
+        assert handle.name in defined, f"{module_name}: {handle.name} is not a worker in {workers}"
+        assert RankFacts.__annotations__.keys() <= handle.facts.__annotations__.keys(), "extend RankFacts"
