@@ -12,13 +12,14 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.checks.ex01_process_group.facts import Joined
-from grader.engine import RankOutcome, RunResult
+from grader.engine import Job, RankOutcome, RunResult
 from grader.engine.facts import RankFacts, Worker
 from grader.judge.api import CheckContext, CheckFailed, RunCache
 from grader.judge.facts import MAX_PROBLEMS, problems
 from grader.paths import course_root
 
 ROOT = Path(__file__).resolve().parents[1]
+JOB = Job("grader.checks.ex01_process_group.workers:join_and_leave", 1)  # never started: the runs are prepared
 
 
 class Inner(TypedDict):
@@ -88,7 +89,7 @@ class _Runs(RunCache):
     def __init__(self, result: RunResult) -> None:
         self._result = result
 
-    def run(self, job: Any, by: tuple[str, int] = ("", 0)) -> RunResult:
+    def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
         return self._result
 
     @property
@@ -98,7 +99,7 @@ class _Runs(RunCache):
 
 def _context(facts: list[dict[str, Any]]) -> CheckContext:
     result = RunResult(
-        job=None,  # type: ignore[arg-type]  # never read by the context
+        job=JOB,
         ranks=[RankOutcome(rank, report={"facts": f, "error": None}, status=0) for rank, f in enumerate(facts)],
         seconds=0.0,
         timed_out=False,
@@ -122,7 +123,7 @@ def test_a_check_fails_on_a_malformed_report_and_passes_a_good_one() -> None:
 def test_an_empty_report_of_exercise_1_fails_its_schema() -> None:
     ctx = _context([{}])
     with pytest.raises(CheckFailed, match="the facts lack 'device_bindings'; the facts lack 'grader_port'"):
-        ctx.require(ctx.runs.run(None), schema=Joined)
+        ctx.require(ctx.runs.run(JOB), schema=Joined)
 
 
 def _facts_modules() -> list[str]:
