@@ -119,7 +119,8 @@ def _exercise(catalog: Catalog, exercise: Exercise, lines: _CatalogLines, counts
     workers = parsed["workers"]
     if isinstance(workers, _Module):
         problems += _worker_uses(exercise, modules, workers, counts)
-    return problems + _files(catalog, exercise, lines) + _hypotheses(catalog, exercise) + _manifest(catalog, exercise)
+    problems += _files(catalog, exercise, lines) + _hypotheses(catalog, exercise)
+    return problems + _manifest(catalog, exercise, parsed_already={f"{name}.py" for name in names})
 
 
 def _hypotheses(catalog: Catalog, exercise: Exercise) -> list[Problem]:
@@ -321,9 +322,10 @@ def _def_line(path: Path, problem: str) -> int | None:
     return None
 
 
-def _manifest(catalog: Catalog, exercise: Exercise) -> list[Problem]:
+def _manifest(catalog: Catalog, exercise: Exercise, parsed_already: set[str]) -> list[Problem]:
     """The package's manifest.toml names each of its files once, names only files it holds, and its rank
-    files import nothing that stays out of a sandbox (grader/checks/manifest.py)."""
+    files import nothing that stays out of a sandbox (grader/checks/manifest.py). A module in `parsed_already`
+    that is missing was reported where the catalog names the package, so not again here."""
     folder = catalog.checks_path(exercise, "checks").parent
     path = folder / manifest.MANIFEST
     shown = _relative(catalog, path)
@@ -349,7 +351,7 @@ def _manifest(catalog: Catalog, exercise: Exercise) -> list[Problem]:
     problems += [
         Problem(shown, line(name), manifest.missing_reason(name, side, _relative(catalog, folder)))
         for name, side in read.sides()
-        if not (folder / name).is_file()
+        if not (folder / name).is_file() and name not in parsed_already
     ]
     listed = {name for name, _ in read.sides()}
     problems += [
