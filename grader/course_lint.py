@@ -333,7 +333,7 @@ def _manifest(catalog: Catalog, exercise: Exercise, parsed_already: set[str]) ->
         text = path.read_text(encoding="utf-8")
         read = manifest.parse(text, shown)
     except FileNotFoundError:
-        return [Problem(shown, None, "missing: every exercise package lists its files by side (rank, judge, secret)")]
+        return [Problem(shown, None, manifest.MISSING)]
     except (OSError, UnicodeDecodeError) as exc:
         return [Problem(shown, None, f"cannot be read: {exc}")]
     except manifest.ManifestError as exc:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST = "manifest.toml"
 IMPLICIT = ("__init__.py", MANIFEST)  # never listed: the package's __init__ (rank side) and the manifest itself
 SIDES = ("rank", "judge", "secret")
+MISSING = "missing: every exercise package lists its files by side (rank, judge, secret) in one"
 HEADER = "# Which of this exercise's files run where (grader/checks/manifest.py reads it).\n"
 
 
@@ -39,7 +40,8 @@ class Manifest:
     secret: tuple[str, ...] = ()
 
     def sides(self) -> list[tuple[str, str]]:
-        """(file, side) for every listed file, in the manifest's order; a file listed twice comes twice."""
+        """(file, side) for every listed file, rank's first, then judge's and secret's; a file listed twice comes
+        twice."""
         return [(name, side) for side in SIDES for name in getattr(self, side)]
 
     def text(self) -> str:
@@ -77,7 +79,7 @@ def parse(text: str, path: Path) -> Manifest:
             problem = _name_problem(name)
             if problem is not None:
                 raise ManifestError(path, f"{side}: {problem}")
-    return Manifest(**{field.name: tuple(table.get(field.name, ())) for field in fields(Manifest)})
+    return Manifest(*(tuple(table.get(side, ())) for side in SIDES))
 
 
 def duplicates(manifest: Manifest) -> list[tuple[str, str, str]]:
@@ -98,6 +100,7 @@ def twice(name: str, first: str, second: str) -> str:
 
 
 def missing_reason(name: str, side: str, package_dir: Path) -> str:
+    """Why a listed file that the package does not hold is refused."""
     return f"{name} is listed in {side}, but {package_dir} has no such file"
 
 
@@ -116,7 +119,7 @@ def load_manifest(package_dir: Path) -> Manifest:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise ManifestError(path, "missing: every exercise package lists its files by side in one") from exc
+        raise ManifestError(path, MISSING) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(path, f"cannot be read: {exc}") from exc
     manifest = parse(text, path)
