@@ -18,12 +18,14 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
+from grader.checks import manifest
 from grader.judge import replay
 from grader.paths import CATALOG
 
 CHECK_MODULES = ("checks", "hidden")  # where `@check` registers a catalog check (hidden.py: hidden checks only)
 FUNCTIONS_LINE = r"functions\s*="
 WORKER_METHODS = frozenset({"run", "facts", "reference", "inspect", "job"})  # CheckContext's: a worker name first
+NEVER_ON_RANKS = ("grader.judge", "grader.instructor")  # packages no rank-side file may import (not in a sandbox)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def lint(root: Path) -> tuple[list[str], str]:
         problems += _exercise(catalog, exercise, _CatalogLines(lines, exercise.id), counts)
     summary = (
         f"course OK: {len(catalog.exercises)} exercises, {counts['checks']} checks, {counts['hints']} hint "
-        f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog"
+        f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog; "
+        "manifests list every file"
     )
     return [str(problem) for problem in problems], summary
 
@@ -116,7 +119,8 @@ def _exercise(catalog: Catalog, exercise: Exercise, lines: _CatalogLines, counts
     workers = parsed["workers"]
     if isinstance(workers, _Module):
         problems += _worker_uses(exercise, modules, workers, counts)
-    return problems + _files(catalog, exercise, lines) + _hypotheses(catalog, exercise)
+    problems += _files(catalog, exercise, lines) + _hypotheses(catalog, exercise)
+    return problems + _manifest(catalog, exercise, parsed_already={f"{name}.py" for name in names})
 
 
 def _hypotheses(catalog: Catalog, exercise: Exercise) -> list[Problem]:
@@ -316,3 +320,91 @@ def _def_line(path: Path, problem: str) -> int | None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and problem.startswith(f"{node.name} in "):
             return node.lineno
     return None
+
+
+def _manifest(catalog: Catalog, exercise: Exercise, parsed_already: set[str]) -> list[Problem]:
+    """The package's manifest.toml names each of its files once, names only files it holds, and its rank
+    files import nothing that stays out of a sandbox (grader/checks/manifest.py). A module in `parsed_already`
+    that is missing was reported where the catalog names the package, so not again here."""
+    folder = catalog.checks_path(exercise, "checks").parent
+    path = folder / manifest.MANIFEST
+    shown = _relative(catalog, path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        read = manifest.parse(text, shown)
+    except FileNotFoundError:
+        return [Problem(shown, None, manifest.MISSING)]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [Problem(shown, None, f"cannot be read: {exc}")]
+    except manifest.ManifestError as exc:
+        return [Problem(shown, None, exc.reason)]
+    lines = text.splitlines()
+
+    def line(name: str, occurrence: int = 0) -> int | None:
+        found = [n for n, text in enumerate(lines, 1) if not text.lstrip().startswith("#") and f'"{name}"' in text]
+        return found[min(occurrence, len(found) - 1)] if found else None
+
+    problems = [
+        Problem(shown, line(name, 1), manifest.twice(name, first, second))
+        for name, first, second in manifest.duplicates(read)
+    ]
+    problems += [
+        Problem(shown, line(name), manifest.missing_reason(name, side, _relative(catalog, folder)))
+        for name, side in read.sides()
+        if not (folder / name).is_file() and name not in parsed_already
+    ]
+    listed = {name for name, _ in read.sides()}
+    problems += [
+        Problem(
+            shown,
+            None,
+            f"{name} is in no list: name it in rank, judge or secret (unlisted, it neither enters a sandbox "
+            "nor ships in a release)",
+        )
+        for name in manifest.package_files(folder)
+        if name not in listed
+    ]
+    off_ranks = {Path(name).stem for name in (*read.judge, *read.secret) if name.endswith(".py")}
+    for name in ("__init__.py", *read.rank):
+        if name.endswith(".py") and (folder / name).is_file():
+            problems += _rank_imports(catalog, folder / name, exercise.checks_package, off_ranks)
+    return problems
+
+
+def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The modules an import statement in a module of `package` may load (a name imported from a
+    package may be a module of it); a relative import is resolved against `package`."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    parts = package.split(".")
+    above = parts[: len(parts) - node.level + 1] if node.level else []
+    base = ".".join([*above, *([node.module] if node.module else [])])
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def _rank_imports(catalog: Catalog, path: Path, package: str, off_ranks: set[str]) -> list[Problem]:
+    """Each import of a rank-side file that a sandbox does not hold: the judge's or the instructor's code, or a
+    judge or secret module of its own package (`off_ranks`, their module names)."""
+    shown = _relative(catalog, path)
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # its imports are unknown; workers.py's parse error is reported with the checks modules'
+    outside = (*NEVER_ON_RANKS, *(f"{package}.{stem}" for stem in sorted(off_ranks)))
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        module = next(
+            (m for m in _imported(node, package) if any(m == o or m.startswith(f"{o}.") for o in outside)), None
+        )
+        if module is not None:
+            problems.append(
+                Problem(
+                    shown,
+                    node.lineno,
+                    f"rank-side {path.name} imports {module}, which never enters a sandbox, so it would fail to load "
+                    f"there: move what it needs to a rank file, or list {path.name} as judge in {manifest.MANIFEST}",
+                )
+            )
+    return problems

@@ -1,13 +1,14 @@
 """`grader release`: the student copy of the course.
 
 Shipped: the exercise stubs, the catalog without hidden checks, the grader package without its
-secrets (`hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values: see
-grader/checks/__init__.py), a README written for students (the instructor's one runs commands the
-copy cannot), pyproject and docs meant for students (not the instructors' nor the maintainers'
-notes), and the practice pool: as rendered sheets and as one bank, `quizzes/practice.toml`, which
-`grader quiz practice` asks from and answers with feedback. Where an exercise's public checks need
-the answers, the release writes their values on the public checks' own inputs (`expected.json`),
-never the formulas.
+secrets (of each exercise package, only the rank and judge files its manifest.toml lists: not the
+`secret` ones, `hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values;
+see grader/checks/manifest.py) and with manifests that name what the copy holds, a README written
+for students (the instructor's one runs commands the copy cannot), pyproject and docs meant for
+students (not the instructors' nor the maintainers' notes), and the practice pool: as rendered
+sheets and as one bank, `quizzes/practice.toml`, which `grader quiz practice` asks from and answers
+with feedback. Where an exercise's public checks need the answers, the release writes their values
+on the public checks' own inputs (`expected.json`), never the formulas.
 Not shipped: solutions/, tests/, the secrets, and every exam-pool question with its answer: the
 instructor's banks never leave the course, only the practice questions copied out of them.
 """
@@ -22,7 +23,7 @@ import tomllib
 from pathlib import Path
 
 from grader.catalog import Catalog
-from grader.checks import SECRET_MODULES
+from grader.checks.manifest import IMPLICIT, MANIFEST, Manifest, ManifestError, load_manifest
 from grader.instructor.templating import render
 from grader.judge.api import checks_in
 from grader.paths import CATALOG, STUBS
@@ -80,12 +81,36 @@ def _refuse_leaks(catalog: Catalog) -> None:
                 )
 
 
-def _ignore(folder: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in ("__pycache__", *SECRET_MODULES) or n.endswith(".pyc")}
+def _manifests(grader_package: Path) -> dict[Path, Manifest]:
+    """Each exercise package of the grader (relative to it) and its manifest; ReleaseError if one is wrong,
+    since the manifests say which files ship."""
+    try:
+        return {
+            init.parent.relative_to(grader_package): load_manifest(init.parent)
+            for init in sorted(grader_package.glob("checks/*/__init__.py"))
+        }
+    except ManifestError as exc:
+        raise ReleaseError(f"cannot tell the secret files from the shipped ones: {exc}") from exc
 
 
-def _public_tables(catalog: Catalog, package_out: Path) -> None:
-    """For each exercise whose answers are a secret, their values on the public inputs only."""
+def _copy_grader(grader_package: Path, out: Path, manifests: dict[Path, Manifest]) -> None:
+    """The grader package into `out`, without bytecode; of each exercise package only what its manifest ships
+    (its rank and judge files): a secret, or a file no list names, stays behind."""
+    shipped = {
+        grader_package / package: {*IMPLICIT, *manifest.rank, *manifest.judge}
+        for package, manifest in manifests.items()
+    }
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        kept = shipped.get(Path(folder))
+        return {n for n in names if n == "__pycache__" or n.endswith(".pyc") or (kept is not None and n not in kept)}
+
+    shutil.copytree(grader_package, out, ignore=ignore)
+
+
+def _public_tables(catalog: Catalog, package_out: Path) -> list[Path]:
+    """For each exercise whose answers are a secret, their values on the public inputs only; returns the files."""
+    written = []
     for exercise in catalog.exercises:
         answers = f"{exercise.checks_package}.answers"
         if importlib.util.find_spec(answers) is None:
@@ -93,6 +118,17 @@ def _public_tables(catalog: Catalog, package_out: Path) -> None:
         table = importlib.import_module(answers).public_table()
         folder = package_out.joinpath(*exercise.checks_package.split(".")[1:])
         (folder / "expected.json").write_text(json.dumps(table))
+        written.append(folder / "expected.json")
+    return written
+
+
+def _student_manifests(package_out: Path, manifests: dict[Path, Manifest], tables: list[Path]) -> None:
+    """The copy's manifests name what it holds: no secret, and the public tables as judge files (their checks
+    read them)."""
+    for package, manifest in manifests.items():
+        folder = package_out / package
+        added = tuple(path.name for path in tables if path.parent == folder)
+        (folder / MANIFEST).write_text(Manifest(manifest.rank, manifest.judge + added, ()).text(), encoding="utf-8")
 
 
 def _without_comments(lines: list[str]) -> str:
@@ -189,13 +225,14 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
     if out.resolve().is_relative_to(catalog.root.resolve()):
         raise ReleaseError(f"{out} is inside the course itself: release outside it")
     _refuse_leaks(catalog)
+    manifests = _manifests(grader_package)
     root = catalog.root
     (out / STUBS).mkdir(parents=True)
     for exercise in catalog.exercises:
         shutil.copyfile(catalog.stub_path(exercise), out / STUBS / exercise.file)
     (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
-    shutil.copytree(grader_package, out / "grader", ignore=_ignore)
-    _public_tables(catalog, out / "grader")
+    _copy_grader(grader_package, out / "grader", manifests)
+    _student_manifests(out / "grader", manifests, _public_tables(catalog, out / "grader"))
     for name in TOP_LEVEL_FILES:
         if (root / name).is_file():
             shutil.copyfile(root / name, out / name)

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
+from grader.checks.manifest import ManifestError
 from grader.engine.contract import Confinement
 from grader.sandbox import bubblewrap, host_files, rank_view, unprivileged
 from grader.sandbox.limits import DEFAULT_LIMITS, Limits
@@ -86,7 +87,12 @@ def open_sandbox(
             "Fix one of these, or grade with --no-sandbox if you trust every submission"
         )
     package = Path(__file__).resolve().parents[1]
-    view = rank_view.materialize(package, Path(tempfile.mkdtemp(prefix="grader-view-")))
+    folder = Path(tempfile.mkdtemp(prefix="grader-view-"))
+    try:
+        view = rank_view.materialize(package, folder)
+    except ManifestError as exc:
+        rank_view.remove(folder)
+        raise SandboxError(f"cannot draw the sandbox's view of the grader: {exc}") from exc
     use_bwrap = mode == "bubblewrap" or (mode == "auto" and bwrap_problem is None)
     try:
         kind: Sandbox = (

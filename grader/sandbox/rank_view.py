@@ -1,13 +1,14 @@
 """The rank side of the grader: the only part of the course a sandbox ever holds.
 
-The trust boundary is a folder line. Three folders run beside student code on the ranks and enter
-the sandbox whole: `grader/engine/` (the rank runtime, the zygote, the report format), `grader/rank/`
-(the helpers workers share: models and data, the simulated GPU node, the write recorder) and, of
-each exercise package under `grader/checks/`, its workers and their helpers. The judge
-(`grader/judge/`, each exercise's `checks.py`), the secrets (`hidden.py`, `answers.py`), the
-solutions, the question banks, the tests and every other part of the course stay outside. A worker
-that imports judge code fails to load in a sandbox (tests/security checks every exercise's workers
-load in the view).
+The trust boundary is an allow-list. Two folders run beside student code on the ranks and enter the
+sandbox whole: `grader/engine/` (the rank runtime, the zygote, the report format) and `grader/rank/`
+(the helpers workers share: models and data, the simulated GPU node, the write recorder). Of each
+exercise package under `grader/checks/`, only its `__init__.py` and the files its `manifest.toml`
+lists as `rank` enter (grader/checks/manifest.py): a file the manifest does not list stays out, so a
+new judge helper cannot slip in by its name. The judge (`grader/judge/`, each exercise's `judge`
+files), the secrets, the solutions, the question banks, the tests and every other part of the course
+stay outside. A worker that imports judge code fails to load in a sandbox (tests/security checks
+every exercise's workers load in the view; `grader lint-course` reads the imports of rank files).
 """
 
 from __future__ import annotations
@@ -17,19 +18,22 @@ import shutil
 import stat
 from pathlib import Path
 
-from grader.checks import JUDGE_MODULES, SECRET_MODULES
+from grader.checks.manifest import load_manifest
 
 RANK_FOLDERS = ("engine", "rank")  # whole
-EXERCISES = "checks"  # one package per exercise: everything but its judge and secret modules
-NEVER = frozenset((*JUDGE_MODULES, *SECRET_MODULES))
+EXERCISES = "checks"  # one package per exercise: its __init__.py and its manifest's rank files
 
 
 def rank_side_files(package: Path) -> list[Path]:
-    """The files of the grader package (`package` is its folder) that enter a sandbox, relative."""
+    """The files of the grader package (`package` is its folder) that enter a sandbox, relative.
+
+    Raises ManifestError when an exercise package's manifest is missing or wrong: no view is drawn
+    from a boundary that cannot be read."""
     files = [package / "__init__.py", package / EXERCISES / "__init__.py"]
     for folder in RANK_FOLDERS:
         files += package.glob(f"{folder}/*.py")
-    files += (path for path in package.glob(f"{EXERCISES}/*/*.py") if path.name not in NEVER)
+    for init in package.glob(f"{EXERCISES}/*/__init__.py"):
+        files += [init, *(init.parent / name for name in load_manifest(init.parent).rank)]
     return sorted(path.relative_to(package) for path in files if path.is_file())
 
 
