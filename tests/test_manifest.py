@@ -144,7 +144,7 @@ def test_the_lint_names_a_listed_file_that_is_missing_and_one_listed_twice(cours
     manifest.write_text(
         manifest.read_text()
         .replace('judge = ["checks.py", "mixtures.py"]', 'judge = ["checks.py", "mixtures.py", "ghost.py"]')
-        .replace('rank = ["workers.py", "inputs.py"]', 'rank = ["workers.py", "inputs.py", "mixtures.py"]')
+        .replace('rank = ["workers.py", "inputs.py"', 'rank = ["workers.py", "inputs.py", "mixtures.py"')
     )
     problems = lint(course)[0]
     judge_line = _line_of(manifest, 'judge = ["checks.py", "mixtures.py", "ghost.py"]')
