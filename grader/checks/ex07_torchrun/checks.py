@@ -373,6 +373,12 @@ def logs_from_rank0(ctx: CheckContext) -> None:
 @check("destroys_group")
 def destroys_group(ctx: CheckContext) -> None:
     for process in _processes(ctx):
+        if not process["init_calls"]:  # no group formed, none destroyed: nothing here to give points for
+            raise ctx.fail(
+                f"the process with RANK={process['env']['RANK']} never called init_process_group, so it "
+                "formed no process group to destroy",
+                hint="main_guard",
+            )
         if process["initialized_at_end"]:
             raise ctx.fail(
                 f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "

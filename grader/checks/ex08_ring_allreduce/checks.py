@@ -357,3 +357,11 @@ def point_to_point_only(ctx: CheckContext) -> None:
                 "and recv",
                 hint="no_collectives",
             )
+    for rank, facts in enumerate(_ranks(ctx)):
+        silent = next((call for call in facts["calls"] if call["messages"] == 0), None)
+        if silent is not None:  # no message, no ring: a function that does nothing uses no collective either
+            raise ctx.fail(
+                f"rank {rank} sent no message while reducing a tensor of shape {silent['shape']}: a ring "
+                "all-reduce sends 2(W-1) messages per rank, with send/recv (or isend/irecv)",
+                hint="no_collectives",
+            )
