@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.catalog import Catalog
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
 
 NOT_ATTEMPTED_PREFIXES = ("not implemented yet", "file missing")

@@ -14,9 +14,9 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.instructor import report_plots
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.runner import CheckResult
 
 from . import support
