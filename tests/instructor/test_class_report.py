@@ -96,6 +96,25 @@ def test_outcomes_and_blurred_diagnoses() -> None:
     assert outcome(dataclasses.replace(result, status="error", message="boom")) == "error"
 
 
+def test_diagnoses_group_by_proven_cause_and_fall_back_to_the_blurred_message() -> None:
+    """A proven cause is the mistake whatever the wording; two causes worded alike stay two mistakes."""
+    first = _results("ex01", {"joins_group": ("failed", "the loss is {} times the reference")})[0]
+    worded = {
+        "a": ("the loss is 2 times the reference", "summed"),
+        "b": ("gradients at step 7 came out 4x too large", "summed"),
+        "c": ("rank 1 stopped at step 3", "forgot_barrier"),
+        "d": ("rank 0 stopped at step 5", "exited_early"),
+        "e": ("the loss is 3 times the reference", ""),
+        "f": ("the loss is 5 times the reference", ""),
+    }
+    grades = [
+        SubmissionGrade(name, [dataclasses.replace(first, message=message, cause=cause)], 1.0)
+        for name, (message, cause) in worded.items()
+    ]
+    groups = {d.submissions for d in summarize(CHEAP, grades).diagnoses}
+    assert groups == {("a", "b"), ("c",), ("d",), ("e", "f")}
+
+
 def test_histogram_bins_cover_zero_to_the_maximum() -> None:
     bins = histogram([0, 0.5, 5, 9.99, 10], 10)
     assert len(bins) == 10 and bins[0].low == 0 and bins[-1].high == 10
