@@ -20,8 +20,8 @@ from pathlib import Path
 
 from grader.catalog import Catalog, load_catalog
 from grader.instructor import sample_submissions as sample
-from grader.instructor.batch import BatchOptions, grade_batch
-from grader.judge.runner import ALL_CHECKS
+from grader.instructor.batch import grade_batch
+from grader.plan import GradingPlan
 from grader.sandbox import SandboxError, open_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def _batch(catalog: Catalog, paths: list[Path], jobs: int, mode: str, out: Path)
     sandbox = open_sandbox(mode, catalog.root, out)
     started = time.monotonic()
     try:
-        grades = grade_batch(catalog, paths, BatchOptions(jobs=jobs, visibilities=ALL_CHECKS), sandbox)
+        grades = grade_batch(catalog, paths, GradingPlan(jobs=jobs, hidden=True), sandbox)
     finally:
         if sandbox is not None:
             sandbox.close()

@@ -1,4 +1,8 @@
-"""The `grader` command line: parses arguments and hands each subcommand to its module."""
+"""The `grader` command line: parses arguments and hands each subcommand to its module.
+
+A student's command (`check`, `list`, ...) is parsed without the instructor's and the quiz's commands, so
+it never imports them (jinja2, the sandbox, the course lint, quiz rendering); any other command line,
+`grader --help` included, gets the whole parser."""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from collections.abc import Sequence
 
 from grader import commands, doctor
 from grader.engine.platforms import LauncherError
-from grader.instructor import cli as instructor_cli
 from grader.judge.api import DEFAULT_DEADLINE_S
 from grader.paths import CourseNotFound
 from grader.report.inert import printable
@@ -36,7 +39,11 @@ def _add_cluster_options(parser: argparse.ArgumentParser, nodes_help: str) -> No
     parser.add_argument("--shared-dir", metavar="DIR", help="a folder every node sees (runs are announced there)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+STUDENT_COMMANDS = ("list", "check", "hint", "watch", "reset", "node", "doctor")
+
+
+def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
+    """Every command's parser; `every_command` False: the student's commands only (see the module's doc)."""
     parser = argparse.ArgumentParser(
         prog="grader",
         description="Check your distributed-training exercises, get hints, and take quizzes.",
@@ -102,20 +109,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_options(node, "nodes in the cluster, node 0 included")
     node.set_defaults(func=commands.cmd_node)
 
-    from grader.quiz import cli as quiz_cli
+    if every_command:
+        from grader.instructor import cli as instructor_cli
+        from grader.quiz import cli as quiz_cli
 
-    quiz_cli.register(commands_)
-    instructor_cli.register(commands_)
+        quiz_cli.register(commands_)
+        instructor_cli.register(commands_)
     doctor.register(commands_)
     return parser
 
 
+def _errors(every_command: bool) -> tuple[type[Exception], ...]:
+    """What a command raises for bad input: said in one line, exit code 2."""
+    errors: tuple[type[Exception], ...] = (*commands.ERRORS, CourseNotFound, LauncherError)
+    if every_command:
+        from grader.instructor import cli as instructor_cli
+
+        errors += instructor_cli.ERRORS
+    return errors
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    every_command = not argv or argv[0] not in STUDENT_COMMANDS
+    args = build_parser(every_command).parse_args(argv)
     try:
         return int(args.func(args))
-    except (*commands.ERRORS, *instructor_cli.ERRORS, CourseNotFound, LauncherError) as exc:
+    except _errors(every_command) as exc:
         print(f"grader: {printable(str(exc))}", file=sys.stderr)  # it may name a student's file, or quote it
         return 2
     except KeyboardInterrupt:

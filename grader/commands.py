@@ -8,20 +8,22 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TypedDict
 
-from grader import notebook_source, pristine, warm
+from grader import notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
-from grader.engine import Engine, node
+from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
-from grader.engine.torchrun_launch import TorchrunEngine
 from grader.grading import ExerciseFiles
-from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult, GradeOptions
+from grader.grading_engines import EngineContext, Grades, grade_into, open_check
+from grader.judge.verdict import CheckResult
+from grader.plan import GradingPlan, PlanError
 from grader.progress import Progress
 from grader.report.json_report import STDOUT, write_results
-from grader.report.terminal import Terminal
-from grader.session import GradingSession
+from grader.report.sink import Collected, Sink
+from grader.report.terminal import Terminal, TerminalSink
 
 WATCH_INTERVAL_S = 0.5
 STATUS_MEANINGS = {
@@ -70,17 +72,6 @@ def _to_check(catalog: Catalog, progress: Progress) -> list[Exercise]:
     return edited + ([unfinished] if unfinished else [])
 
 
-def _options(args: argparse.Namespace) -> GradeOptions:
-    if args.world_size is not None and args.world_size < 1:
-        raise UsageError("--world-size must be at least 1")
-    return GradeOptions(
-        world_sizes=(args.world_size,) if args.world_size else None,
-        backend=args.backend,
-        deadline=args.deadline,
-        visibilities=ALL_CHECKS if _instructor_run(args) else PUBLIC_CHECKS,
-    )
-
-
 def _instructor_run(args: argparse.Namespace) -> bool:
     """The reference solutions are graded with the hidden checks too (a student copy has neither)."""
     return bool(getattr(args, "solutions", False))
@@ -124,18 +115,6 @@ def _select(catalog: Catalog, args: argparse.Namespace, progress: Progress) -> l
     if args.all or args.solutions or args.path:
         return list(catalog.exercises)
     return _to_check(catalog, progress)
-
-
-def _grade(
-    session: GradingSession, terminal: Terminal, exercises: list[Exercise], files: ExerciseFiles
-) -> list[CheckResult]:
-    """Grade each exercise and print its results as they come, grouped under its heading."""
-    results: list[CheckResult] = []
-    for exercise in exercises:
-        terminal.heading(f"{exercise.id}: {exercise.title}")
-        results += session.grade(files, [exercise], terminal.result)
-        terminal.finish_exercise()
-    return results
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -182,9 +161,8 @@ def _check(
     exercises: list[Exercise],
     record: Callable[[Sequence[CheckResult]], None] | None = None,
 ) -> int:
-    """Grade and report; `record` keeps the results in progress (by default: for the stubs' own files)."""
+    """Plan, grade, sinks; `record` keeps the results in progress (by default: for the stubs' own files)."""
     started = time.perf_counter()
-    progress = Progress(catalog.root)
     terminal = _check_terminal(args)
     if not exercises:
         terminal.line(terminal.paint("Every exercise passes its public checks. Well done.", "passed"))
@@ -193,24 +171,36 @@ def _check(
         return 0
     if args.nnodes != 1 and args.launcher != "torchrun":
         raise UsageError("--nnodes is for --launcher torchrun")
-    engine: Engine | TorchrunEngine | None = None
-    if args.launcher == "torchrun":
-        engine = _torchrun_engine(args)
-    elif warm.enabled(getattr(args, "no_warm", False)):
-        engine, note = warm.warm_engine([e.workers_module for e in catalog.exercises], args.launcher)
-        if args.verbose:
-            terminal.line(note)
-    with GradingSession(catalog, _options(args), engine, launcher=args.launcher) as session:
-        results = _grade(session, terminal, exercises, files)
-    if record is not None:
-        record(results)
-    elif files.folder == catalog.stubs_dir:
-        for exercise in exercises:
-            progress.record(exercise, files.folder / exercise.file, [r for r in results if r.exercise == exercise.id])
-    terminal.summary(results, time.perf_counter() - started, hidden_included=_instructor_run(args))
-    if args.json:
-        write_results(Path(args.json), results, catalog)
+    context = EngineContext(
+        tuple(e.workers_module for e in catalog.exercises),
+        warm=not args.no_warm,
+        cluster=_torchrun_cluster(args) if args.launcher == "torchrun" else None,
+    )
+    plan = GradingPlan.from_args(args, hidden=_instructor_run(args))
+    if record is None and files.folder == catalog.stubs_dir:
+        record = _recorder(catalog, exercises, files.folder)
+    titles = {e.id: e.title for e in exercises}
+    sinks: list[Sink[CheckResult]] = [
+        *([Collected(record)] if record is not None else []),
+        TerminalSink(terminal, titles, lambda _: time.perf_counter() - started, plan.hidden),
+        *([Collected[CheckResult](lambda done: write_results(Path(args.json), done, catalog))] if args.json else []),
+    ]
+    with open_check(plan, context) as grading:
+        if args.verbose and grading.note:
+            terminal.line(grading.note)
+        results = grade_into(grading, files, exercises, sinks)
     return 0 if results and all(r.status in ("passed", "skipped") for r in results) else 1
+
+
+def _recorder(catalog: Catalog, exercises: Sequence[Exercise], folder: Path) -> Callable[[Sequence[CheckResult]], None]:
+    """Keeps each exercise's results in the student's progress (`grader list`)."""
+    progress = Progress(catalog.root)
+
+    def record(results: Sequence[CheckResult]) -> None:
+        for exercise in exercises:
+            progress.record(exercise, folder / exercise.file, [r for r in results if r.exercise == exercise.id])
+
+    return record
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
@@ -222,18 +212,19 @@ def _cluster(args: argparse.Namespace) -> Cluster:
         raise UsageError(str(exc)) from exc
 
 
-def _torchrun_engine(args: argparse.Namespace) -> TorchrunEngine:
+def _torchrun_cluster(args: argparse.Namespace) -> Cluster | None:
+    """The nodes `--launcher torchrun` spreads ranks over; None: this node alone."""
     if args.nnodes < 1:
         raise UsageError("--nnodes must be at least 1")
     if args.nnodes == 1:
-        return TorchrunEngine()
+        return None
     cluster = _cluster(args)
     if args.world_size is not None:
         try:
             cluster.procs_per_node(args.world_size)
         except ClusterError as exc:
             raise UsageError(str(exc)) from exc
-    return TorchrunEngine(cluster=cluster)
+    return cluster
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -278,11 +269,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
 class Watcher:
     """`grader watch`: whichever exercise file is saved is checked again, under a timestamped line."""
 
-    def __init__(
-        self, catalog: Catalog, session: GradingSession, terminal: Terminal, exercises: Sequence[Exercise]
-    ) -> None:
+    def __init__(self, catalog: Catalog, grading: Grades, terminal: Terminal, exercises: Sequence[Exercise]) -> None:
         self.catalog = catalog
-        self.session = session
+        self.grading = grading
         self.terminal = terminal
         self.exercises = list(exercises)
         self.progress = Progress(catalog.root)
@@ -293,10 +282,14 @@ class Watcher:
 
     def check(self, exercises: Sequence[Exercise], why: str) -> None:
         self.terminal.separator(why)
+        titles = {e.id: e.title for e in exercises}
         for exercise in exercises:
-            results = _grade(self.session, self.terminal, [exercise], ExerciseFiles(self._path(exercise).parent))
-            self.progress.record(exercise, self._path(exercise), results)
-            self.terminal.summary(results, sum(r.seconds for r in results), hidden_included=False)
+            path = self._path(exercise)
+            sinks: list[Sink[CheckResult]] = [
+                Collected(partial(self.progress.record, exercise, path)),
+                TerminalSink(self.terminal, titles, lambda done: sum(r.seconds for r in done), hidden_included=False),
+            ]
+            grade_into(self.grading, ExerciseFiles(path.parent), [exercise], sinks)
 
     def poll(self) -> list[Exercise]:
         """Check the exercises whose file was saved since the last poll; returns them."""
@@ -316,8 +309,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     catalog = _catalog()
     terminal = Terminal(verbose=args.verbose)
     watched = [catalog.get(args.exercise)] if args.exercise else list(catalog.exercises)
-    with GradingSession(catalog, _options(args)) as session:
-        watcher = Watcher(catalog, session, terminal, watched)
+    plan = GradingPlan.from_args(args, hidden=False)
+    with open_check(plan, EngineContext(tuple(e.workers_module for e in catalog.exercises))) as grading:
+        watcher = Watcher(catalog, grading, terminal, watched)
         first = watched if args.exercise else _to_check(catalog, watcher.progress)
         if first:
             watcher.check(first, "start")
@@ -335,4 +329,4 @@ def _mtime(path: Path) -> float:
         return -1.0
 
 
-ERRORS = (UsageError, CatalogError, notebook_source.NotebookError)
+ERRORS = (UsageError, PlanError, CatalogError, notebook_source.NotebookError)

@@ -3,8 +3,8 @@ notebook check (`grader check x.ipynb`, which `grader.notebook` runs) and `grade
 
 Each exercise is graded, or said not run (and why) with zero points: its file is unusable, the backend
 cannot run here, or the caller stopped grading (a batch's time limit). What is said about a notebook's
-joined module is said in its cells' terms. What only a batch has (sandboxes, engine pools, the time
-limit) stays in grader/instructor/batch.py, which passes its engine and hooks in.
+joined module is said in its cells' terms. Which engine grades is grader/grading_engines.py's; what only
+a batch has (the time limit, the trusted references) stays in grader/instructor/batch.py, which passes it in.
 """
 
 from __future__ import annotations

@@ -6,19 +6,21 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
 
 import pytest
 from conftest import REPO
 
 from grader.catalog import Exercise, load_catalog
-from grader.cli import main
+from grader.cli import build_parser, main
 from grader.commands import Watcher
 from grader.grading import ExerciseFiles
-from grader.judge.runner import CheckResult
+from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult
+from grader.plan import GradingPlan
 from grader.report.terminal import Terminal
 
 EX01 = "ex01_process_group.py"
@@ -84,17 +86,6 @@ def test_check_with_no_argument_checks_every_changed_exercise_then_the_next_unso
     assert status["ex03_train_ddp"] == "not started"
 
 
-class _Grades(Protocol):
-    """What Watcher uses of its grading session."""
-
-    def grade(
-        self,
-        files: ExerciseFiles,
-        exercises: Sequence[Exercise],
-        on_result: Callable[[CheckResult], None] | None = None,
-    ) -> list[CheckResult]: ...
-
-
 class _Session:
     """Stands in for a grading session: records what was graded, every check passes at once."""
 
@@ -131,10 +122,7 @@ class _Session:
 def test_watch_checks_whichever_exercise_was_saved_under_a_timestamped_line(course, capsys):
     catalog = load_catalog(course)
     session = _Session()
-    grades: _Grades = session  # mypy checks the fake against what Watcher uses of a session
-    # Watcher's parameter is the concrete GradingSession (grader/commands.py), which a fake cannot be
-    # without starting an engine: the cast goes once Watcher takes a protocol such as _Grades.
-    watcher = Watcher(catalog, cast(Any, grades), Terminal(), catalog.exercises)
+    watcher = Watcher(catalog, session, Terminal(), catalog.exercises)  # mypy checks the fake against Grades
     assert watcher.poll() == [] and session.graded == []
     ring = course / "exercises" / "ex08_ring_allreduce.py"
     for saved_at in (time.time() + 1, time.time() + 2):  # saved twice: checked twice
@@ -318,3 +306,50 @@ def test_check_json_to_stdout_is_only_json_and_each_failure_carries_its_hint(cou
     assert failed["hint_text"] == exercise.hints[failed["hint"] - 1].text
     assert all(e["hint"] is None and e["hint_text"] is None for e in entries if e["status"] == "passed")
     assert all(e["cause"] == "" for e in entries if e["status"] == "passed")  # a cause only where one is proven
+
+
+def test_a_students_command_loads_no_instructor_code():
+    """`grader check` parses and starts without the instructor's CLI, jinja2, the sandbox, the course lint or
+    quiz rendering; `grader --help` still lists every command."""
+    probe = (
+        "import contextlib, io, sys, grader.cli\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    grader.cli.main(['check', '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jinja2' or m.startswith(\n"
+        "    ('grader.instructor', 'grader.sandbox', 'grader.course_lint', 'grader.quiz'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    wide = {**os.environ, "COLUMNS": "200"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "grader", "--help"], capture_output=True, text=True, env=wide, check=True
+    ).stdout
+    assert re.findall(r"^    (\S+)", listed, re.M) == [
+        *("list", "check", "hint", "watch", "reset", "node", "quiz", "grade", "gradebook", "report"),
+        *("gradescope", "slurm", "release", "lint-course", "notebook", "doctor"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "hidden", "expected"),
+    [
+        (["check", "--launcher", "grader"], False, GradingPlan()),
+        (
+            ["check", "--solutions", "--launcher", "fork", "--world-size", "3", "--deadline", "5"],
+            True,
+            GradingPlan(world_sizes=(3,), deadline=5.0, hidden=True, launcher="fork"),
+        ),
+        (["watch", "--backend", "nccl"], False, GradingPlan(backend="nccl")),
+        (
+            ["grade", "s", "--out", "o", "-j", "3", "--timeout", "9", "--deadline", "4", "--launcher", "portable"],
+            True,
+            GradingPlan(deadline=4.0, hidden=True, launcher="portable", jobs=3, timeout=9.0),
+        ),
+    ],
+)
+def test_a_command_line_becomes_one_plan_and_the_judges_options_come_from_it(argv, hidden, expected):
+    plan = GradingPlan.from_args(build_parser().parse_args(argv), hidden=hidden)
+    assert plan == expected
+    options = plan.grade_options()
+    assert options.visibilities == (ALL_CHECKS if hidden else PUBLIC_CHECKS)
+    assert (options.world_sizes, options.backend, options.deadline) == (plan.world_sizes, plan.backend, plan.deadline)

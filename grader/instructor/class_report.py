@@ -11,16 +11,18 @@ control characters escaped, and a message is cut to `MESSAGE_SHOWN` characters.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from grader.catalog import Catalog
 from grader.instructor import report_plots
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_stats import ClassSummary, summarize
 from grader.instructor.display import clock
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.templating import render
+from grader.report.inert import one_line
 
 FILENAME = "report.html"
 DIAGNOSES_SHOWN = 25
@@ -59,3 +61,37 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(summarize(catalog, grades, wall_seconds), title, plots), encoding="utf-8")
     return path
+
+
+class ClassReport:
+    """`grader grade`'s sink of the class report: written once every submission is graded, from the grades in
+    the order they were given (a batch stopped half-way leaves none: a part would pass for the class's)."""
+
+    def __init__(self, path: Path, catalog: Catalog, title: str, names: Sequence[str], started: float) -> None:
+        self.path = path
+        self._catalog = catalog
+        self._title = title
+        self._order = {name: i for i, name in enumerate(names)}
+        self._started = started  # time.monotonic() when the batch began
+        self._grades: list[SubmissionGrade] = []
+        self.seconds = 0.0  # the batch's wall time, once closed
+        self.written: Path | None = None
+
+    def on_start(self, name: str) -> None:
+        pass
+
+    def on_result(self, grade: SubmissionGrade) -> None:
+        self._grades.append(grade)
+
+    def close(self) -> None:
+        self.seconds = time.monotonic() - self._started
+        if len(self._grades) < len(self._order):
+            return
+        grades = sorted(self._grades, key=lambda g: self._order[g.name])
+        try:  # every row is written by now: a report that fails loses the report alone
+            self.written = write_report(self.path, self._catalog, grades, self._title, self.seconds)
+        except Exception as exc:
+            print(
+                f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",
+                file=sys.stderr,
+            )

@@ -2,9 +2,10 @@
 
 Each check result is sorted into one outcome: passed, not attempted (the untouched stub, or the file
 missing), timed out (a deadline or the submission's time limit), skipped (the backend was missing),
-error, or failed. A diagnosis is a failure's message with its numbers and paths blurred, so "the
-first gradient is 2 times the reference" at W=2 and "4 times" at W=4 count as one mistake; it is
-counted once per submission that made it.
+error, or failed. A diagnosis is a failure's proven cause (`CheckResult.cause`), whatever its message's
+wording; a failure whose cause is not proven is known by its message with numbers and paths blurred, so
+"the first gradient is 2 times the reference" at W=2 and "4 times" at W=4 count as one mistake. Either
+is counted once per submission that made it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.catalog import Catalog
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
 
 NOT_ATTEMPTED_PREFIXES = ("not implemented yet", "file missing")
@@ -202,15 +203,24 @@ def _is_whole_problem(grade: SubmissionGrade, result: CheckResult) -> bool:
     return bool(grade.problem) and _first_line(result.message).removeprefix("not run: ") == _first_line(grade.problem)
 
 
+def _mistake(result: CheckResult) -> tuple[str, str, str, str]:
+    """Which mistake a failure is: its check and its proven cause, else its blurred message."""
+    return (
+        result.exercise,
+        result.check,
+        *(("cause", result.cause) if result.cause else ("text", pattern(result.message))),
+    )
+
+
 def _diagnoses(grades: Sequence[SubmissionGrade]) -> list[Diagnosis]:
-    who: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    wording: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
-    hints: dict[tuple[str, str, str], int | None] = {}
+    who: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    wording: dict[tuple[str, ...], Counter[str]] = defaultdict(Counter)
+    hints: dict[tuple[str, ...], int | None] = {}
     for grade in grades:
         for result in grade.results:
             if outcome(result) in ("passed", "not attempted", "skipped") or _is_whole_problem(grade, result):
                 continue
-            key = (result.exercise, result.check, pattern(result.message))
+            key = _mistake(result)
             who[key].add(grade.name)
             wording[key][_first_line(result.message)] += 1
             hints.setdefault(key, result.hint_number)

@@ -23,15 +23,17 @@ from grader.instructor import (
     shard,
     slurm,
 )
-from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
+from grader.instructor.batch import grade_batch
 from grader.instructor.display import BatchProgress
 from grader.instructor.release import ReleaseError, release
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
-from grader.judge.runner import ALL_CHECKS
 from grader.notebook_source import NotebookError
 from grader.paths import NOTEBOOKS, course_root
+from grader.plan import GradingPlan, check_counts
 from grader.report.inert import file_name, one_line
+from grader.report.sink import Sink, closing
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
 
@@ -270,18 +272,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_notebook_build)
 
 
-def _check_batch_options(args: argparse.Namespace) -> None:
-    if args.jobs < 1:
-        raise InstructorError("-j must be at least 1")
-    if args.world_size is not None and args.world_size < 1:
-        raise InstructorError("--world-size must be at least 1")
-
-
-UNWRITTEN = "its results.json could not be written"
-
-
 def cmd_grade(args: argparse.Namespace) -> int:
-    _check_batch_options(args)
+    plan = GradingPlan.from_args(args, hidden=True)
     if args.launcher == "portable" and args.sandbox != "none":
         raise InstructorError(
             "--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
@@ -298,15 +290,6 @@ def cmd_grade(args: argparse.Namespace) -> int:
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
         args.out / manifest.FILENAME
     )
-    options = BatchOptions(
-        jobs=args.jobs,
-        timeout=args.timeout,
-        deadline=args.deadline,
-        world_sizes=(args.world_size,) if args.world_size else None,
-        backend=args.backend,
-        visibilities=ALL_CHECKS,
-        launcher=args.launcher,
-    )
     try:
         sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
     except SandboxError as exc:
@@ -314,7 +297,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if sandbox is None:
         print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
-        return _grade(args, catalog, options, sandbox, paths, names)
+        return _grade(args, catalog, plan, sandbox, paths, names)
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -323,57 +306,41 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def _grade(
     args: argparse.Namespace,
     catalog: Catalog,
-    options: BatchOptions,
+    plan: GradingPlan,
     sandbox: SandboxSet | None,
     paths: list[Path],
     names: list[str],
 ) -> int:
-    started = time.monotonic()
-    with (
-        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog) as book,
-        grade_log.GradeLog(args.out / grade_log.FILENAME) as log,
-        BatchProgress(len(paths)) as progress,
-    ):
-
-        def done(grade: SubmissionGrade) -> None:
-            try:  # a row of the gradebook is owed even where its results.json cannot be written
-                gradescope.write(
-                    args.out / file_name(grade.name) / "results.json", catalog, grade, args.hidden_visibility
-                )
-            except Exception as exc:
-                grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
-            book.add(grade)
-            log.add(grade)
-            progress.finished(grade)
-
-        grades = grade_batch(catalog, paths, options, sandbox, on_start=progress.started, on_done=done) if paths else []
-    seconds = time.monotonic() - started
+    """Plan, grade, sinks: each submission's results.json, gradebook row, grade log line and progress line as
+    it is graded (in that order: a results.json that fails is noted in the row), then the class report."""
     title = "Class report" + (f", shard {args.shard}" if args.shard else "")
-    try:  # every row is written by now: a report that fails loses the report alone
-        report: Path | None = class_report.write_report(
-            args.out / class_report.FILENAME, catalog, grades, title, seconds
-        )
-    except Exception as exc:
-        print(
-            f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",
-            file=sys.stderr,
-        )
-        report = None
+    report = class_report.ClassReport(
+        args.out / class_report.FILENAME, catalog, title, [name_of(p) for p in paths], time.monotonic()
+    )
+    sinks: list[Sink[SubmissionGrade]] = [
+        gradescope.ResultsFiles(args.out, catalog, args.hidden_visibility),
+        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog),
+        grade_log.GradeLog(args.out / grade_log.FILENAME),
+        BatchProgress(len(paths)),
+        report,
+    ]
+    with closing(sinks):
+        grades = grade_batch(catalog, paths, plan, sandbox, sinks) if paths else []
     if args.shard:
         print(f"shard {args.shard}: {len(paths)} of the {len(names)} submission(s)")
-    each = f" ({seconds / len(grades):.2f}s each)" if grades else ""
+    each = f" ({report.seconds / len(grades):.2f}s each)" if grades else ""
     print(
-        f"graded {len(grades)} submission(s) in {seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
-        f"{report or 'no class report'}"
+        f"graded {len(grades)} submission(s) in {report.seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
+        f"{report.written or 'no class report'}"
     )
-    unwritten = [g.name for g in grades if any(n.startswith(UNWRITTEN) for n in g.notes)]
+    unwritten = [g.name for g in grades if any(n.startswith(gradescope.UNWRITTEN) for n in g.notes)]
     if unwritten:
         print(
             f"grader: {len(unwritten)} results.json could not be written (see the gradebook's problem column): "
             f"{one_line(', '.join(unwritten), 500)}",
             file=sys.stderr,
         )
-    return 0 if report is not None and not unwritten else 1
+    return 0 if report.written is not None and not unwritten else 1
 
 
 def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
@@ -507,7 +474,7 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
-    _check_batch_options(args)
+    check_counts(args)
     if not args.submissions_dir.is_dir():
         raise InstructorError(f"{args.submissions_dir} is not a folder of submissions")
     count = sum(1 for p in args.submissions_dir.iterdir() if not p.name.startswith("."))

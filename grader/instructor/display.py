@@ -17,7 +17,7 @@ import threading
 import time
 from typing import TextIO
 
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.report.inert import one_line
 
 BAR_WIDTH = 24
@@ -43,15 +43,18 @@ class BatchProgress:
         self._lock = threading.Lock()  # callbacks come from the grading threads
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-
-    def __enter__(self) -> BatchProgress:
-        self._started = time.monotonic()
         if self.live:
             self._ticker = threading.Thread(target=self._tick, name="batch-progress", daemon=True)
             self._ticker.start()
+
+    def __enter__(self) -> BatchProgress:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops the clock and clears the bar: the batch is over."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
@@ -90,12 +93,12 @@ class BatchProgress:
         self.stream.write(f"\r\033[K{line}")
         self.stream.flush()
 
-    def started(self, name: str) -> None:
+    def on_start(self, name: str) -> None:
         with self._lock:
             self._running.append(name)
             self._draw()
 
-    def finished(self, grade: SubmissionGrade) -> None:
+    def on_result(self, grade: SubmissionGrade) -> None:
         with self._lock:
             self._done += 1
             if grade.name in self._running:

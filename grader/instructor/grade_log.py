@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
 from grader.report.inert import printable
 
@@ -62,7 +62,10 @@ class GradeLog:
         self.path = path
         self._file = open(path, "w", encoding="utf-8")
 
-    def add(self, grade: SubmissionGrade) -> None:
+    def on_start(self, name: str) -> None:
+        pass
+
+    def on_result(self, grade: SubmissionGrade) -> None:
         self._file.write(json.dumps(_record(grade)) + "\n")
         self._file.flush()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grader.catalog import Catalog
 from grader.instructor import manifest
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.report.inert import csv_cell
 
 FILENAME = "gradebook.csv"
@@ -42,7 +42,10 @@ class Gradebook:
         self._writer.writerow(self._header)
         self._file.flush()
 
-    def add(self, grade: SubmissionGrade) -> None:
+    def on_start(self, name: str) -> None:
+        pass
+
+    def on_result(self, grade: SubmissionGrade) -> None:
         row = _cells(
             [
                 grade.name,

@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
-from grader.instructor.batch import SubmissionGrade
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
-from grader.report.inert import printable
+from grader.report.inert import file_name, printable
 
 HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published")
 TEST_OUTPUT_LIMIT = 10_000  # characters of one test's output
 OUTPUT_LIMIT = 100_000  # of the visible tests' together; once spent, each still gets `TEST_OUTPUT_FLOOR`
 TEST_OUTPUT_FLOOR = 500
+UNWRITTEN = "its results.json could not be written"  # a note in the gradebook's problem column
 
 
 def _output(results: list[CheckResult]) -> str:
@@ -89,3 +90,25 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
 def write(path: Path, catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results_json(catalog, grade, hidden_as), indent=2) + "\n")
+
+
+class ResultsFiles:
+    """`grader grade`'s sink of `OUT/<submission>/results.json`. One that cannot be written becomes a note
+    on the grade, for the sinks after this one (the gradebook's row is owed all the same)."""
+
+    def __init__(self, out: Path, catalog: Catalog, hidden_as: str) -> None:
+        self.out = out
+        self._catalog = catalog
+        self._hidden_as = hidden_as
+
+    def on_start(self, name: str) -> None:
+        pass
+
+    def on_result(self, grade: SubmissionGrade) -> None:
+        try:
+            write(self.out / file_name(grade.name) / "results.json", self._catalog, grade, self._hidden_as)
+        except Exception as exc:
+            grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        pass

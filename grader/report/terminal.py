@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -136,3 +136,40 @@ class Terminal:
             self.line(self.paint(f"{what}: {passed}/{total}{skip_note} in {seconds:.1f}s", "passed"))
         else:
             self.line(self.paint(f"{passed}/{total} checks passed{skip_note} in {seconds:.1f}s", "failed"))
+
+
+class TerminalSink:
+    """`grader check` and `watch` on a terminal: each exercise under its heading, its results grouped once
+    it is done, then the summary. `seconds` says how long the results took (the wall clock, or their own sum)."""
+
+    def __init__(
+        self,
+        terminal: Terminal,
+        titles: dict[str, str],
+        seconds: Callable[[Sequence[CheckResult]], float],
+        hidden_included: bool,
+    ) -> None:
+        self.terminal = terminal
+        self._titles = titles  # exercise id -> title
+        self._seconds = seconds
+        self._hidden_included = hidden_included
+        self._results: list[CheckResult] = []
+        self._open = False  # an exercise's results are still gathered
+
+    def on_start(self, name: str) -> None:
+        self._finish()
+        self.terminal.heading(f"{name}: {self._titles[name]}")
+        self._open = True
+
+    def on_result(self, result: CheckResult) -> None:
+        self._results.append(result)
+        self.terminal.result(result)
+
+    def _finish(self) -> None:
+        if self._open:
+            self.terminal.finish_exercise()
+            self._open = False
+
+    def close(self) -> None:
+        self._finish()
+        self.terminal.summary(self._results, self._seconds(self._results), self._hidden_included)

@@ -18,10 +18,11 @@ import pytest
 from conftest import REPO
 from test_faults import FAULTS, HERE
 
+from grader.cli import build_parser
 from grader.engine import Engine, Job, loopback, platforms, pool, wire
 from grader.engine.launchers import RunStreams
-from grader.judge.runner import GradeOptions
-from grader.session import GradingSession
+from grader.grading_engines import EngineContext, open_check
+from grader.plan import GradingPlan
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,11 @@ def test_grader_check_takes_the_launcher_asked_for(catalog, monkeypatch):
     monkeypatch.delenv(platforms.LAUNCHER_VARIABLE, raising=False)
     default = platforms.chosen_launcher()[0]
     for asked, expected in (("portable", "portable"), ("fork", "fork"), ("grader", default)):
-        with GradingSession(catalog, GradeOptions(), launcher=asked) as session:
-            assert isinstance(session.engine, Engine), session.engine  # no engine given: a local one is opened
-            assert session.engine.launcher == expected
+        plan = GradingPlan.from_args(build_parser().parse_args(["check", "--launcher", asked]), hidden=False)
+        preload = tuple(e.workers_module for e in catalog.exercises)
+        with open_check(plan, EngineContext(preload)) as grading:
+            assert isinstance(grading.engine, Engine), grading.engine  # none given: a local one is opened
+            assert grading.engine.launcher == expected
 
 
 def test_grade_refuses_the_portable_launcher_in_a_sandbox(tmp_path):

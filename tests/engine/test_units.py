@@ -117,7 +117,7 @@ def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, t
     """Any `Runner` grades (no Engine needed); a broken one marks its results, which the batch reads to
     replace the engine, and the mark stays out of the result's record."""
     from grader.engine import EngineError
-    from grader.instructor.batch import _engine_failed
+    from grader.grading_engines import _engine_failed
     from grader.judge.runner import ENGINE_FAILURE, grade_exercise
 
     class Broken:

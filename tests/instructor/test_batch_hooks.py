@@ -14,7 +14,9 @@ import pytest
 from grader.catalog import load_catalog
 from grader.cli import main
 from grader.instructor import class_report, gradescope
-from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
+from grader.instructor.batch import grade_batch
+from grader.instructor.submission_grade import SubmissionGrade
+from grader.plan import GradingPlan
 
 from . import support
 
@@ -76,16 +78,21 @@ def test_hooks_that_raise_cost_no_grade(tmp_path: Path, capsys: pytest.CaptureFi
     paths = _batch(tmp_path / "subs")
     told: list[str] = []
 
-    def announce(name: str) -> None:
-        if name == "a_first":
-            raise UnicodeEncodeError("utf-8", name, 0, 1, "surrogates not allowed")
+    class Sink:
+        def on_start(self, name: str) -> None:
+            if name == "a_first":
+                raise UnicodeEncodeError("utf-8", name, 0, 1, "surrogates not allowed")
 
-    def record(grade: SubmissionGrade) -> None:
-        if grade.name == "b_unwritable":
-            raise ValueError("a row that cannot be drawn")
-        told.append(grade.name)
+        def on_result(self, grade: SubmissionGrade) -> None:
+            if grade.name == "b_unwritable":
+                raise ValueError("a row that cannot be drawn")
+            told.append(grade.name)
 
-    grades = grade_batch(catalog, paths, BatchOptions(jobs=1, world_sizes=(2,), deadline=20), None, announce, record)
+        def close(self) -> None:
+            raise AssertionError("the caller closes its sinks, not the batch")
+
+    plan = GradingPlan(jobs=1, world_sizes=(2,), deadline=20, hidden=True)
+    grades = grade_batch(catalog, paths, plan, None, [Sink()])
     assert [g.name for g in grades] == ["a_first", "b_unwritable", "c_last"]
     assert [g.score for g in grades] == [5.0, 0.0, 5.0] and sorted(told) == ["a_first", "c_last"]
     err = capsys.readouterr().err

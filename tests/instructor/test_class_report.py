@@ -14,9 +14,9 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.instructor import report_plots
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.runner import CheckResult
 from grader.judge.verdict import Status
 
@@ -98,6 +98,25 @@ def test_outcomes_and_blurred_diagnoses() -> None:
     ):
         assert outcome(dataclasses.replace(result, message=message)) == expected
     assert outcome(dataclasses.replace(result, status="error", message="boom")) == "error"
+
+
+def test_diagnoses_group_by_proven_cause_and_fall_back_to_the_blurred_message() -> None:
+    """A proven cause is the mistake whatever the wording; two causes worded alike stay two mistakes."""
+    first = _results("ex01", {"joins_group": ("failed", "the loss is {} times the reference")})[0]
+    worded = {
+        "a": ("the loss is 2 times the reference", "summed"),
+        "b": ("gradients at step 7 came out 4x too large", "summed"),
+        "c": ("rank 1 stopped at step 3", "forgot_barrier"),
+        "d": ("rank 0 stopped at step 5", "exited_early"),
+        "e": ("the loss is 3 times the reference", ""),
+        "f": ("the loss is 5 times the reference", ""),
+    }
+    grades = [
+        SubmissionGrade(name, [dataclasses.replace(first, message=message, cause=cause)], 1.0)
+        for name, (message, cause) in worded.items()
+    ]
+    groups = {d.submissions for d in summarize(CHEAP, grades).diagnoses}
+    assert groups == {("a", "b"), ("c",), ("d",), ("e", "f")}
 
 
 def test_histogram_bins_cover_zero_to_the_maximum() -> None:

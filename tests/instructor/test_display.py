@@ -8,8 +8,8 @@ import re
 import pytest
 
 from grader.instructor import display
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.display import BatchProgress, clock
+from grader.instructor.submission_grade import SubmissionGrade
 
 
 class Clock:
@@ -41,12 +41,12 @@ def test_clock(seconds: float, text: str) -> None:
 def test_piped_progress_is_one_plain_line_per_submission_with_the_time_left(fake_time: Clock) -> None:
     out = io.StringIO()
     with BatchProgress(4, out, live=False) as progress:
-        progress.started("ada")
+        progress.on_start("ada")
         fake_time.now += 10
-        progress.finished(_grade("ada"))
-        progress.started("bo")
+        progress.on_result(_grade("ada"))
+        progress.on_start("bo")
         fake_time.now += 10
-        progress.finished(_grade("bo", "bo.zip is not a readable zip archive\nmore"))
+        progress.on_result(_grade("bo", "bo.zip is not a readable zip archive\nmore"))
     lines = out.getvalue().splitlines()
     assert lines == [
         "[1/4] ada: 0/0 in 2.5s  (elapsed 0:10, about 0:30 left)",
@@ -58,11 +58,11 @@ def test_piped_progress_is_one_plain_line_per_submission_with_the_time_left(fake
 def test_a_terminal_gets_a_bar_redrawn_in_place(fake_time: Clock) -> None:
     out = io.StringIO()
     with BatchProgress(4, out, live=True) as progress:
-        progress.started("ada")
-        progress.started("bo")
+        progress.on_start("ada")
+        progress.on_start("bo")
         assert out.getvalue().endswith("[" + "." * display.BAR_WIDTH + "] 0/4   0%  elapsed 0:00  grading ada, bo")
         fake_time.now += 30
-        progress.finished(_grade("ada"))
+        progress.on_result(_grade("ada"))
         screen = out.getvalue()
         assert "\r\033[K[1/4] ada: 0/0 in 2.5s\n" in screen
         bar = screen.rsplit("\r\033[K", 1)[1]
@@ -76,7 +76,7 @@ def test_the_ticker_keeps_the_clock_moving_while_a_submission_grades(
     monkeypatch.setattr(display, "TICK_S", 0.01)
     out = io.StringIO()
     with BatchProgress(2, out, live=True) as progress:
-        progress.started("slow")
+        progress.on_start("slow")
         fake_time.now += 75
         for _ in range(500):
             if "elapsed 1:15" in out.getvalue():

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from grader.cli import main
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.grade_log import GradeLog, GradeLogError, read_grades
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.runner import CheckResult
 
 from . import support
@@ -37,7 +37,7 @@ def test_grades_come_back_as_they_were_written(tmp_path: Path) -> None:
     grades = [_grade("ada"), _grade("bo", passed=False)]
     with GradeLog(tmp_path / "grades.jsonl") as log:
         for grade in grades:
-            log.add(grade)
+            log.on_result(grade)
     assert read_grades(tmp_path / "grades.jsonl") == grades
     assert read_grades(tmp_path / "grades.jsonl")[1].results[0].cause == "wrong_rank"
 
@@ -45,8 +45,8 @@ def test_grades_come_back_as_they_were_written(tmp_path: Path) -> None:
 def test_a_line_cut_off_by_an_interrupted_batch_is_dropped_only_at_the_end(tmp_path: Path) -> None:
     path = tmp_path / "grades.jsonl"
     with GradeLog(path) as log:
-        log.add(_grade("ada"))
-        log.add(_grade("bo"))
+        log.on_result(_grade("ada"))
+        log.on_result(_grade("bo"))
     whole = path.read_text()
     path.write_text(whole[:-40])
     assert [g.name for g in read_grades(path)] == ["ada"]
@@ -63,7 +63,7 @@ def test_the_report_command_draws_several_runs_together(
     for run, names in (("run1", ["ada", "bo"]), ("run2", ["cy"])):
         with GradeLog(tmp_path / run / "grades.jsonl") as log:
             for name in names:
-                log.add(_grade(name, passed=name != "bo"))
+                log.on_result(_grade(name, passed=name != "bo"))
     page = tmp_path / "class.html"
     assert main(["report", str(tmp_path / "run1"), str(tmp_path / "run2"), "--out", str(page), "--no-plots"]) == 0
     html = page.read_text()

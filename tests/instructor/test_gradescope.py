@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from grader.catalog import load_catalog
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.gradescope import results_json
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult, Status
 
 from . import support

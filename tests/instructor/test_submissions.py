@@ -12,10 +12,10 @@ import pytest
 
 from grader.catalog import load_catalog
 from grader.instructor import notebook_build
-from grader.instructor.batch import BatchOptions, grade_batch
+from grader.instructor.batch import grade_batch
 from grader.instructor.gradebook import Gradebook
 from grader.instructor.submissions import SubmissionError, prepare
-from grader.judge.runner import PUBLIC_CHECKS
+from grader.plan import GradingPlan
 
 from . import support
 
@@ -122,13 +122,13 @@ def test_the_choice_reaches_the_gradebooks_problem_column(tmp_path: Path) -> Non
     folder.mkdir()
     shutil.copyfile(support.REPO / "exercises" / "ex02_data_sharding.py", folder / "ex02_data_sharding.py")
     _built(folder / "ex02_data_sharding-Copy1.ipynb", "ex02_data_sharding", solved=True)
-    options = BatchOptions(jobs=1, world_sizes=(2,), visibilities=PUBLIC_CHECKS, deadline=20)
+    options = GradingPlan(jobs=1, world_sizes=(2,), deadline=20)
     (grade,) = grade_batch(CATALOG, [folder], options, sandbox=None)  # which file is graded: no sandbox involved
     assert grade.exercise_score("ex02_data_sharding") == sum(
         c.points for c in CATALOG.get("ex02").checks if c.visibility == "public"
     )
     book = Gradebook(tmp_path / "gradebook.csv", CATALOG)
-    book.add(grade)
+    book.on_result(grade)
     book.close()
     (row,) = list(csv.DictReader((tmp_path / "gradebook.csv").open()))
     assert row["problem"] == (

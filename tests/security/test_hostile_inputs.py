@@ -28,9 +28,10 @@ from instructor import support
 from grader import notebook_source, student_files
 from grader.catalog import load_catalog
 from grader.instructor import batch, gradebook, gradescope, submissions
-from grader.instructor.batch import BatchOptions, SubmissionGrade, grade_batch
+from grader.instructor.batch import grade_batch
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.submissions import Submission, SubmissionError, prepare
-from grader.judge.runner import ALL_CHECKS
+from grader.plan import GradingPlan
 
 CATALOG = load_catalog(support.REPO)
 EX01 = "ex01_process_group"
@@ -384,20 +385,20 @@ class _NoEngines:
         raise AssertionError("a submission that could not be prepared borrowed an engine")
 
 
-OPTIONS = BatchOptions(jobs=1, visibilities=ALL_CHECKS)
+PLAN = GradingPlan(jobs=1, hidden=True)
 
 
 def _row(path: Path, pool: Any = None) -> SubmissionGrade:
-    grade = batch.grade_one(pool or _NoEngines(), batch._Batch(CATALOG, OPTIONS, 0, None, None, None), path)  # type: ignore[arg-type]
+    grade = batch.grade_one(pool or _NoEngines(), batch._Batch(CATALOG, PLAN, None, None, None), path)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as out:  # the row is written as `grader grade` writes it
         json.dumps(gradescope.results_json(CATALOG, grade))
         with gradebook.Gradebook(Path(out) / "gradebook.csv", CATALOG) as book:
-            book.add(grade)
+            book.on_result(grade)
     return grade
 
 
 def _all_not_run(grade: SubmissionGrade, message: str) -> None:
-    assert grade.score == 0 and len(grade.results) == len(batch._not_graded(CATALOG, OPTIONS, ""))
+    assert grade.score == 0 and len(grade.results) == len(batch._not_graded(CATALOG, PLAN, ""))
     assert all(r.status == "error" and r.message.startswith(message) for r in grade.results)
 
 
@@ -491,7 +492,7 @@ def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatc
     grades = grade_batch(
         ex01,
         [tmp_path / name for name in names],
-        BatchOptions(jobs=2, world_sizes=(2,), deadline=20, visibilities=ALL_CHECKS),
+        GradingPlan(jobs=2, world_sizes=(2,), deadline=20, hidden=True),
     )
     assert [g.name for g in grades] == names
     for grade in grades:

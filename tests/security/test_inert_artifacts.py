@@ -24,12 +24,12 @@ from instructor.results_schema import validate_results
 from grader.catalog import load_catalog
 from grader.cli import main as grader_main
 from grader.instructor import gradebook, gradescope
-from grader.instructor.batch import SubmissionGrade
 from grader.instructor.class_report import write_report
 from grader.instructor.display import BatchProgress
 from grader.instructor.grade_log import TEXT_LIMIT, GradeLog, read_grades
 from grader.instructor.gradescope_submission import main as locate_main
 from grader.instructor.manifest import Manifest
+from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.runner import CheckResult
 from grader.report.inert import NAME_LIMIT, csv_cell, file_name, one_line, printable
 from grader.report.terminal import Terminal
@@ -206,7 +206,7 @@ def test_gradebook_cells_are_never_formulas(tmp_path: Path) -> None:
     names = ['=HYPERLINK("http://x")', "+cmd|' /C calc'!A0", "@SUM(1)", "-2+3", "\tx", CLEAR + "ada"]
     with gradebook.Gradebook(tmp_path / "gradebook.csv", CHEAP) as book:
         for name in names:
-            book.add(hostile_grade(name))
+            book.on_result(hostile_grade(name))
         _assert_inert_cells(_cells(tmp_path / "gradebook.csv"))  # the rows appended while the batch runs
     cells = _cells(tmp_path / "gradebook.csv")
     _assert_inert_cells(cells)
@@ -217,8 +217,8 @@ def test_a_merged_gradebook_is_disarmed_and_finds_every_hostile_name(tmp_path: P
     names = ("=evil", "+cmd|' /C calc'!A0", CLEAR + "bo")
     one, two = tmp_path / "shard-1", tmp_path / "shard-2"
     with gradebook.Gradebook(one / "gradebook.csv", CHEAP) as book:
-        book.add(hostile_grade(names[0]))
-        book.add(hostile_grade(names[1]))
+        book.on_result(hostile_grade(names[0]))
+        book.on_result(hostile_grade(names[1]))
     two.mkdir()
     with open(two / "gradebook.csv", "w", newline="") as handle:  # written by hand, or by an older grader
         writer = csv.writer(handle)
@@ -260,7 +260,7 @@ def test_the_class_report_shows_student_text_and_runs_none_of_it(tmp_path: Path)
 def test_the_grade_log_holds_text_only(tmp_path: Path) -> None:
     path = tmp_path / "grades.jsonl"
     with GradeLog(path) as log:
-        log.add(hostile_grade(flood=50_000))
+        log.on_result(hostile_grade(flood=50_000))
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert not [s for s in strings(records) if raw_controls(s)]
     assert max(len(s) for s in strings(records)) <= TEXT_LIMIT
@@ -276,8 +276,8 @@ def test_batch_progress_prints_names_and_problems_as_text() -> None:
     for live in (False, True):
         out = io.StringIO()
         with BatchProgress(2, out, live=live) as progress:
-            progress.started(HOSTILE)
-            progress.finished(hostile_grade(HOSTILE))
+            progress.on_start(HOSTILE)
+            progress.on_result(hostile_grade(HOSTILE))
         screen = _without(out.getvalue(), r"\r\x1b\[K")  # the bar's own redraw
         assert not raw_controls(screen) and screen.count("\n") == 1, screen
         assert "\\x1b[2J" in screen and "touch${IFS}pwned" in screen
