@@ -5,7 +5,9 @@ students, and which distractors drew answers.
 - discrimination: the point-biserial correlation between a question's score and the rest of the
   quiz (the total without that question, so the item is not correlated with itself); below about
   0.2 the question barely separates students, a negative value usually means a flawed key;
-- option counts: options are counted by their text, since letters change from version to version.
+- option counts: options are counted by their text, since letters change from version to version; a
+  distractor nobody picked (with MINIMUM_STUDENTS answers or more) is marked "replace this distractor":
+  it turns a four-option question into a three-option one, and a real misconception should take its place.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from grader.quiz.marks import Mark
 
 MINIMUM_STUDENTS = 3
+REPLACE = "replace this distractor"
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def item_statistics(marks: Sequence[Mark]) -> dict[str, ItemStatistics]:
 
 def option_counts(questions: Sequence[dict[str, Any]], marks: Sequence[Mark]) -> list[list[Any]]:
     """Rows (question, option letter in the bank file, text, correct, chosen, share of the students
-    who picked anything) for every option of every choice question."""
+    who picked anything, advice) for every option of every choice question."""
     picks: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for mark in marks:
         if mark.picked:
@@ -69,6 +72,7 @@ def option_counts(questions: Sequence[dict[str, Any]], marks: Sequence[Mark]) ->
         for option in sorted(entry["options"], key=lambda o: o.get("source") or o["letter"]):
             count = sum(1 for picked in chosen if option["text"] in picked)
             share = f"{count / len(chosen):.2f}" if chosen else ""
+            unpicked = not option["correct"] and count == 0 and len(chosen) >= MINIMUM_STUDENTS
             rows.append(
                 [
                     entry["id"],
@@ -77,6 +81,7 @@ def option_counts(questions: Sequence[dict[str, Any]], marks: Sequence[Mark]) ->
                     "yes" if option["correct"] else "no",
                     count,
                     share,
+                    REPLACE if unpicked else "",
                 ]
             )
     return rows

@@ -51,7 +51,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     practice_parser.add_argument("--seed", type=int, default=None, help="fix the draw (default: a new one each time)")
     practice_parser.set_defaults(func=cmd_practice)
 
-    lint_parser = sub.add_parser("lint", help="validate every bank, measure option-length tells; exit 1 on errors")
+    lint_parser = sub.add_parser(
+        "lint", help="validate every bank, measure option-length tells, find near-duplicates; exit 1 on errors"
+    )
     _bank_option(lint_parser)
     lint_parser.set_defaults(func=cmd_lint)
 
@@ -218,10 +220,12 @@ def cmd_lint(args: argparse.Namespace) -> int:
         bank = _load(args)
     except (BankNotFound, CourseNotFound) as exc:
         return _fail(str(exc))
-    problems, measures = lint(bank, _directory(args))
-    for measure in measures:
-        print(measure.summary())
-    bank.problems.extend(problems)
+    report = lint(bank, _directory(args))
+    for summary in report.summaries:
+        print(summary)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    bank.problems.extend(report.problems)
     if _report_problems(bank):
         return 1
     pools = ", ".join(f"{sum(q.pool == pool for q in bank.questions)} {pool}" for pool in POOLS)

@@ -319,7 +319,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
         ),
         _write_csv(
             out / "options.csv",
-            ["question", "option", "text", "correct", "chosen", "share"],
+            ["question", "option", "text", "correct", "chosen", "share", "advice"],
             option_counts(result.questions, marks),
         ),
         _write_csv(

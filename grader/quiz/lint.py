@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.quiz import cues
 from grader.quiz.bank import POOLS, Bank, Problem, Question
+from grader.quiz.cues import visible_length
+from grader.quiz.duplicates import duplicate_problems
 from grader.quiz.formula import FormulaError
 from grader.quiz.precision import is_whole
-from grader.quiz.versions import evaluate
+from grader.quiz.versions import draw_all, evaluate
 
 SINGLE_LIMIT = 0.35
 MULTIPLE_MARGIN = 0.15
@@ -71,11 +74,6 @@ class LengthMeasure:
 
 def _share(hits: Sequence[str], total: Sequence[str]) -> str:
     return f"{len(hits)}/{len(total)} ({len(hits) / len(total):.0%})"
-
-
-def visible_length(text: str) -> int:
-    """Characters a student sees: Markdown's backticks and asterisks are not part of the option."""
-    return len(re.sub(r"[`*]", "", text).strip())
 
 
 def measure_lengths(questions: Sequence[Question], file: Path) -> LengthMeasure:
@@ -225,18 +223,57 @@ def probe(question: Question, tries: int = 40) -> Problem | None:
     return None
 
 
-def lint(bank: Bank, directory: Path) -> tuple[list[Problem], list[LengthMeasure]]:
-    """Every problem beyond the format, and the length measures of each bank file (for the report)."""
-    problems: list[Problem] = []
+@dataclass
+class Report:
+    """What `lint` found: errors, warnings (exam/exam near-duplicates) and the measures to print."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+
+
+def rendered_problems(questions: Sequence[Question], directory: Path) -> tuple[list[Problem], list[str]]:
+    """The rank cue in each rendered version (a student's sample: the same questions again are no new
+    evidence), and the key's letter over all of them (each item shuffled by its own generator, so
+    the versions are independent draws): shuffling must not make a cue."""
+    problems, summaries, shown = [], [], []
+    scope = f"{cues.LINT_VERSIONS} rendered versions, "
+    for pool in POOLS:
+        chosen = [q for q in questions if q.pool == pool and q.type == "single"]  # numeric draws: see probe
+        versions = draw_all(chosen, cues.LINT_SEED, cues.LINT_VERSIONS, pool=pool) if chosen else []
+        failing = [(v.number, cues.rank_tests(cues.version_shown([v]))) for v in versions]
+        failing = [(number, tests) for number, tests in failing if any(t.failing(cues.RANK_ALPHA) for t in tests)]
+        if failing:
+            number, tests = failing[0]
+            problems += cues.rank_problems(tests, directory, f"{len(failing)} of {scope}e.g. version {number}, ")
+        shown += cues.version_shown(versions)
+    positions = cues.position_tests(shown)
+    problems += cues.position_problems(positions, directory)
+    summaries += [f"{scope}{t.pool} pool: key letter {t.describe(cues.LETTERS[: t.options])}" for t in positions]
+    return problems, summaries
+
+
+def lint(bank: Bank, directory: Path) -> Report:
+    """Every problem beyond the format, the warnings, and the measures of each bank file and pool."""
+    report = Report()
+    problems = report.problems
     for question in bank.questions:
         if (problem := probe(question)) is not None:
             problems.append(problem)
         problems.extend(pointing_problems(question))
-    measures = []
+        problems.extend(cues.shape_problems(question))
     for file in bank.files:
         measure = measure_lengths([q for q in bank.questions if q.source == file], file)
-        measures.append(measure)
+        report.summaries.append(measure.summary())
         problems.extend(length_problems(measure))
+    ranks = cues.rank_tests(cues.bank_shown(bank.questions))
+    report.summaries.extend(cues.summaries(ranks))
+    problems.extend(cues.rank_problems(ranks, directory, ""))
+    rendered, rendered_summaries = rendered_problems(bank.questions, directory)
+    problems.extend(rendered)
+    report.summaries.extend(rendered_summaries)
     problems.extend(pool_problems(bank.questions, directory))
     problems.extend(truefalse_problems(bank.questions, directory))
-    return problems, measures
+    errors, report.warnings = duplicate_problems(bank.questions)
+    problems.extend(errors)
+    return report

@@ -4,6 +4,8 @@ bank and answer helpers of the grading tests."""
 from __future__ import annotations
 
 import json
+import random
+import string
 import textwrap
 import xml.etree.ElementTree as ET
 from functools import lru_cache
@@ -29,6 +31,15 @@ def write_bank(directory: Path, body: str, name: str = "bank.toml") -> Path:
     path = directory / name
     path.write_text(textwrap.dedent(body), encoding="utf-8")
     return path
+
+
+def filler(length: int, seed: str) -> str:
+    """Text of exactly `length` characters made of words no other option shares."""
+    rng = random.Random(seed)
+    text = ""
+    while len(text) < length:
+        text += "".join(rng.choice(string.ascii_lowercase) for _ in range(6)) + " "
+    return text[:length].rstrip() + "x" * (length - len(text[:length].rstrip()))
 
 
 SINGLE = """

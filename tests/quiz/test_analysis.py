@@ -102,5 +102,7 @@ def test_options_csv_counts_each_option_across_versions(graded: Path) -> None:
     assert by_text["nccl"]["chosen"] == "3" and by_text["nccl"]["correct"] == "no"
     assert by_text["gloo"]["chosen"] == "3" and by_text["gloo"]["correct"] == "yes"
     assert by_text["none"]["chosen"] == "0" and by_text["none"]["share"] == "0.00"
+    assert by_text["none"]["advice"] == "replace this distractor", "a distractor nobody picked does no work"
+    assert by_text["nccl"]["advice"] == by_text["gloo"]["advice"] == "", "picked, or the key"
     assert by_text["nccl"]["share"] == "0.50"
     assert not [r for r in csv.DictReader((graded / "options.csv").open()) if r["question"] == "volume"]

@@ -11,7 +11,7 @@ import pytest
 from grader.cli import main
 from grader.quiz.lint import LengthMeasure, measure_lengths, visible_length
 
-from .support import COURSE_BANK, course_bank, course_questions, write_bank
+from .support import COURSE_BANK, course_bank, course_questions, filler, write_bank
 
 
 def single(qid: str, key: str, distractors: tuple[str, ...], pool: str = "exam") -> str:
@@ -79,9 +79,15 @@ def test_keys_that_are_the_shortest_option_fail_too(tmp_path: Path, capsys: pyte
     assert code == 1 and "strictly the shortest option in 2/3 (67%)" in err
 
 
+def unrelated(qid: str, key: int, distractors: tuple[int, ...], pool: str = "exam") -> str:
+    """A question of the given option lengths whose words no other question shares."""
+    options = tuple(filler(n, f"{qid}:{i}") for i, n in enumerate((key, *distractors)))
+    return single(qid, options[0], options[1:], pool).replace(f"Question {qid}?", filler(40, qid))
+
+
 def test_a_bank_at_the_limit_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    body = single("q0", *LONG_KEY) + "".join(single(f"q{i}", *MIDDLE_KEY) for i in range(1, 3))
-    body += single("q3", *MIDDLE_KEY, pool="practice")
+    body = unrelated("q0", 40, (30, 32, 34)) + "".join(unrelated(f"q{i}", 30, (20, 40, 34)) for i in range(1, 3))
+    body += unrelated("q3", 30, (20, 40, 34), pool="practice")
     code, out, err = lint(tmp_path, body, capsys)
     assert code == 0, err
     assert "key longest 1/4 (25%), shortest 0/4 (0%)" in out

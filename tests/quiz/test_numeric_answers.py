@@ -77,10 +77,11 @@ def bucket_messages(sizes: list[float], cap: float) -> int:
 
 
 def zero_stage_gb(params_billion: float, stage: int, world: float) -> float:
-    """Per GPU: fp16 weights (sharded from stage 3), fp16 gradients (from stage 2), 12 bytes of Adam (from 1)."""
+    """Per GPU: fp16 weights (sharded from stage 3), fp16 gradients (from stage 2), 12 bytes of Adam (from 1);
+    stage 0 is plain DDP."""
     weights = 2 / (world if stage >= 3 else 1)
     grads = 2 / (world if stage >= 2 else 1)
-    return params_billion * (weights + grads + 12 / world)
+    return params_billion * (weights + grads + 12 / (world if stage >= 1 else 1))
 
 
 def pipeline_idle_share(stages: int, micro_batches: int) -> float:
@@ -98,6 +99,16 @@ def pipeline_idle_share(stages: int, micro_batches: int) -> float:
             backward_end[s][i] = max(ready, backward_end[s][i - 1] if i else forward_end[s][micro_batches - 1]) + 1
     span = max(max(row) for row in backward_end)
     return 1 - 2 * micro_batches / span
+
+
+def pipeline_span(stages: int, micro_batches: int) -> int:
+    """Slots from the first forward to the last backward: the busy 2m slots over the busy share."""
+    return round(2 * micro_batches / (1 - pipeline_idle_share(stages, micro_batches)))
+
+
+def torch_bf16_bytes() -> int:
+    """Bytes of one bf16 element: half a float32's 32 bits."""
+    return struct.calcsize("<f") // 2
 
 
 def peak_in_flight(order: str) -> int:
@@ -120,7 +131,7 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "par-pipeline-bubble": lambda v: 100 * (v["p"] - 1) / (v["m"] + v["p"] - 1),
     "sampler-steps-per-epoch": lambda v: sampler_steps(int(v["N"]), int(v["W"]), int(v["b"])),
     "sampler-padding": lambda v: len(range(0, int(v["N"]), int(v["W"]))) * v["W"] - v["N"],
-    "accum-steps": lambda v: next(k for k in range(1, 10_000) if k * v["W"] * v["b"] >= v["target"]),
+    "accum-steps": lambda v: next(k for k in range(1, 10_000) if k * v["W"] * v["b"] >= v["target"]) * v["W"] * v["b"],
     "scale-effective-batch": lambda v: v["W"] * v["b"] * v["k"],
     "scale-linear-lr": lambda v: v["base_lr"] * (v["W"] * v["b"]) / v["B0"],
     "scale-warmup-lr": lambda v: (v["base_lr"] * v["W"]) * (v["t"] / v["T"]),
@@ -138,20 +149,22 @@ REFERENCES: dict[str, Callable[[dict[str, float]], float]] = {
     "ring-volume-params": lambda v: ring_bytes(v["W"], v["P"] * GB * 2) / GB,
     "ring-time": lambda v: ring_bytes(v["W"], v["P"] * 1e6 * 4) / (v["B"] * GB) * 1e3,
     "ring-naive-ratio": lambda v: (2 * (v["W"] - 1) * 1.0) / (2 * ring_bytes(v["W"], 1.0)),
-    "zero-comm-volume": lambda v: zero_sent_gb(v["P"], v["s"], v["N"]),
+    "zero-comm-volume": lambda v: zero_sent_gb(v["P"], 3, v["N"]),
     "ring-alpha-beta": lambda v: ring_alpha_beta_us(v["M"], int(v["W"]), v["alpha"], v["B"]),
-    "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 25),
+    "overlap-bucket-count-small-params": lambda v: bucket_messages([0.5] * int(v["G"] * 2), 32),
     "overlap-bucket-count-equal-params": lambda v: bucket_messages([4] * int(v["N"]), 10),
     "overlap-exposed-time": lambda v: v["B"] + v["L"],
-    "zero1ex-stage-memory": lambda v: zero_stage_gb(v["P"], int(v["s"]), v["N"]),
-    "zero1ex-memory-practice": lambda v: zero_stage_gb(v["P"], 1, v["N"]),
+    "zero1ex-stage-memory": lambda v: zero_stage_gb(v["P"], 0, v["N"]) - zero_stage_gb(v["P"], int(v["s"]), v["N"]),
+    "zero1ex-memory-practice": lambda v: v["P"] * GB * (4 + 4 + 4) / v["N"] / GB,  # master, exp_avg, exp_avg_sq
     "zero1ex-adamw-state-per-rank": lambda v: v["E"] * 1e3 * 2 * 4 / v["W"] / 1e3,
     "mp-adam-bytes-per-parameter": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / GB,
-    "mp-fsdp-bytes-per-rank": lambda v: v["P"] * GB * (2 + 2 + 4 + 4 + 4) / v["W"] / GB,
+    "mp-fsdp-bytes-per-rank": lambda v: v["P"] * 1e6 * torch_bf16_bytes() / 1e6,  # the whole block, gathered
     "mp-bf16-next-number": lambda v: bf16_next_above(v["x"]),
     "mp-checkpoint-step-time": lambda v: v["F"] + v["B"] + v["F"],
     "mp-fp32-shard-bytes": lambda v: fsdp_padded_shard(int(v["R"]), int(v["C"]), int(v["W"])) * 4,  # rank 0: unpadded
-    "pp-bubble-fraction": lambda v: pipeline_idle_share(int(v["p"]), int(v["m"])),
+    "pp-bubble-fraction": lambda v: (
+        pipeline_idle_share(int(v["p"]), int(v["m"])) * pipeline_span(int(v["p"]), int(v["m"]))
+    ),
     "pp-micro-batches-for-a-bubble": lambda v: next(
         m for m in range(1, 10_000) if pipeline_idle_share(int(v["p"]), m) <= v["F"] / 100 + 1e-12
     ),
