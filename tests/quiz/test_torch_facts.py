@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor
 
 from .support import course_bank
 
@@ -81,7 +82,13 @@ def _rowwise_placements(world: int) -> dict[str, str]:
     mesh = init_device_mesh("cpu", (world,))
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8))
     parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
-    return {name: str(tuple(p.placements)) for name, p in mlp.named_parameters()}
+    return {name: str(tuple(_dtensor(p).placements)) for name, p in mlp.named_parameters()}
+
+
+def _dtensor(parameter: torch.Tensor) -> DTensor:
+    """A parallelized module's parameter, which torch types as a plain Parameter."""
+    assert isinstance(parameter, DTensor), type(parameter)
+    return parameter
 
 
 def _two_ranks(rank: int, store: str, out: str) -> None:
@@ -115,7 +122,7 @@ def _four_ranks(rank: int, store: str, out: str) -> None:
     parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
     fully_shard(block, mesh=mesh["dp"])
     facts = {
-        name: {"placements": str(tuple(p.placements)), "local": list(p.to_local().shape)}
+        name: {"placements": str(tuple(_dtensor(p).placements)), "local": list(_dtensor(p).to_local().shape)}
         for name, p in block.named_parameters()
     }
     if rank == 0:
