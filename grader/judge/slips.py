@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grader.judge.tolerance import close_either_way
+
 REL = 1e-6
 Function = Callable[..., float]
 
@@ -231,17 +233,13 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
     return slips + _floor_slips(reference)
 
 
-def _close(a: float, b: float, rel: float) -> bool:
-    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
-
-
 def _reproduces(function: Function, probes: Sequence[tuple], got: Sequence[float], rel: float) -> bool:
     for args, value in zip(probes, got):
         try:
             predicted = float(function(*args))
         except Exception:  # a slip that cannot be evaluated here (a table without this input, a zero division)
             return False
-        if not math.isfinite(predicted) or not _close(predicted, value, rel):
+        if not math.isfinite(predicted) or not close_either_way(predicted, value, rtol=rel, atol=1e-12):
             return False
     return True
 

@@ -12,6 +12,7 @@ import numpy as np
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import first_difference
+from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
@@ -250,7 +251,7 @@ def matches_reference(ctx: CheckContext) -> None:
     if len(losses) != STEPS:
         raise ctx.fail(f"the model ran forward {len(losses)} times for {STEPS} batches")
     for step, (got, expected) in enumerate(zip(losses, want["losses"]), 1):
-        if not np.isclose(got, expected, rtol=1e-5, atol=1e-6):
+        if not close(got, expected, rtol=1e-5, atol=1e-6):
             raise ctx.fail(
                 f"the loss of step {step} (mean over ranks) is {got:.6g}, one process on all ranks' batches "
                 f"gets {expected:.6g}. Check SGD(lr, momentum=0.9), the mean loss, and that the optimizer "

@@ -13,6 +13,7 @@ import numpy as np
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
+from grader.judge.tolerance import close_each
 
 NODES = [2, 1]
 WORLD = sum(NODES)
@@ -182,10 +183,6 @@ def joins_from_env(ctx: CheckContext) -> None:
             )
 
 
-def _close(a: list[list[float]], b: list[list[float]]) -> bool:
-    return len(a) == len(b) and all(np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b))
-
-
 def _arrays(values: list[list[float]]) -> dict[str, np.ndarray]:
     return {str(i): np.asarray(v) for i, v in enumerate(values)}
 
@@ -194,7 +191,7 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
     """Why rank 0's weights after `step` (0-based; every earlier step matched) are not the reference's."""
     got, expected = rank0["steps"][step], want["steps"][step]
     number = step + 1
-    if _close(got["grads"], expected["grads"]):
+    if close_each(got["grads"], expected["grads"], rtol=RTOL, atol=ATOL):
         before = rank0["steps"][step - 1]["params"] if step else rank0["start"]["values"]
         moved = [np.subtract(a, b) for a, b in zip(got["params"], before)]
         meant = [np.subtract(a, b) for a, b in zip(expected["params"], before)]
@@ -221,7 +218,7 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
         )
     if step == 0:
         local = ctx.reference("reference", start=rank0["start"], batch_ranks=LOCAL_RANKS, steps=1)
-        if _close(got["grads"], local["steps"][0]["grads"]):
+        if close_each(got["grads"], local["steps"][0]["grads"], rtol=RTOL, atol=ATOL):
             return (
                 "two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
                 ", step) (the process with RANK=2 used node 0's batch of LOCAL_RANK 0), not of make_batch(RANK, "
@@ -245,7 +242,7 @@ def trains_in_sync(ctx: CheckContext) -> None:
     rank0 = processes[0]
     for process in processes[1:]:
         for step, (mine, theirs) in enumerate(zip(process["steps"], rank0["steps"]), 1):
-            if not _close(mine["params"], theirs["params"]):
+            if not close_each(mine["params"], theirs["params"], rtol=RTOL, atol=ATOL):
                 raise ctx.fail(
                     f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
                     "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
@@ -260,7 +257,7 @@ def trains_in_sync(ctx: CheckContext) -> None:
         )
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
-        if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
+        if not close_each(rank0["steps"][step]["params"], want["steps"][step]["params"], rtol=RTOL, atol=ATOL):
             raise ctx.fail(_off_reference(ctx, rank0, step, want), hint="ddp_training")
 
 

@@ -17,6 +17,7 @@ from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import where
 from grader.judge.explain import error_messages
+from grader.judge.tolerance import close
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -279,7 +280,7 @@ def sums_correctly(ctx: CheckContext) -> None:
                     hint="in_place",
                 )
             output = np.asarray(call["output"]).reshape(-1).astype(np.float64)
-            if np.allclose(output, expected, rtol=1e-5, atol=1e-5):
+            if close(output, expected, rtol=1e-5, atol=1e-5):
                 continue
             odd = int(np.count_nonzero(~np.isfinite(output)))
             if odd:
@@ -287,7 +288,7 @@ def sums_correctly(ctx: CheckContext) -> None:
                     f"{odd} of {output.size} elements of rank {rank}'s tensor of shape {shape} are NaN or infinite "
                     "after ring_all_reduce; the sum of these inputs is finite everywhere"
                 )
-            if np.allclose(output, inputs[rank]):
+            if close(output, inputs[rank], rtol=1e-5, atol=1e-8):  # numpy's defaults
                 returned = (
                     " (the function returned a new tensor: the sum must be written into `tensor`)"
                     if call["returned_tensor"]

@@ -24,8 +24,9 @@ from typing import Any
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PARAMS, PROBES, random_probes
 from grader.judge.api import CheckContext, check
 from grader.judge.slips import Function, Slip, find_slip, on_argument, scaled
+from grader.judge.tolerance import close_either_way
 
-REL = 1e-6
+REL, ABS = 1e-6, 1e-12  # math.isclose's rule (grader.judge.tolerance.close_either_way)
 TABLE = Path(__file__).with_name("expected.json")  # written by `grader release` into a student copy
 
 
@@ -59,10 +60,6 @@ def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str
     return values
 
 
-def _close(value: float, expected: float) -> bool:
-    return math.isclose(value, expected, rel_tol=REL, abs_tol=1e-12)
-
-
 def reference(name: str) -> Function:
     """The trusted `name`: its closed form where the course has it, else the public table (which
     knows only the public probes: a slip needing another input then reproduces nothing)."""
@@ -93,7 +90,7 @@ def judge_values(
     `only_if_slip`: return instead of failing when no slip is proven (the caller says more);
     `everywhere`: all the values a slip must give (by default `table`'s)."""
     wrong = [(args, got, expected(name, *args)) for args, got in table.items()]
-    wrong = [(args, got, want) for args, got, want in wrong if not _close(got, want)]
+    wrong = [(args, got, want) for args, got, want in wrong if not close_either_way(got, want, rtol=REL, atol=ABS)]
     if not wrong:
         return
     shown = "; ".join(f"{_call(name, args)} = {got:.6g}, expected {want:.6g}" for args, got, want in wrong[:3])
@@ -309,7 +306,9 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
 @check("lr_schedule")
 def lr_schedule(ctx: CheckContext) -> None:
     lr = _values(ctx, "scaled_lr")["scaled_lr"]
-    wrong = [args for args, got in lr.items() if not _close(got, expected("scaled_lr", *args))]
+    wrong = [
+        args for args, got in lr.items() if not close_either_way(got, expected("scaled_lr", *args), rtol=REL, atol=ABS)
+    ]
     after_warmup = any(step >= warmup for _, _, _, step, warmup in wrong)  # the target itself is wrong
     judge_values(
         ctx,
@@ -365,7 +364,9 @@ def _divisions(table: dict[tuple, float], stage: int, k: int, sizes: tuple[int, 
         divided
         for divided in itertools.product((False, True), repeat=3)
         if all(
-            _close(got, params * sum(b / world if d else b for b, d in zip(sizes, divided)))
+            close_either_way(
+                got, params * sum(b / world if d else b for b, d in zip(sizes, divided)), rtol=REL, atol=ABS
+            )
             for params, world, got in rows
         )
     ]
@@ -430,7 +431,9 @@ def zero_memory(ctx: CheckContext) -> None:
     for stage in ZERO_STAGES:
         rows = {args: got for args, got in table.items() if args[2] == stage}
         judge_values(ctx, name, rows, hint, again=f" at stage {stage}", named=_stage_slips(stage), only_if_slip=True)
-        wrong = [args for args, got in rows.items() if not _close(got, expected(name, *args))]
+        wrong = [
+            args for args, got in rows.items() if not close_either_way(got, expected(name, *args), rtol=REL, atol=ABS)
+        ]
         if wrong:
             params, world, _, k = wrong[0]
             call = f"zero_memory_per_gpu({params:g}, {world}, stage={stage}, optimizer_bytes={k})"

@@ -15,6 +15,7 @@ import numpy as np
 
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.tolerance import close
 
 STEPS, BATCH, LR = 10, 4, 0.01
 BYTES = 4  # fp32
@@ -147,10 +148,6 @@ def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
 # --- matches_adamw ---------------------------------------------------------------------------------
 
 
-def _close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:
-    return bool(np.allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=atol))
-
-
 def _within(got: dict, want: dict) -> bool:
     for name, expected in want.items():
         if name not in got or np.shape(got[name]) != np.shape(expected):
@@ -222,11 +219,11 @@ def _first_difference(
             if grads is not None:
                 for name in _held(facts):
                     expected = want["grads"][name]
-                    if not _close(grads[name], expected, GRAD_RTOL, GRAD_ATOL):
+                    if not close(grads[name], expected, rtol=GRAD_RTOL, atol=GRAD_ATOL):
                         return k, rank, name, "gradient", float(np.max(np.abs(grads[name] - expected)))
             for name, expected in want["params"].items():
                 got = facts["snapshots"][k][name]
-                if not _close(got, expected):
+                if not close(got, expected, rtol=RTOL, atol=ATOL):
                     return k, rank, name, "weights", float(np.max(np.abs(got - expected)))
     return None
 
@@ -477,7 +474,7 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                 continue
             for rank, facts in enumerate(ranks):
                 after = facts["snapshots"][k][name]
-                if _close(after, computed, rtol=1e-6, atol=1e-7):
+                if close(after, computed, rtol=1e-6, atol=1e-7):
                     continue
                 moved = float(np.max(np.abs(computed - facts["snapshots"][k - 1][name])))
                 if rank not in owners and np.array_equal(after, facts["snapshots"][k - 1][name]) and moved > 0:
@@ -512,7 +509,7 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                 continue
             for rank, facts in enumerate(ranks[1:], 1):
                 after, first = facts["snapshots"][k][name], ranks[0]["snapshots"][k][name]
-                if not _close(after, first, rtol=1e-6, atol=1e-7):
+                if not close(after, first, rtol=1e-6, atol=1e-7):
                     raise ctx.fail(
                         f"after step {k}, rank {rank}'s {name} differs from rank 0's by up to "
                         f"{float(np.max(np.abs(after - first))):.3g} (no optimizer holds {name} itself, so its "

@@ -16,6 +16,7 @@ import numpy as np
 
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import failure_verdict
+from grader.judge.tolerance import close
 from grader.judge.verdict import Verdict
 
 RTOL, ATOL = 1e-5, 1e-5  # a sum of W partial products against one matrix product, in fp32
@@ -112,10 +113,6 @@ def _value(facts: Any) -> np.ndarray | None:
     return np.asarray(facts["value"]) if isinstance(facts, dict) and "value" in facts else None
 
 
-def _close(got: np.ndarray | None, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
-    return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol))
-
-
 def _apart(got: np.ndarray, want: np.ndarray) -> str:
     """The words between a measured tensor and "the reference's": how far apart, or the two shapes."""
     if got.shape != want.shape:
@@ -152,9 +149,9 @@ def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[
         return None
     candidates = {**_slices(full, world_size), ("whole", -1): full}
     for (axis, index), block in candidates.items():
-        if _close(got, block, 0, 0):
+        if close(got, block, rtol=0, atol=0):
             return axis, index, False
-        if block.ndim == 2 and _close(got, block.T, 0, 0):
+        if block.ndim == 2 and close(got, block.T, rtol=0, atol=0):
             return axis, index, True
     return None
 
@@ -315,7 +312,7 @@ def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[str]:
 def _near(got: np.ndarray | None, want: Any) -> bool:
     want = np.asarray(want)
     scale = float(np.abs(want).max()) if want.size else 0.0
-    return _close(got, want, 0, REPLAY_RTOL * max(scale, 1e-6))
+    return close(got, want, rtol=0, atol=REPLAY_RTOL * max(scale, 1e-6))
 
 
 def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bool) -> bool:
@@ -364,11 +361,11 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
                 + f"; the block's output is the whole (b, d) = {list(want.shape)} tensor on every rank",
                 hint="f_and_g",
             )
-        if not _close(y, want):
+        if not close(y, want, rtol=RTOL, atol=ATOL):
             b2 = np.asarray(facts["full"]["b2"])
             extra = y - want
             offset = ""
-            if np.allclose(extra, (ctx.world_size - 1) * b2, rtol=1e-4, atol=1e-5):
+            if close(extra, np.broadcast_to((ctx.world_size - 1) * b2, extra.shape), rtol=1e-4, atol=1e-5):
                 offset = f" (exactly (W-1)·b2 = {ctx.world_size - 1}·b2 more in every row)"
             raise _named(
                 ctx,
@@ -401,10 +398,10 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
         dx, want = _value(facts.get("dx")), np.asarray(reference["dx"])
         if dx is None:
             raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint="f_and_g")
-        if not _close(dx, want):
+        if not close(dx, want, rtol=RTOL, atol=ATOL):
             measured = f"rank {rank}'s gradient of x {_apart(dx, want)} the unsplit block's"
             dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
-            if len(dxs) == len(ranks) and _close(np.sum(dxs, axis=0), want):
+            if len(dxs) == len(ranks) and close(np.sum(dxs, axis=0), want, rtol=RTOL, atol=ATOL):
                 measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
             raise _named(ctx, ranks, measured, "f_and_g")
         for key in KEYS:
@@ -426,7 +423,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
             full_grad = np.asarray(reference[f"d{key}"])
             block = full_grad if axis == "whole" else _slices(full_grad, ctx.world_size)[(axis, index)]
             block = block.T if transposed else block
-            if not _close(grad, block):
+            if not close(grad, block, rtol=RTOL, atol=ATOL):
                 raise _named(
                     ctx,
                     ranks,
@@ -545,7 +542,7 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
             full = np.asarray(facts["full"][key])
             axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
-            if not _close(_value(params[name]["local"]), want, 0, 0):
+            if not close(_value(params[name]["local"]), want, rtol=0, atol=0):
                 raise ctx.fail(
                     f"rank {rank}'s local shard of {name} is not its block of the weights the grader gave "
                     f"({_describe_value(params[name]['local'], 'it')}): parallelize the module as it is, without "
@@ -580,7 +577,7 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):
         reference = facts["reference"]
         y, want = _value(facts.get("y")), np.asarray(reference["y"])
-        if not _close(y, want):
+        if not close(y, want, rtol=RTOL, atol=ATOL):
             what = (
                 f"{_apart(y, want)} the unsplit block's"
                 if y is not None
@@ -592,7 +589,7 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
                 hint="parallelize_module",
             )
         dx = _value(facts.get("dx"))
-        if not _close(dx, np.asarray(reference["dx"])):
+        if not close(dx, np.asarray(reference["dx"]), rtol=RTOL, atol=ATOL):
             raise ctx.fail(
                 f"on rank {rank}, x's gradient through the parallelized block "
                 + ("is missing" if dx is None else f"{_apart(dx, np.asarray(reference['dx']))} the unsplit block's"),
@@ -604,7 +601,7 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
             full = np.asarray(reference[f"d{key}"])
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
             got = _value(grad["local"]) if grad else None
-            if not _close(got, want):
+            if not close(got, want, rtol=RTOL, atol=ATOL):
                 raise ctx.fail(
                     f"on rank {rank}, the local gradient of {name} "
                     + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
