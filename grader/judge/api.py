@@ -189,30 +189,34 @@ class CheckContext:
         student: bool = True,
         scratch: bool = True,
         allowance: float = 0.0,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
-        `allowance`: seconds on top of the deadline, for runs that must start interpreters."""
+        `allowance`: seconds on top of the deadline, for runs that must start interpreters. `deadline`: this
+        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one)."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
             world_size=self.world_size if nprocs is None else nprocs,
             kwargs=kwargs,
             student_file=self.student_file if student else None,
             backend=self.backend,
-            deadline=self.deadline + allowance,
+            deadline=(self.deadline if deadline is None else deadline) + allowance,
             debug_collectives=self.exercise.debug_collectives,
             scratch=self.runs.scratch if scratch else "",
         )
 
-    def run(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> RunResult:
-        """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
-        result = self.runs.run(self.job(worker, nprocs, **kwargs), (self.check, self.world_size))
+    def run(self, worker: str, nprocs: int | None = None, deadline: float | None = None, **kwargs: Any) -> RunResult:
+        """Run a worker of this exercise on the ranks, with the student's file; raw outcome. `deadline`: as in `job`."""
+        result = self.runs.run(self.job(worker, nprocs, deadline=deadline, **kwargs), (self.check, self.world_size))
         self.used.append(result)
         return result
 
-    def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def facts(
+        self, worker: str, nprocs: int | None = None, deadline: float | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Each rank's facts; fails the check (naming rank and stage) unless every rank reported."""
-        return self.require(self.run(worker, nprocs, **kwargs))
+        return self.require(self.run(worker, nprocs, deadline, **kwargs))
 
     def require(self, result: RunResult, stage: str = "") -> list[dict[str, Any]]:
         verdict = failure_verdict(result, self.student_file, stage)

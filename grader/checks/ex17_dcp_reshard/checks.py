@@ -6,7 +6,6 @@ training on one process (localized, then replayed)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -72,11 +71,7 @@ def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str
 
 def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
     """The saving run at W ranks, under a short deadline; a save called by some ranks only is named here."""
-    job = ctx.job("save", path=_path(ctx), **_args(ctx))
-    result = ctx.runs.run(
-        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
-    )
-    ctx.used.append(result)
+    result = ctx.run("save", deadline=min(ctx.deadline, SAVE_DEADLINE), path=_path(ctx), **_args(ctx))
     _alone(ctx, result, ("dcp.save", "dcp.async_save"), "dcp.save")
     return ctx.require(result, "while saving")
 
@@ -84,14 +79,7 @@ def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
 def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
     """The resuming run at W/2 ranks, after the save; a load called by some ranks only is named here."""
     _saved(ctx)
-    job = ctx.job(
-        "resume",
-        nprocs=_half(ctx),
-        path=_path(ctx),
-        **_args(ctx),
-    )
-    result = ctx.runs.run(job, (ctx.check, ctx.world_size))
-    ctx.used.append(result)
+    result = ctx.run("resume", nprocs=_half(ctx), path=_path(ctx), **_args(ctx))
     _alone(ctx, result, ("dcp.load",), "dcp.load")
     _optimizer_first(ctx, result)
     ranks = ctx.require(result, f"while resuming at W={_half(ctx)}")
