@@ -17,6 +17,7 @@ from typing import Any
 from grader.catalog import Exercise
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 from grader.judge.diagnose import failure_verdict
+from grader.judge.names import HintName, MaybeCause
 from grader.judge.verdict import Verdict
 
 
@@ -259,7 +260,9 @@ class CheckContext:
             )
         return result.ranks[0].facts
 
-    def fail(self, message: str, hint: str | None = None, details: str = "", cause: str = "") -> CheckFailed:
+    def fail(
+        self, message: str, hint: HintName | None = None, details: str = "", cause: MaybeCause = ""
+    ) -> CheckFailed:
         """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `cause`: the
         name of the cause the message names, given only where it is proven (docs/maintainers/DIAGNOSES.md)."""
         return CheckFailed(Verdict("failed", message, details, hint, cause=cause))

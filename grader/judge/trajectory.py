@@ -13,21 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from grader.judge.compare import Arrays, first_difference, scale_of
+from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.replay import Hypothesis, prove
 from grader.judge.tolerance import close
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: str  # the cause named, proven ("loss_summed", "no_set_epoch"...); "measured" when none is
+    cause: Cause | Literal["measured"]  # the cause named, proven ("loss_summed", "no_sampler"...), or none
     message: str
     step: int = 0
-    hint: str | None = None
+    hint: HintName | None = None
+
+    @property
+    def proven(self) -> MaybeCause:
+        """The cause as a verdict carries it: "" where none is proven."""
+        return "" if self.cause == "measured" else self.cause
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
+from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close_each
 
 NODES = [2, 1]
@@ -145,7 +146,7 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
         raise ctx.fail(f"not implemented yet: {function}() still raises NotImplementedError")
     named = _named_init_mistake(processes)
     if named:
-        raise ctx.fail(named, hint="rank_from_env")
+        raise ctx.fail(named, hint=HintName("rank_from_env"))
     for process in sorted(processes, key=_telling_first):
         error = process["error"]
         if error and error["stage"] == "running the script":
@@ -173,13 +174,13 @@ def joins_from_env(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"the process with RANK={env['RANK']} never called init_process_group: does the script "
                 'call main() under `if __name__ == "__main__":`?',
-                hint="main_guard",
+                hint=HintName("main_guard"),
             )
         group = process["init_calls"][0].get("group")
         if group != {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"])}:
             raise ctx.fail(
                 f"the process with RANK={env['RANK']} of WORLD_SIZE={env['WORLD_SIZE']} joined the group as {group}",
-                hint="rank_from_env",
+                hint=HintName("rank_from_env"),
             )
 
 
@@ -237,7 +238,8 @@ def trains_in_sync(ctx: CheckContext) -> None:
     counts = [len(p["steps"]) for p in processes]
     if counts != [steps] * WORLD:
         raise ctx.fail(
-            f"the processes took {counts} optimizer steps; the script was run with --steps {steps}", hint="ddp_training"
+            f"the processes took {counts} optimizer steps; the script was run with --steps {steps}",
+            hint=HintName("ddp_training"),
         )
     rank0 = processes[0]
     for process in processes[1:]:
@@ -246,19 +248,19 @@ def trains_in_sync(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
                     "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
-                    hint="ddp_training",
+                    hint=HintName("ddp_training"),
                 )
     shapes = [list(shape) for shape in (rank0["start"] or {}).get("shapes", [])]
     if shapes != MODEL_SHAPES:
         raise ctx.fail(
             f"the model trained has parameters of shapes {shapes}; the exercise's nn.Linear({FEATURES}, 1) has "
             f"{MODEL_SHAPES} (a weight and a bias), which the reference trains",
-            hint="ddp_training",
+            hint=HintName("ddp_training"),
         )
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
         if not close_each(rank0["steps"][step]["params"], want["steps"][step]["params"], rtol=RTOL, atol=ATOL):
-            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint="ddp_training")
+            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint=HintName("ddp_training"))
 
 
 def _place(env: dict[str, str]) -> str:
@@ -314,7 +316,7 @@ def device_from_local_rank(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {_place(env)} picked "
                 f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK",
-                hint="local_rank_gpu",
+                hint=HintName("local_rank_gpu"),
             )
     if wrong:
         message = _what_each_did(processes, wrong)
@@ -326,8 +328,8 @@ def device_from_local_rank(ctx: CheckContext) -> None:
                 "was bound: the GPU a new process starts on, GPU 0 on every node, whatever its LOCAL_RANK. Read "
                 "LOCAL_RANK from the environment, then torch.cuda.set_device(local_rank)"
             )
-            raise ctx.fail(message, hint="local_rank_gpu", cause="current_device_before_set_device")
-        raise ctx.fail(message, hint="local_rank_gpu")
+            raise ctx.fail(message, hint=HintName("local_rank_gpu"), cause=Cause("current_device_before_set_device"))
+        raise ctx.fail(message, hint=HintName("local_rank_gpu"))
     for process in processes:
         env, chosen = process["env"], process.get("set_device") or []
         local = env["LOCAL_RANK"]
@@ -336,7 +338,7 @@ def device_from_local_rank(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"pick_device() in {_place(env)} returned cuda:{local} but {bound}; bind the process to its GPU "
                 f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
-                hint="local_rank_gpu",
+                hint=HintName("local_rank_gpu"),
             )
 
 
@@ -350,7 +352,7 @@ def logs_from_rank0(ctx: CheckContext) -> None:
             f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
             f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
             "rank, RANK == 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
     if printing:
         process = printing[0]
@@ -358,12 +360,12 @@ def logs_from_rank0(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
             f"{line!r}; print (or log) only where RANK is 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
     if not processes[0]["printed"].strip():
         raise ctx.fail(
             "rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from rank 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
 
 
@@ -374,5 +376,5 @@ def destroys_group(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
                 "process group; call dist.destroy_process_group() when training is done",
-                hint="destroy_group",
+                hint=HintName("destroy_group"),
             )
