@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import student_files
+from grader import course_lint_names, student_files
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
 from grader.checks import manifest
 from grader.judge import replay
@@ -60,6 +60,7 @@ def lint(root: Path) -> tuple[list[str], str]:
     counts = {"checks": 0, "hints": 0, "workers": 0}
     for exercise in catalog.exercises:
         problems += _exercise(catalog, exercise, _CatalogLines(lines, exercise.id), counts)
+    problems += [Problem(*said) for said in course_lint_names.problems(catalog, counts)]
     summary = (
         f"course OK: {len(catalog.exercises)} exercises, {counts['checks']} checks, {counts['hints']} hint "
         f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog; "
@@ -109,16 +110,17 @@ def _parse(catalog: Catalog, exercise: Exercise, module: str, lines: _CatalogLin
 
 
 def _exercise(catalog: Catalog, exercise: Exercise, lines: _CatalogLines, counts: dict[str, int]) -> list[Problem]:
-    names = ["checks", "workers"] + (["hidden"] if catalog.checks_path(exercise, "hidden").is_file() else [])
+    optional = [name for name in ("hidden", "facts") if catalog.checks_path(exercise, name).is_file()]
+    names = ["checks", "workers", *optional]
     parsed = {name: _parse(catalog, exercise, name, lines) for name in names}
     problems = [p for p in parsed.values() if isinstance(p, Problem)]
     modules = [m for name, m in parsed.items() if name in CHECK_MODULES and isinstance(m, _Module)]
     complete = all(isinstance(parsed[name], _Module) for name in names if name in CHECK_MODULES)
     problems += _registrations(exercise, modules, lines, counts, complete)
-    problems += _hint_uses(exercise, modules, counts)
     workers = parsed["workers"]
     if isinstance(workers, _Module):
-        problems += _worker_uses(exercise, modules, workers, counts)
+        schemas = [m for m in [parsed.get("facts")] if isinstance(m, _Module)]
+        problems += _worker_uses(exercise, modules + schemas, workers, counts)
     problems += _files(catalog, exercise, lines) + _hypotheses(catalog, exercise)
     return problems + _manifest(catalog, exercise, parsed_already={f"{name}.py" for name in names})
 
@@ -211,52 +213,6 @@ def _registrations(
     return problems
 
 
-def _hint_names(tree: ast.Module) -> Iterator[tuple[ast.expr, int]]:
-    """Every expression that names a hint: a `hint=` argument given as a constant, and each value of a hint table
-    (a dict bound to a name ending in HINTS, its values constants or `dict.fromkeys(causes, "name")`)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            for keyword in node.keywords:
-                if keyword.arg == "hint" and isinstance(keyword.value, ast.Constant):
-                    yield keyword.value, keyword.value.lineno
-        if (
-            isinstance(node, (ast.Assign, ast.AnnAssign))
-            and isinstance(node.value, ast.Dict)
-            and any(
-                _name(t).endswith("HINTS") for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-            )
-        ):
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if key is None and isinstance(value, ast.Call) and len(value.args) == 2:  # **dict.fromkeys(...)
-                    value = value.args[1]
-                yield value, value.lineno
-
-
-def _hint_uses(exercise: Exercise, modules: list[_Module], counts: dict[str, int]) -> list[Problem]:
-    names = {hint.name for hint in exercise.hints}
-    known = ", ".join(hint.name for hint in exercise.hints) or "none"
-    problems = []
-    for module in modules:
-        for value, line in _hint_names(module.tree):
-            counts["hints"] += 1
-            name = value.value if isinstance(value, ast.Constant) else None
-            if name is None and isinstance(value, ast.Constant):
-                continue  # hint=None: no hint
-            if not isinstance(name, str):
-                problems.append(
-                    Problem(
-                        module.path,
-                        line,
-                        f"a hint is named by a string, not {ast.unparse(value)} (the hints of {exercise.id}: {known})",
-                    )
-                )
-            elif name not in names:
-                problems.append(
-                    Problem(module.path, line, f"hint {name!r} is not a hint of {exercise.id} (its hints: {known})")
-                )
-    return problems
-
-
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in tree.body:
@@ -270,16 +226,20 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def _worker_uses(exercise: Exercise, modules: list[_Module], workers: _Module, counts: dict[str, int]) -> list[Problem]:
-    """Each `ctx.run("name", ...)` (facts, reference, inspect, job) names a function of the package's workers.py."""
+    """Each `ctx.run("name", ...)` (facts, reference, inspect, job), and each `Worker("name", Schema)` of facts.py,
+    names a function of the package's workers.py."""
     defined = _top_level_names(workers.tree)
     problems = []
     for module in modules:
         for node in ast.walk(module.tree):
             if (
                 isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in WORKER_METHODS
-                and _name(node.func.value) == "ctx"
+                and (
+                    isinstance(node.func, ast.Attribute)
+                    and node.func.attr in WORKER_METHODS
+                    and _name(node.func.value) == "ctx"
+                    or _name(node.func) == "Worker"
+                )
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)

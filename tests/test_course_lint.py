@@ -17,6 +17,7 @@ from grader.cli import main
 from grader.course_lint import lint
 from grader.judge import runner
 from grader.judge.api import CheckContext
+from grader.judge.names import HintName
 
 CATALOG = "exercises/catalog.toml"
 EX01_CHECKS = "grader/checks/ex01_process_group/checks.py"
@@ -68,7 +69,7 @@ def test_a_misspelt_check_name_in_the_catalog(course: Path, capsys: pytest.Captu
 
 
 def test_a_misspelt_hint_name_in_a_checks_module(course: Path) -> None:
-    line = _edit(course / EX01_CHECKS, 'hint="local_rank_gpu"', 'hint="local_rank_gpo"')
+    line = _edit(course / EX01_CHECKS, 'HintName("local_rank_gpu")', 'HintName("local_rank_gpo")')
     assert _lint(course) == [
         f"{EX01_CHECKS}:{line}: hint 'local_rank_gpo' is not a hint of ex01_process_group "
         "(its hints: launcher_sets_address, backend_choice, local_rank_gpu, destroy_group)"
@@ -77,21 +78,115 @@ def test_a_misspelt_hint_name_in_a_checks_module(course: Path) -> None:
 
 def test_a_misspelt_hint_name_in_a_hint_table(course: Path) -> None:
     checks = "grader/checks/ex03_train_ddp/checks.py"
-    line = _edit(course / checks, '"divided_by_world_size"), "mean_loss")', '"divided_by_world_size"), "mean_los")')
+    line = _edit(course / checks, 'HintName("mean_loss"),', 'HintName("mean_los"),')
     (problem,) = _lint(course)
     assert problem.startswith(f"{checks}:{line}: hint 'mean_los' is not a hint of ex03_train_ddp (its hints: ")
 
 
 def test_a_hint_by_number(course: Path) -> None:
-    line = _edit(course / EX01_CHECKS, 'hint="local_rank_gpu"', "hint=3")
+    line = _edit(course / EX01_CHECKS, 'hint=HintName("local_rank_gpu")', "hint=3")
     (problem,) = _lint(course)
-    assert problem.startswith(f"{EX01_CHECKS}:{line}: a hint is named by a string, not 3")
+    assert problem == f'{EX01_CHECKS}:{line}: a hint is named by HintName("..."), not 3 (3)'
+
+
+EX13_CHECKS = "grader/checks/ex13_zero1/checks.py"
+EX14_CHECKS = "grader/checks/ex14_tensor_parallel/checks.py"
+EX14_HINTS = "(its hints: slices, f_and_g, bias_once, column_then_row, parallelize_module)"
+
+
+@pytest.mark.parametrize(
+    ("checks", "old", "new", "exercise"),
+    [
+        # in a dict (a hypothesis' hint), in a conditional, as a positional argument: all unseen by the lint before
+        (EX13_CHECKS, '"hint": HintName("zero_every_grad")', '"hint": HintName("zero_every_gradd")', "ex13_zero1"),
+        (EX14_CHECKS, 'hint=HintName("f_and_g") if', 'hint=HintName("f_and_gg") if', "ex14_tensor_parallel"),
+        (EX14_CHECKS, 'measured, HintName("f_and_g"))', 'measured, HintName("f_and_gg"))', "ex14_tensor_parallel"),
+    ],
+    ids=["dict", "conditional", "positional"],
+)
+def test_a_misspelt_hint_name_wherever_it_is_written(
+    course: Path, checks: str, old: str, new: str, exercise: str
+) -> None:
+    line = _edit(course / checks, old, new)
+    (problem,) = _lint(course)
+    misspelt = new.split('HintName("')[1].split('"')[0]
+    assert problem.startswith(f"{checks}:{line}: hint {misspelt!r} is not a hint of {exercise} (its hints: ")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            'hint=HintName("local_rank_gpu")',
+            'hint="local_rank_gpu"',
+            "a hint is named by HintName(\"...\"), not 'local_rank_gpu'",
+        ),
+        (
+            'hint=HintName("local_rank_gpu")',
+            'hint=None if ctx else "local_rank_gpu"',
+            "a hint is named by HintName(\"...\"), not 'local_rank_gpu' (None if ctx else 'local_rank_gpu')",
+        ),
+        (
+            'hint=HintName("local_rank_gpu")',
+            "hint=HintName(ctx.check)",
+            "HintName(ctx.check) does not name its HintName by a string literal",
+        ),
+    ],
+    ids=["keyword", "conditional", "not-a-literal"],
+)
+def test_a_hint_the_lint_cannot_read(course: Path, old: str, new: str, said: str) -> None:
+    line = _edit(course / EX01_CHECKS, old, new)
+    (problem,) = _lint(course)
+    assert problem.startswith(f"{EX01_CHECKS}:{line}: {said}"), problem
+
+
+VOCABULARY = "grader/judge/causes.toml"
+UNKNOWN = "is not in the course's vocabulary (grader/judge/causes.toml)"
+
+
+def test_a_cause_not_in_the_vocabulary(course: Path) -> None:
+    checks = "grader/checks/ex17_dcp_reshard/checks.py"
+    line = _edit(course / checks, 'Cause("path_per_rank")', 'Cause("path_per_rnk")')
+    entry = (course / VOCABULARY).read_text().split("\n").index(
+        next(x for x in (course / VOCABULARY).read_text().split("\n") if x.startswith("path_per_rank ="))
+    ) + 1
+    assert _lint(course) == [
+        f"{checks}:{line}: cause 'path_per_rnk' {UNKNOWN}",
+        f"{VOCABULARY}:{entry}: cause 'path_per_rank' is named nowhere in the course",
+    ]
+
+
+def test_a_bare_cause_and_a_hypothesis_cause_not_in_the_vocabulary(course: Path) -> None:
+    checks = "grader/checks/ex17_dcp_reshard/checks.py"
+    line = _edit(course / checks, 'cause=Cause("path_per_rank")', 'cause="path_per_rank"')
+    toml = _edit(course / EX03_HYPOTHESES, 'cause = "adamw"', 'cause = "adam_w"')
+    problems = _lint(course)
+    assert f"{EX03_HYPOTHESES}:{toml}: cause 'adam_w' {UNKNOWN}" in problems
+    assert f"{checks}:{line}: a cause is named by Cause(\"...\"), not 'path_per_rank' ('path_per_rank')" in problems
+
+
+def test_a_vocabulary_entry_nothing_names(course: Path) -> None:
+    text = (course / VOCABULARY).read_text()
+    (course / VOCABULARY).write_text(text + 'never_named = "a cause no check proves"\n')
+    assert _lint(course) == [
+        f"{VOCABULARY}:{text.count(chr(10)) + 1}: cause 'never_named' is named nowhere in the course"
+    ]
 
 
 def test_a_misspelt_worker(course: Path) -> None:
-    line = _edit(course / EX01_CHECKS, 'ctx.run("join_and_leave"', 'ctx.run("join_and_leav"')
+    line = _edit(course / EX01_CHECKS, "ctx.run(JOIN_AND_LEAVE.name", 'ctx.run("join_and_leav"')
     assert _lint(course) == [
         f"{EX01_CHECKS}:{line}: worker 'join_and_leav' is not a function of "
+        "grader/checks/ex01_process_group/workers.py "
+        "(grader.checks.ex01_process_group.workers:join_and_leav)"
+    ]
+
+
+def test_a_misspelt_worker_in_a_schema(course: Path) -> None:
+    facts = "grader/checks/ex01_process_group/facts.py"
+    line = _edit(course / facts, 'Worker("join_and_leave"', 'Worker("join_and_leav"')
+    assert _lint(course) == [
+        f"{facts}:{line}: worker 'join_and_leav' is not a function of "
         "grader/checks/ex01_process_group/workers.py "
         "(grader.checks.ex01_process_group.workers:join_and_leav)"
     ]
@@ -197,10 +292,10 @@ def test_an_unknown_hint_name_at_grading_is_a_failure_without_a_hint(monkeypatch
     exercise = catalog.get("ex01")
 
     def misspelt(ctx: CheckContext) -> None:
-        raise ctx.fail("the group was not formed", hint="no_such_hint")
+        raise ctx.fail("the group was not formed", hint=HintName("no_such_hint"))
 
     def named(ctx: CheckContext) -> None:
-        raise ctx.fail("the group was not formed", hint="local_rank_gpu")
+        raise ctx.fail("the group was not formed", hint=HintName("local_rank_gpu"))
 
     monkeypatch.setattr(runner, "load_checks", lambda _: {"joins_group": misspelt, "cleans_up": named})
     options = runner.GradeOptions(world_sizes=(2,), only=frozenset({"joins_group", "cleans_up"}))

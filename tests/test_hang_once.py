@@ -12,6 +12,7 @@ from variants import materialize
 
 from grader.engine import Job, RankOutcome, Runner, RunResult
 from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.names import HintName
 from grader.judge.runner import GradeOptions, grade_exercise
 
 
@@ -92,13 +93,34 @@ def test_the_same_hang_is_said_as_the_check_that_met_it_said_it(tmp_path):
     runs = RunCache(_Hanging(student))
     with pytest.raises(CheckFailed):
         _context(runs, student, "first", 2).facts("ring")
-    runs.explain_hang(("first", 2), Verdict("failed", "deadlock: every rank waits in send", hint="isend"))
+    runs.explain_hang(("first", 2), Verdict("failed", "deadlock: every rank waits in send", hint=HintName("isend")))
     with pytest.raises(CheckFailed) as later:
         _context(runs, student, "second", 2).facts("ring")
     verdict = later.value.verdict
     said = "the same hang as in check first (W=2), so not run again: deadlock: every rank waits in send"
     assert verdict.message == said
     assert verdict.hint == "isend"
+
+
+def test_a_run_may_ask_for_its_own_deadline(tmp_path):
+    """`deadline=` sets one run's deadline (ex17's save), and that run is still the check's: used, and its hang
+    recorded as any other."""
+    student = tmp_path / "ex.py"
+    student.write_text("def launch():\n    while True: pass\n")
+    engine = _Hanging(student)
+    runs = RunCache(engine)
+    ctx = _context(runs, student, "first", 2)
+    result = ctx.run("launch_identity", nprocs=1, deadline=5.0, delays=[0.0])
+    assert engine.jobs[-1].deadline == 5.0 and ctx.used == [result]
+    assert ctx.job("launch_identity", deadline=7.0, allowance=1.0).deadline == 8.0
+    assert ctx.job("launch_identity").deadline == ctx.deadline
+    with pytest.raises(CheckFailed) as failed:
+        ctx.facts("launch_identity", nprocs=1, deadline=5.0, delays=[0.0])
+    assert "did not finish within the 5 s deadline" in failed.value.verdict.message
+    with pytest.raises(CheckFailed) as later:
+        _context(runs, student, "second", 2).facts("launch_identity", nprocs=1)
+    assert later.value.verdict.message.startswith("the same hang as in check first (W=2)")
+    assert len(engine.jobs) == 1
 
 
 NEVER_EXITS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from grader.judge.names import Cause
 from grader.judge.slips import UNITS, Formula, Slip, find_slip, matching_slips, scaled
 
 RING = Formula(("m", "w"), "2 * (w - 1) / w * m")
@@ -77,7 +78,7 @@ def test_arguments_swapped():
 
 
 def test_sent_and_received_replaces_the_generic_factor_2():
-    both = Slip("sent_and_received_counted", "counts what it receives too", scaled(2.0), key="factor_2_doubled")
+    both = Slip(Cause("sent_and_received_counted"), "counts what it receives too", scaled(2.0), key="factor_2_doubled")
     slip = find_slip(RING, RING_PROBES, values(lambda m, w: 2 * RING(m, w), RING_PROBES), named=[both])
     assert slip is both
 
@@ -91,7 +92,7 @@ def test_a_coincidence_at_one_input_is_not_named():
 
 
 def test_two_names_for_the_same_values_name_neither():
-    other = Slip("doubled_somewhere_else", "another story for the same numbers", scaled(2.0))
+    other = Slip(Cause("doubled_somewhere_else"), "another story for the same numbers", scaled(2.0))
     got = values(lambda m, w: 2 * RING(m, w), RING_PROBES)
     assert {s.name for s in matching_slips(RING, RING_PROBES, got, named=[other])} == {
         "doubled_somewhere_else",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from grader.judge.names import Cause
 from grader.judge.replay import Hypothesis
 from grader.judge.samples import Batches, Pipeline, diagnose_samples
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
@@ -44,7 +45,7 @@ def run() -> tuple[dict, list[dict]]:
 
 
 def _hypothesis(cause: str, fitted: bool = False, **mistake) -> Hypothesis:
-    return Hypothesis(cause, f"{cause} named", mistake=mistake, fitted=fitted)
+    return Hypothesis(Cause(cause), f"{cause} named", mistake=mistake, fitted=fitted)
 
 
 HYPOTHESES = (

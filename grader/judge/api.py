@@ -19,6 +19,7 @@ from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 from grader.engine.facts import Worker
 from grader.judge.diagnose import failure_verdict
 from grader.judge.facts import problems as facts_problems
+from grader.judge.names import HintName, MaybeCause
 from grader.judge.verdict import Verdict
 
 
@@ -192,39 +193,47 @@ class CheckContext:
         student: bool = True,
         scratch: bool = True,
         allowance: float = 0.0,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
-        `allowance`: seconds on top of the deadline, for runs that must start interpreters."""
+        `allowance`: seconds on top of the deadline, for runs that must start interpreters. `deadline`: this
+        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one)."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
             world_size=self.world_size if nprocs is None else nprocs,
             kwargs=kwargs,
             student_file=self.student_file if student else None,
             backend=self.backend,
-            deadline=self.deadline + allowance,
+            deadline=(self.deadline if deadline is None else deadline) + allowance,
             debug_collectives=self.exercise.debug_collectives,
             scratch=self.runs.scratch if scratch else "",
         )
 
-    def run(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> RunResult:
-        """Run a worker of this exercise on the ranks, with the student's file; raw outcome."""
-        result = self.runs.run(self.job(worker, nprocs, **kwargs), (self.check, self.world_size))
+    def run(self, worker: str, nprocs: int | None = None, deadline: float | None = None, **kwargs: Any) -> RunResult:
+        """Run a worker of this exercise on the ranks, with the student's file; raw outcome. `deadline`: as in `job`."""
+        result = self.runs.run(self.job(worker, nprocs, deadline=deadline, **kwargs), (self.check, self.world_size))
         self.used.append(result)
         return result
 
     @overload
-    def facts(self, worker: Worker[F], nprocs: int | None = None, **kwargs: Any) -> list[F]: ...
+    def facts(
+        self, worker: Worker[F], nprocs: int | None = None, deadline: float | None = None, **kwargs: Any
+    ) -> list[F]: ...
 
     @overload
-    def facts(self, worker: str, nprocs: int | None = None, **kwargs: Any) -> list[dict[str, Any]]: ...
+    def facts(
+        self, worker: str, nprocs: int | None = None, deadline: float | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]: ...
 
-    def facts(self, worker: str | Worker[Any], nprocs: int | None = None, **kwargs: Any) -> list[Any]:
+    def facts(
+        self, worker: str | Worker[Any], nprocs: int | None = None, deadline: float | None = None, **kwargs: Any
+    ) -> list[Any]:
         """Each rank's facts; fails the check (naming rank and stage) unless every rank reported, and, for a
         `Worker` with a schema, unless every report conforms to it."""
         if isinstance(worker, Worker):
-            return self.require(self.run(worker.name, nprocs, **kwargs), schema=worker.facts)
-        return self.require(self.run(worker, nprocs, **kwargs))
+            return self.require(self.run(worker.name, nprocs, deadline, **kwargs), schema=worker.facts)
+        return self.require(self.run(worker, nprocs, deadline, **kwargs))
 
     @overload
     def require(self, result: RunResult, stage: str = "", *, schema: type[F]) -> list[F]: ...
@@ -289,7 +298,9 @@ class CheckContext:
             )
         return result.ranks[0].facts
 
-    def fail(self, message: str, hint: str | None = None, details: str = "", cause: str = "") -> CheckFailed:
+    def fail(
+        self, message: str, hint: HintName | None = None, details: str = "", cause: MaybeCause = ""
+    ) -> CheckFailed:
         """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `cause`: the
         name of the cause the message names, given only where it is proven (docs/maintainers/DIAGNOSES.md)."""
         return CheckFailed(Verdict("failed", message, details, hint, cause=cause))

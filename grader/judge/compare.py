@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grader.judge.tolerance import close
+
 RTOL, ATOL = 1e-5, 1e-6
 Arrays = dict[str, np.ndarray]
 
@@ -32,7 +34,7 @@ def first_difference(actual: Arrays, expected: Arrays, rtol: float = RTOL, atol:
         got = np.asarray(actual[name])
         if got.shape != want.shape:
             return Difference(name, float("inf"), f" (shape {list(got.shape)} instead of {list(want.shape)})")
-        if not np.allclose(got, want, rtol=rtol, atol=atol):
+        if not close(got, want, rtol=rtol, atol=atol):
             return Difference(name, float(np.max(np.abs(got - want))))
     return None
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.judge.names import HintName
+
 TABLE = Path(__file__).with_name("torch_errors.toml")
 
 
@@ -24,7 +26,7 @@ class KnownError:
     meaning: str
     example: str
     where: re.Pattern[str] | None = None
-    hint: str | None = None
+    hint: HintName | None = None
     example_traceback: str = ""  # a traceback line `where` matches, for the entries that have one
 
 
@@ -53,7 +55,7 @@ def parse(text: str) -> list[KnownError]:
                 raw["meaning"],
                 raw["example"],
                 where,
-                raw.get("hint"),
+                HintName(raw["hint"]) if raw.get("hint") else None,
                 raw.get("example_traceback", ""),
             )
         )

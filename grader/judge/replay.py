@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.judge.names import Cause, HintName
+
 FIT = "fit"  # a knob's value fitted from the student's numbers (grader.judge.trajectory's Observation.fits)
 # the knobs of grader.rank.training.MISTAKE_KNOBS (the rank side, which the judge does not import)
 KNOBS = frozenset(
@@ -42,9 +44,9 @@ FIELDS = frozenset({"cause", "says", "hint", "schedule", "mistake", "fitted"})
 
 @dataclass(frozen=True)
 class Hypothesis:
-    cause: str
+    cause: Cause
     says: str  # the cause and its fix, as a message names it; {b}, {W}, {k}, {m}, {value} are filled in
-    hint: str | None = None
+    hint: HintName | None = None
     schedule: str = "correct"  # the samples of each step: a key of the reference's schedules
     mistake: dict[str, Any] = field(default_factory=dict)  # knob -> value, a symbol of the run, or "fit"
     fitted: bool = False  # tried only when no hypothesis without a fitted value reproduces the run
@@ -146,7 +148,13 @@ def problems(entries: object, hints: set[str]) -> list[str]:
 def load(package: str) -> tuple[Hypothesis, ...]:
     """The hypotheses of an exercise: `hypotheses.toml` in its checks package."""
     text = resources.files(package).joinpath("hypotheses.toml").read_text()
-    return tuple(Hypothesis(**entry) for entry in tomllib.loads(text)["hypothesis"])
+    return tuple(_hypothesis(entry) for entry in tomllib.loads(text)["hypothesis"])
+
+
+def _hypothesis(entry: dict[str, Any]) -> Hypothesis:
+    """One entry as the judge uses it; its names are checked by `grader lint-course`, from the TOML."""
+    hint = entry.get("hint")
+    return Hypothesis(**{**entry, "cause": Cause(entry["cause"]), "hint": None if hint is None else HintName(hint)})
 
 
 REPLAY_RTOL = 1e-3  # of each tensor's largest value: fp32 rounding differs between DDP and one process

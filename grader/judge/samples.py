@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grader.judge.names import Cause
 from grader.judge.trajectory import Finding
 
 Batches = list[list[int]]
@@ -30,16 +31,16 @@ class Pipeline:
     sampler: str  # how the expected batches are drawn, for messages
 
 
-_NAMED_ORDERS = {
-    "no_set_epoch": (
+_NAMED_ORDERS: dict[Cause, tuple[str, str]] = {
+    Cause("no_set_epoch"): (
         "missing set_epoch",
         "every epoch repeats the first epoch's order; call sampler.set_epoch(epoch) at the start of each epoch",
     ),
-    "unshuffled": (
+    Cause("unshuffled"): (
         "DistributedSampler with shuffle=False",
         "the batches come in dataset order; the reference shuffles (shuffle=True, seed=0)",
     ),
-    "epochs_from_one": (
+    Cause("epochs_from_one"): (
         "set_epoch given epoch + 1",
         "every epoch draws the order of the next one, as with epochs "
         "counted from 1; call sampler.set_epoch(epoch) with epochs counted from 0",
@@ -100,14 +101,14 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
     drawn, shard = sum(map(len, got)), sum(map(len, want))
     if drawn >= pipeline.size * pipeline.epochs > shard:
         return Finding(
-            "no_sampler",
+            Cause("no_sampler"),
             f"no DistributedSampler: rank {rank} trained on {drawn} samples in "
             f"{pipeline.epochs} epoch(s), all {pipeline.size} every epoch, instead of its shard of "
             f"{shard // pipeline.epochs}",
         )
     if got and len(got[0]) != len(want[0]) and len(got[0]) != 0:
         return Finding(
-            "batch_size",
+            Cause("batch_size"),
             f"batches of {len(got[0])} samples on rank {rank}, instead of batch_size = {b} "
             "(the batch size is per rank)",
         )
@@ -115,23 +116,24 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
     if got == full and full != want:
         partial = next(len(batch) for batch in want if len(batch) != b)
         return Finding(
-            "dropped_partial_batch",
+            Cause("dropped_partial_batch"),
             f"the last, partial batch of each epoch was dropped on rank {rank} "
             f"(a batch of {partial} samples; drop_last=True?): the reference trains on every sample",
         )
     short = next((batch for batch in got if len(batch) < b), None)
     if short is not None and all(len(batch) == b for batch in want):
         return Finding(
-            "partial_batch_used",
+            Cause("partial_batch_used"),
             f"rank {rank} trained on a partial batch of {len(short)} samples; "
             "every micro-batch must hold batch_size samples (DataLoader(..., drop_last=True))",
         )
     for name, batches in pipeline.mistakes.items():
-        if got and name in _NAMED_ORDERS and all(_follows(g, m) for g, m in zip(observed, batches)):
-            headline, why = _NAMED_ORDERS[name]
+        cause = Cause(name)  # the reference's name for another order of the samples (the exercise's workers)
+        if got and cause in _NAMED_ORDERS and all(_follows(g, m) for g, m in zip(observed, batches)):
+            headline, why = _NAMED_ORDERS[cause]
             first = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
             return Finding(
-                name,
+                cause,
                 f"{headline}: rank {rank}'s batch {first + 1}{_where(first, want, pipeline)} held "
                 f"samples {got[first][:6]}..., {pipeline.sampler} gives {want[first][:6]}...; {why}",
             )
@@ -142,7 +144,7 @@ def diagnose_samples(observed: list[Batches], pipeline: Pipeline) -> Finding | N
             shared = sets[other] & sets[mine]
             if shared:
                 return Finding(
-                    "shards_overlap",
+                    Cause("shards_overlap"),
                     f"the ranks' shards overlap: ranks {other} and {mine} both trained on "
                     f"{len(shared)} of the same samples in the first epoch; DistributedSampler splits one "
                     "permutation, the same on every rank (same seed), into disjoint shards",

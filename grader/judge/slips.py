@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grader.judge.names import Cause
+from grader.judge.tolerance import close_either_way
+
 REL = 1e-6
 Function = Callable[..., float]
 
@@ -60,7 +63,7 @@ class Slip:
     `key` says which transformation it is (the name, for the generic scales): an exercise's own slip
     with the key of a generic one replaces it (the same arithmetic under the name it has there)."""
 
-    name: str
+    name: Cause
     sentence: str
     make: Callable[[Function], Function]
     key: str = ""
@@ -138,7 +141,7 @@ def _floor_slips(reference: Function) -> list[Slip]:
         slipped = reference.rewritten(tree)
         slips.append(
             Slip(
-                "floor_division",
+                Cause("floor_division"),
                 f"floor division: it computes `{shown}`, and `//` rounds the quotient down to an integer; "
                 "use `/`, true division",
                 _replaced_by(slipped),
@@ -158,7 +161,7 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
         shown = f"2^{int(math.log2(factor))}" if factor >= 1024 and math.log2(factor).is_integer() else f"{factor:g}"
         slips.append(
             Slip(
-                f"unit_{prefix}_divided",
+                Cause(f"unit_{prefix}_divided"),
                 f"a unit slip: every value is the expected one divided by {shown} (a conversion to {prefix}-units "
                 "the function does not ask for); return the plain unit",
                 scaled(1 / factor),
@@ -166,7 +169,7 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
         )
         slips.append(
             Slip(
-                f"unit_{prefix}_multiplied",
+                Cause(f"unit_{prefix}_multiplied"),
                 f"a unit slip: every value is the expected one times {shown} (an input read as {prefix}-units, "
                 "or a conversion the function does not ask for); take and return the plain unit",
                 scaled(factor),
@@ -174,24 +177,24 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
         )
     slips += [
         Slip(
-            "result_as_percentage",
+            Cause("result_as_percentage"),
             "a percentage: every value is 100 times the expected fraction; return the fraction",
             scaled(100.0),
         ),
         Slip(
-            "result_divided_by_100",
+            Cause("result_divided_by_100"),
             "every value is the expected one divided by 100, as if the result were a percentage; it is not",
             scaled(0.01),
         ),
-        Slip("factor_2_missing", "a factor 2 is missing: every value is half the expected one", scaled(0.5)),
-        Slip("factor_2_doubled", "a factor 2 too many: every value is twice the expected one", scaled(2.0)),
+        Slip(Cause("factor_2_missing"), "a factor 2 is missing: every value is half the expected one", scaled(0.5)),
+        Slip(Cause("factor_2_doubled"), "a factor 2 too many: every value is twice the expected one", scaled(2.0)),
     ]
     for position, name in enumerate(names):
         column = [args[position] for args in probes]
         if all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in column) and any(0.0 < v < 1.0 for v in column):
             slips.append(
                 Slip(
-                    f"{name}_as_percentage",
+                    Cause(f"{name}_as_percentage"),
                     f"`{name}` is a fraction (0.9 means 90%), and the formula treats it as a percentage "
                     f"(divides it by 100); use it as it is",
                     on_argument(position, lambda v: v / 100),
@@ -200,29 +203,29 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
             )
             slips.append(
                 Slip(
-                    f"{name}_times_100",
+                    Cause(f"{name}_times_100"),
                     f"`{name}` is a fraction, and the formula multiplies it by 100 (a percentage); use it as it is",
                     on_argument(position, lambda v: v * 100),
                     key=f"arg{position}:*100",
                 )
             )
         if all(isinstance(v, int) and not isinstance(v, bool) for v in column):
-            for shift in (-1, 1):
-                sign = "-" if shift < 0 else "+"
+            for shift, sign, word in ((-1, "-", "minus"), (1, "+", "plus")):
                 slips.append(
                     Slip(
-                        f"{name}_{'minus' if shift < 0 else 'plus'}_1",
+                        Cause(f"{name}_{word}_1"),
                         f"off by one: the formula uses {name} {sign} 1 where it should use {name}",
                         on_argument(position, _plus(shift)),
                         key=f"arg{position}:{sign}1",
                     )
                 )
-    for i in range(len(names)):
+    for i, first in enumerate(names):
         for j in range(i + 1, len(names)):
+            second = names[j]
             slips.append(
                 Slip(
-                    f"{names[i]}_{names[j]}_swapped",
-                    f"arguments swapped: the formula uses `{names[i]}` where `{names[j]}` belongs and the other "
+                    Cause(f"{first}_{second}_swapped"),
+                    f"arguments swapped: the formula uses `{first}` where `{second}` belongs and the other "
                     "way round; check the order of the parameters",
                     swapped(i, j),
                     key=f"swap:{i}:{j}",
@@ -231,17 +234,13 @@ def generic_slips(reference: Function, probes: Sequence[tuple], params: Sequence
     return slips + _floor_slips(reference)
 
 
-def _close(a: float, b: float, rel: float) -> bool:
-    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
-
-
 def _reproduces(function: Function, probes: Sequence[tuple], got: Sequence[float], rel: float) -> bool:
     for args, value in zip(probes, got):
         try:
             predicted = float(function(*args))
         except Exception:  # a slip that cannot be evaluated here (a table without this input, a zero division)
             return False
-        if not math.isfinite(predicted) or not _close(predicted, value, rel):
+        if not math.isfinite(predicted) or not close_either_way(predicted, value, rtol=rel, atol=1e-12):
             return False
     return True
 

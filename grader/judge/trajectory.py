@@ -13,20 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from grader.judge.compare import Arrays, first_difference, scale_of
+from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.replay import Hypothesis, prove
+from grader.judge.tolerance import close
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: str  # the cause named, proven ("loss_summed", "no_set_epoch"...); "measured" when none is
+    cause: Cause | Literal["measured"]  # the cause named, proven ("loss_summed", "no_sampler"...), or none
     message: str
     step: int = 0
-    hint: str | None = None
+    hint: HintName | None = None
+
+    @property
+    def proven(self) -> MaybeCause:
+        """The cause as a verdict carries it: "" where none is proven."""
+        return "" if self.cause == "measured" else self.cause
 
 
 @dataclass(frozen=True)
@@ -56,10 +63,6 @@ def _minus(a: Arrays, b: Arrays) -> Arrays:
     return {name: a[name] - b[name] for name in b if name in a}
 
 
-def _close(actual: Arrays, expected: Arrays) -> bool:
-    return first_difference(actual, expected) is None
-
-
 def _largest(arrays: Arrays) -> float:
     return max((float(np.max(np.abs(v))) for v in arrays.values() if np.size(v)), default=0.0)
 
@@ -84,7 +87,9 @@ def _fraction(value: float) -> str:
 def _proportional(actual: Arrays, expected: Arrays) -> float | None:
     """c where actual == c * expected for every tensor (c != 1, c > 0), else None."""
     scale = scale_of(actual, expected)
-    if np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3 and _close(actual, _scaled(expected, scale)):
+    if not (np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3):
+        return None
+    if first_difference(actual, _scaled(expected, scale)) is None:
         return scale
     return None
 
@@ -121,10 +126,10 @@ class _Locator:
         if not expected or got is None or len(got) != len(expected[0]) or not got:
             return False, ""
         want, have = np.asarray(expected[0], dtype=np.float64), np.asarray(got, dtype=np.float64)
-        if np.allclose(have, want, rtol=1e-5, atol=1e-7):
+        if close(have, want, rtol=1e-5, atol=1e-7):
             return True, ""
         ratios = have / np.where(want == 0, np.nan, want)
-        if np.all(np.isfinite(ratios)) and np.allclose(ratios, ratios[0], rtol=1e-4):
+        if np.all(np.isfinite(ratios)) and close(ratios, np.full_like(ratios, ratios[0]), rtol=1e-4, atol=1e-8):
             return False, (
                 f"the loss backward() started from is exactly {_fraction(float(ratios[0]))} the mean squared "
                 "error of the batch"

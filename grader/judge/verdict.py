@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from grader.judge.names import HintName, MaybeCause
+
 Status = Literal["passed", "failed", "error", "skipped"]
 
 
@@ -18,12 +20,12 @@ class Verdict:
     status: Status
     message: str
     details: str = ""
-    hint: str | None = None  # the name of the exercise's hint that addresses the mistake (catalog.toml)
+    hint: HintName | None = None  # the name of the exercise's hint that addresses the mistake (catalog.toml)
     verbose_details: str = ""  # with the grader's own frames: shown with -v instead of details
     engine_failed: bool = False  # the engine broke, not the code under test (a batch replaces that engine)
     # the cause named, only where it is proven (a replay of it reproduces the run, or a slip every probe);
     # "" when the message says what was measured and names no cause
-    cause: str = ""
+    cause: MaybeCause = ""
 
 
 RECORD_KEYS = (

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from grader.judge.tolerance import close_either_way
 from grader.quiz.bank import Problem, Question
 from grader.quiz.formula import FormulaError
 from grader.quiz.versions import evaluate
@@ -86,9 +87,9 @@ def _answers(question: Question, points: Sequence[dict[str, float]]) -> list[flo
 def _unit(ratios: Sequence[float]) -> float | None:
     """The unit factor relating two answer series, if one ratio holds for all and it is a unit."""
     first = ratios[0]
-    if any(not math.isclose(r, first, rel_tol=1e-9) for r in ratios):
+    if any(not close_either_way(r, first, rtol=1e-9, atol=0.0) for r in ratios):
         return None
-    return next((u for u in UNITS if math.isclose(first, u, rel_tol=1e-6)), None)
+    return next((u for u in UNITS if close_either_way(first, u, rtol=1e-6, atol=0.0)), None)
 
 
 def same_formula(a: Question, b: Question) -> str | None:

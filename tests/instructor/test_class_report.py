@@ -17,6 +17,7 @@ from grader.instructor import report_plots
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
 from grader.instructor.submission_grade import SubmissionGrade
+from grader.judge.names import Cause
 from grader.judge.runner import CheckResult
 from grader.judge.verdict import Status
 
@@ -112,7 +113,7 @@ def test_diagnoses_group_by_proven_cause_and_fall_back_to_the_blurred_message() 
         "f": ("the loss is 5 times the reference", ""),
     }
     grades = [
-        SubmissionGrade(name, [dataclasses.replace(first, message=message, cause=cause)], 1.0)
+        SubmissionGrade(name, [dataclasses.replace(first, message=message, cause=Cause(cause))], 1.0)
         for name, (message, cause) in worded.items()
     ]
     groups = {d.submissions for d in summarize(CHEAP, grades).diagnoses}

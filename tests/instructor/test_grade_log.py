@@ -9,6 +9,7 @@ import pytest
 from grader.cli import main
 from grader.instructor.grade_log import GradeLog, GradeLogError, read_grades
 from grader.instructor.submission_grade import SubmissionGrade
+from grader.judge.names import Cause
 from grader.judge.runner import CheckResult
 
 from . import support
@@ -28,7 +29,7 @@ def _grade(name: str, passed: bool = True) -> SubmissionGrade:
         details="d",
         hint_number=None if passed else 2,
         notes=["n"],
-        cause="" if passed else "wrong_rank",  # a proven cause travels with the result
+        cause="" if passed else Cause("wrong_rank"),  # a proven cause travels with the result
     )
     return SubmissionGrade(name, [result], 1.25, "" if passed else "a problem")
 

@@ -10,6 +10,7 @@ from grader.engine import RunResult
 from grader.engine.rank_runtime import RENDEZVOUS_RANKS
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
+from grader.judge.names import HintName
 
 
 def _port_overridden(facts: Joined) -> str | None:
@@ -50,7 +51,7 @@ def _named_init_mistake(ctx: CheckContext, rank: int, facts: Joined) -> None:
             f"hard-coded rendezvous on rank {rank}: {overridden}. setup_ddp must take "
             "MASTER_ADDR/MASTER_PORT from the environment (a fixed port collides when two jobs share "
             "a machine)",
-            hint="launcher_sets_address",
+            hint=HintName("launcher_sets_address"),
         )
     calls = facts.get("init_calls", [])
     backends = {call.get("backend") or "" for call in calls}
@@ -58,14 +59,14 @@ def _named_init_mistake(ctx: CheckContext, rank: int, facts: Joined) -> None:
         raise ctx.fail(
             f"rank {rank} asked for the nccl backend on a machine without a GPU: NCCL needs GPUs; "
             "choose gloo when torch.cuda.is_available() is False",
-            hint="backend_choice",
+            hint=HintName("backend_choice"),
         )
     bound = [api for api, made in facts.get("device_bindings", {}).items() if made]
     if ctx.backend == "gloo" and bound:
         raise ctx.fail(
             f"rank {rank} called {bound[0]}() on a machine without a GPU, with the gloo backend: bind "
             "a GPU only under nccl",
-            hint="local_rank_gpu",
+            hint=HintName("local_rank_gpu"),
         )
     for call in calls[:1]:
         if call.get("rank") is not None and call["rank"] != rank:
@@ -127,7 +128,7 @@ def _store_saw(ctx: CheckContext, facts: Joined) -> None:
         f"the launcher's rendezvous store (MASTER_ADDR:MASTER_PORT) saw ranks {seen} form their group, "
         f"not ranks 0..{ctx.world_size - 1}: every rank must join through it (init_process_group with "
         "env://, its default, or tcp:// to that address)",
-        hint="launcher_sets_address",
+        hint=HintName("launcher_sets_address"),
     )
 
 
@@ -198,7 +199,7 @@ def _judge_gpu(ctx: CheckContext, rank: int, facts: OnGpuNode, raised: bool) -> 
         raise ctx.fail(
             f"RANK used where LOCAL_RANK is needed: {place} bound GPU {rank}; GPUs are numbered per "
             "node: use int(os.environ['LOCAL_RANK']) (or rank % torch.cuda.device_count())",
-            hint="local_rank_gpu",
+            hint=HintName("local_rank_gpu"),
         )
     if raised:
         return  # the rank's own error is the story: told by the generic failure below
@@ -209,17 +210,17 @@ def _judge_gpu(ctx: CheckContext, rank: int, facts: OnGpuNode, raised: bool) -> 
         raise ctx.fail(
             f"set_device missing under nccl: {place} never bound its GPU, so every rank of a node uses "
             "GPU 0; call torch.cuda.set_device(local_rank) (or torch.accelerator.set_device_index)",
-            hint="local_rank_gpu",
+            hint=HintName("local_rank_gpu"),
         )
     if local in attempted:
         raise ctx.fail(
             f"{place} bound GPU {local} only after {decided_by}, which ran on GPU {used}: bind the GPU "
             "before the group is first used",
-            hint="local_rank_gpu",
+            hint=HintName("local_rank_gpu"),
         )
     raise ctx.fail(
         f"{place} used GPU {used} for {decided_by}; expected GPU {local}, its LOCAL_RANK (it bound {attempted})",
-        hint="local_rank_gpu",
+        hint=HintName("local_rank_gpu"),
     )
 
 
@@ -237,7 +238,7 @@ def nccl_setup(ctx: CheckContext) -> None:
                 f"on a GPU node setup_ddp chose {backend!r} when no backend was given; default to nccl "
                 "when a GPU is available (torch.cuda.is_available(), or "
                 "dist.get_default_backend_for_device(...))",
-                hint="backend_choice",
+                hint=HintName("backend_choice"),
             )
         _judge_gpu(ctx, rank, facts, raised=outcome.error is not None)
     for gpu_facts in ctx.require(result, "on a simulated GPU node", schema=OnGpuNode):
@@ -252,5 +253,5 @@ def cleans_up(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"no destroy: after cleanup_ddp rank {rank} is still in a process group; "
                 "call dist.destroy_process_group()",
-                hint="destroy_group",
+                hint=HintName("destroy_group"),
             )

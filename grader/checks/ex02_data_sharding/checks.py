@@ -16,6 +16,7 @@ from typing import Any
 
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
+from grader.judge.names import HintName
 
 SIZE, BATCH, EPOCHS = 37, 4, 3  # 37 is divisible by no world size: the padding shows
 INVALID_RANK = re.compile(r"Invalid rank (-?\d+), rank should be in the interval \[0, (-?\d+)\]")
@@ -37,7 +38,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
             raise ctx.fail(
                 "shuffle=True on the DataLoader together with a sampler: PyTorch refuses it. "
                 "The DistributedSampler shuffles; drop the loader's shuffle",
-                hint="sampler_shuffles",
+                hint=HintName("sampler_shuffles"),
             )
         invalid = INVALID_RANK.search(message)
         if invalid:
@@ -51,7 +52,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
                 f"on rank {outcome.rank} the DistributedSampler got rank={rank} and "
                 f"num_replicas={replicas}; it needs rank={outcome.rank}, "
                 f"num_replicas={ctx.world_size}{swapped}",
-                hint="distributed_sampler",
+                hint=HintName("distributed_sampler"),
             )
 
 
@@ -60,7 +61,7 @@ def require_loader(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
     dataset's batches (the rank's worker says so instead of tripping over it)."""
     for rank, facts in enumerate(ranks):
         if facts.get("loader_problem"):
-            raise ctx.fail(f"on rank {rank}, {facts['loader_problem']}", hint="distributed_sampler")
+            raise ctx.fail(f"on rank {rank}, {facts['loader_problem']}", hint=HintName("distributed_sampler"))
 
 
 def _epochs(ctx: CheckContext) -> list[Shards]:
@@ -81,7 +82,7 @@ def _epochs(ctx: CheckContext) -> list[Shards]:
             raise ctx.fail(
                 f"no sampler: rank {rank} iterated over all {SIZE} samples in an epoch; each rank "
                 f"should see about {padded}. Use a DistributedSampler",
-                hint="distributed_sampler",
+                hint=HintName("distributed_sampler"),
             )
     return [[facts["epochs"][e] for facts in ranks] for e in range(EPOCHS)]
 
@@ -130,7 +131,7 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
                 f"epoch {epoch}: every rank got the same shard ({len(shards[0])} samples, in the same "
                 "order): the sampler does not know which rank it is on; pass rank=rank (and "
                 "num_replicas=world_size)",
-                hint="distributed_sampler",
+                hint=HintName("distributed_sampler"),
             )
         orders = _orders(ctx)
         sliced = [_sliced_seed(shard, rank, orders, world) for rank, shard in enumerate(shards)]
@@ -139,7 +140,7 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
                 f"epoch {epoch}: shards overlap ({repeated} samples seen twice, the padding allows "
                 f"{padding}): rank r took its slice of the permutation for seed {seed} + r, so every "
                 "rank drew its own permutation. A rank-dependent seed; use the same seed everywhere",
-                hint="same_seed",
+                hint=HintName("same_seed"),
             )
         found = [own for own in sliced if own is not None]
         if len(found) == len(sliced):  # every rank's shard is the slice of some seed's permutation
@@ -148,13 +149,13 @@ def shards_are_disjoint(ctx: CheckContext) -> None:
                 f"epoch {epoch}: shards overlap: the ranks shuffled as in different epochs ({at}): their "
                 "samplers are at different epochs; start_epoch must call set_epoch(epoch) on every "
                 "rank",
-                hint="set_epoch",
+                hint=HintName("set_epoch"),
             )
         raise ctx.fail(
             f"epoch {epoch}: shards overlap: {repeated} samples are seen by more than one rank (the sampler "
             f"pads only {padding}), so the ranks do not slice one common permutation; the seed and "
             "the shuffling must be the same on every rank",
-            hint="same_seed",
+            hint=HintName("same_seed"),
         )
 
 
@@ -196,7 +197,7 @@ def shards_cover_dataset(ctx: CheckContext) -> None:
                 f"epoch {epoch}: the last {len(missing)} samples of the dataset ({sorted(missing)}) are "
                 f"seen by no rank: {SIZE} / W={ctx.world_size} leaves a remainder that contiguous "
                 "shards of len // W samples drop; DistributedSampler pads instead",
-                hint="distributed_sampler",
+                hint=HintName("distributed_sampler"),
             )
         example = sorted(missing)[:8]
         raise ctx.fail(
@@ -219,17 +220,17 @@ def reshuffles_each_epoch(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     "the shards are never shuffled: every epoch gives each rank the same sorted indices; "
                     "the sampler should shuffle (its default)",
-                    hint="set_epoch",
+                    hint=HintName("set_epoch"),
                 )
             raise ctx.fail(
                 f"forgot set_epoch: epoch {epoch} repeats epoch {epoch - 1}'s order on every rank, so the "
                 "sampler's epoch never changed; call loader.sampler.set_epoch(epoch) in start_epoch",
-                hint="set_epoch",
+                hint=HintName("set_epoch"),
             )
         stale = [rank for rank, shard in enumerate(per_epoch[epoch]) if shard == per_epoch[epoch - 1][rank]]
         if stale:
             raise ctx.fail(
                 f"epoch {epoch}: rank {stale[0]} repeats its order of epoch {epoch - 1} while other ranks "
                 "reshuffle: start_epoch must set the epoch on every rank's sampler",
-                hint="set_epoch",
+                hint=HintName("set_epoch"),
             )

@@ -3,12 +3,13 @@ checkpoint: who wrote it, whether the others waited for it, what it holds."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.diagnose import where
+from grader.judge.names import Cause, HintName
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.judge.trajectory import Finding, Setting, diagnose
 from grader.judge.writes import barrier_callers, landed_at, went_on_early, writers_problem
@@ -17,32 +18,43 @@ SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
 _HYPOTHESES = replay.load(__package__ or "")
 
 # the hint that addresses each cause a diagnosis can name
-_HINTS = {
-    **dict.fromkeys(
-        ("no_sampler", "batch_size", "dropped_partial_batch", "no_set_epoch", "unshuffled", "shards_overlap", "data"),
-        "data_sampler",
-    ),
-    **dict.fromkeys(("loss_summed", "divided_by_b", "summed_over_ranks", "divided_by_world_size"), "mean_loss"),
-    "not_averaged": "forward_through_wrapper",
+_HINTS: dict[Cause | Literal["measured"], HintName] = {
     **dict.fromkeys(
         (
-            "optimizer_parameters",
-            "gradients_not_cleared",
-            "no_momentum",
-            "other_momentum",
-            "nesterov",
-            "weight_decay",
-            "adam_like",
-            "lr_times_world_size",
-            "lr_over_world_size",
-            "lr_times_batch",
-            "learning_rate",
-            "no_update",
-            "zero_gradient",
-            "no_gradient",
-            "steps_per_batch",
+            Cause("no_sampler"),
+            Cause("batch_size"),
+            Cause("dropped_partial_batch"),
+            Cause("no_set_epoch"),
+            Cause("unshuffled"),
+            Cause("shards_overlap"),
+            Cause("data"),
         ),
-        "optimizer",
+        HintName("data_sampler"),
+    ),
+    **dict.fromkeys(
+        (Cause("loss_summed"), Cause("divided_by_b"), Cause("summed_over_ranks"), Cause("divided_by_world_size")),
+        HintName("mean_loss"),
+    ),
+    Cause("not_averaged"): HintName("forward_through_wrapper"),
+    **dict.fromkeys(
+        (
+            Cause("optimizer_parameters"),
+            Cause("gradients_not_cleared"),
+            Cause("no_momentum"),
+            Cause("other_momentum"),
+            Cause("nesterov"),
+            Cause("weight_decay"),
+            Cause("adam_like"),
+            Cause("lr_times_world_size"),
+            Cause("lr_over_world_size"),
+            Cause("lr_times_batch"),
+            Cause("learning_rate"),
+            Cause("no_update"),
+            Cause("zero_gradient"),
+            Cause("no_gradient"),
+            Cause("steps_per_batch"),
+        ),
+        HintName("optimizer"),
     ),
 }
 
@@ -85,7 +97,7 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
-    proven = "" if finding.cause == "measured" else finding.cause
+    proven = finding.proven
     return ctx.fail(prefix + finding.message, hint=finding.hint or _HINTS.get(finding.cause), cause=proven)
 
 
@@ -103,7 +115,7 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"no DDP wrap: rank {rank} started training from other weights than rank 0 (the grader "
                     "seeds each rank differently; DDP's constructor broadcasts rank 0's weights)",
-                    hint="wrap_model",
+                    hint=HintName("wrap_model"),
                 )
             raise ctx.fail(
                 f"rank {rank}'s first optimizer step started from other weights than rank 0's "
@@ -118,7 +130,7 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"no DDP wrap: ranks diverge at step {step} ({difference}); the gradients "
                     "are never averaged across ranks",
-                    hint="wrap_model",
+                    hint=HintName("wrap_model"),
                 )
             outside = [r for r, f in enumerate(ranks) if any(c["grad"] and not c["ddp"] for c in f["forwards"])]
             if outside:
@@ -126,7 +138,7 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                     f"forward through the unwrapped model: rank {outside[0]}'s forward passes did not go "
                     f"through the DDP wrapper, so its gradients were never averaged; the ranks diverge at "
                     f"step {step} (rank {rank}'s {difference})",
-                    hint="forward_through_wrapper",
+                    hint=HintName("forward_through_wrapper"),
                 )
             gradient = first_difference(mine["grads"], first["grads"], rtol=1e-6, atol=1e-7)
             if gradient:
@@ -189,7 +201,7 @@ def _data_before(ranks: list[dict[str, Any]], reference: dict[str, Any], steps: 
         many = next((s for s, batches in enumerate(got, 1) if len(batches) != 1), None)
         if many is not None:
             return Finding(
-                "data",
+                Cause("data"),
                 f"step {many} came after {len(got[many - 1])} forward passes with autograd on, "
                 "where one batch makes one step",
             )
@@ -205,7 +217,7 @@ def matches_large_batch(ctx: CheckContext) -> None:
         batches = trained_batches(ranks[0]["forwards"])
         if batches == reference["batches"][0] and len(mine) % len(batches) == 0:
             found: Finding | None = Finding(
-                "steps_per_batch",
+                Cause("steps_per_batch"),
                 f"{len(mine) // len(batches)} optimizer steps per batch: optimizer.step() is called once per batch",
             )
         else:
@@ -242,7 +254,7 @@ def checkpoint_rank0_only(ctx: CheckContext) -> None:
     exists = ctx.inspect("inspect_checkpoint", path=path)["exists"]
     problem = writers_problem([f["writes"] for f in ranks], path, exists, once=False)
     if problem:
-        raise ctx.fail(problem, hint="rank0_saves")
+        raise ctx.fail(problem, hint=HintName("rank0_saves"))
 
 
 def _barrier_reached_by_some(ctx: CheckContext) -> None:
@@ -276,7 +288,7 @@ def _barrier_reached_by_some(ctx: CheckContext) -> None:
             f"{callers}: rank {early[0]} returned from train_ddp before rank 0's checkpoint was on disk"
             f"{'; ' + then if then else ''}. A barrier holds the ranks back only when every rank calls it: "
             "after rank 0's torch.save, outside the `if`",
-            hint="rank0_saves",
+            hint=HintName("rank0_saves"),
         )
 
 
@@ -286,7 +298,7 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     writes = [f["writes"] for f in ranks]
     if landed_at(writes, _checkpoint_path(ctx)) is None:
-        raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint="rank0_saves")
+        raise ctx.fail("no rank wrote the checkpoint, so no rank could wait for it", hint=HintName("rank0_saves"))
     returns = [[f["returned_at"]] for f in ranks]
     early = went_on_early(writes, _checkpoint_path(ctx), [f["host"] for f in ranks], returns)
     callers = barrier_callers(writes, early)
@@ -295,14 +307,14 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
             f"{callers}: rank {early[0]} returned from train_ddp before rank 0's checkpoint was on disk (the "
             "grader holds rank 0's save until the other ranks wait for it or move on). A barrier holds the "
             "ranks back only when every rank calls it: after rank 0's torch.save, outside the `if`",
-            hint="rank0_saves",
+            hint=HintName("rank0_saves"),
         )
     if early:
         raise ctx.fail(
             f"no barrier after the save: rank {early[0]} returned from train_ddp before rank 0's "
             "checkpoint was on disk (the grader holds rank 0's save until the other ranks wait for it or "
             "move on); every rank waits at dist.barrier() after rank 0's torch.save",
-            hint="rank0_saves",
+            hint=HintName("rank0_saves"),
         )
 
 
@@ -311,7 +323,7 @@ def checkpoint_loads_plain(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     saved = ctx.inspect("inspect_checkpoint", path=_checkpoint_path(ctx))
     if not saved["exists"]:
-        raise ctx.fail("no checkpoint was written at checkpoint_path", hint="rank0_saves")
+        raise ctx.fail("no checkpoint was written at checkpoint_path", hint=HintName("rank0_saves"))
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be used: {saved['problem']}")
     prefixed = [key for key in saved["keys"] if key.startswith("module.")]
@@ -319,7 +331,7 @@ def checkpoint_loads_plain(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"`module.` prefix in the checkpoint (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
             "state_dict, which a plain model cannot load; save model.state_dict() of the inner model",
-            hint="unwrapped_state_dict",
+            hint=HintName("unwrapped_state_dict"),
         )
     if saved["loads_plain"]:
         raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}")

@@ -7,6 +7,7 @@ from typing import Any
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
+from grader.judge.names import HintName
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading (workers.py forces it)
@@ -52,7 +53,7 @@ def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
         size=size,
     )
     if facts.get("stalled"):
-        raise ctx.fail(_stall(facts["stalled"], size), hint="read_before_join")
+        raise ctx.fail(_stall(facts["stalled"], size), hint=HintName("read_before_join"))
     return facts, size
 
 
@@ -92,25 +93,25 @@ def runs_every_rank(ctx: CheckContext) -> None:
         why = " and returned before the processes had finished (join=False?)" if early else ""
         raise ctx.fail(
             f"launch_distributed returned {_what(results)} instead of a list of {world} results{why}",
-            hint="result_queue",
+            hint=HintName("result_queue"),
         )
     if not all(_is_identity(r) for r in results):
-        raise ctx.fail(f"the results are not fn's return values: {str(results)[:300]}", hint="result_queue")
+        raise ctx.fail(f"the results are not fn's return values: {str(results)[:300]}", hint=HintName("result_queue"))
     ranks = [r["rank"] for r in results]
     if sorted(ranks) != list(range(world)):
         shifted = " (numbered from 1)" if sorted(ranks) == list(range(1, world + 1)) else ""
         raise ctx.fail(
             f"wrong rank numbering: fn was called with ranks {sorted(ranks)}{shifted}, expected 0..{world - 1}",
-            hint="start_processes",
+            hint=HintName("start_processes"),
         )
     if ranks != list(range(world)):
-        raise ctx.fail(_order_problem(ranks, facts["finish_order"]), hint="result_queue")
+        raise ctx.fail(_order_problem(ranks, facts["finish_order"]), hint=HintName("result_queue"))
     for rank, result in enumerate(results):
         if result.get("payload_digest") != digest(payload(ctx.seed, rank, size)):
             raise ctx.fail(
                 f"rank {rank}'s result did not come back intact: {result.get('payload_chars')} of the "
                 f"{size} characters fn returned",
-                hint="result_queue",
+                hint=HintName("result_queue"),
             )
     if any(r["world_size"] != world or r["token"] != "token-42" for r in results):
         raise ctx.fail(f"fn did not receive (rank, world_size, *args): it got {results[0]}")
@@ -119,7 +120,7 @@ def runs_every_rank(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"fn ran in {len(pids - {facts['launcher_pid']})} new processes for {world} ranks: every rank "
             "needs its own process (no loop in the launcher)",
-            hint="start_processes",
+            hint=HintName("start_processes"),
         )
 
 
@@ -141,12 +142,13 @@ def waits_for_processes(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"join=False: launch_distributed returned while {unfinished} of its {ctx.world_size} "
             "processes were still running fn",
-            hint="read_before_join",
+            hint=HintName("read_before_join"),
         )
     left = _left(facts["left_behind"])
     if left:
         raise ctx.fail(
-            f"when launch_distributed returned, {left}: wait for every process you start", hint="read_before_join"
+            f"when launch_distributed returned, {left}: wait for every process you start",
+            hint=HintName("read_before_join"),
         )
 
 
@@ -159,18 +161,18 @@ def propagates_errors(ctx: CheckContext) -> None:
     if facts["seconds_after_raise"] is None:
         raise ctx.fail(
             f"fn never ran as rank {failing} (the rank the grader makes raise), so no error could surface",
-            hint="start_processes",
+            hint=HintName("start_processes"),
         )
     if raised is None:
         raise ctx.fail(
             f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed returned normally",
-            hint="join_raises",
+            hint=HintName("join_raises"),
         )
     if "planted failure" not in error_messages(raised):  # anywhere in the chain: `raise ... from exc` keeps it
         raise ctx.fail(
             f"launch_distributed raised {raised['type']} without the failing rank's traceback "
             f"(message: {raised['message'][:200]!r})",
-            hint="join_raises",
+            hint=HintName("join_raises"),
         )
     if facts["slept_before_return"]:
         raise ctx.fail(
@@ -178,8 +180,10 @@ def propagates_errors(ctx: CheckContext) -> None:
             f"once ranks {facts['slept_before_return']} had finished their {SLOW_RANK_SECONDS:g} s of work: "
             "the launcher waited for the other ranks before looking at the failed one; wait on every "
             "process at once (context.join() raises as soon as one fails)",
-            hint="join_raises",
+            hint=HintName("join_raises"),
         )
     left = _left(facts["left_behind"])
     if left:
-        raise ctx.fail(f"after rank {failing} failed, {left}: stop the other ranks when one fails", hint="join_raises")
+        raise ctx.fail(
+            f"after rank {failing} failed, {left}: stop the other ranks when one fails", hint=HintName("join_raises")
+        )

@@ -4,11 +4,12 @@ Each check runs with k = 2 and k = 4 micro-batches per step."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.names import Cause, HintName
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.judge.trajectory import Finding, Setting, diagnose
 
@@ -19,35 +20,43 @@ SIZE, BATCH, LR = 151, 3, 0.05
 KS = (2, 4)
 _HYPOTHESES = replay.load(__package__ or "")
 
-_HINTS = {
-    **dict.fromkeys(
-        ("partial_batch_used", "unshuffled", "shards_overlap", "no_sampler", "batch_size", "data"), "data_and_optimizer"
-    ),
-    "loss_not_divided_by_k": "divide_loss_by_k",
-    "divided_by_k_twice": "divide_loss_by_k",
-    "zero_grad_every_micro_step": "zero_grad_per_step",
-    "gradients_not_cleared": "zero_grad_per_step",
-    "micro_batches_per_step": "step_per_group",
+_HINTS: dict[Cause | Literal["measured"], HintName] = {
     **dict.fromkeys(
         (
-            "optimizer_parameters",
-            "no_momentum",
-            "other_momentum",
-            "nesterov",
-            "weight_decay",
-            "adam_like",
-            "lr_times_world_size",
-            "lr_over_world_size",
-            "lr_times_k",
-            "lr_over_k",
-            "lr_times_batch",
-            "learning_rate",
-            "no_update",
+            Cause("partial_batch_used"),
+            Cause("unshuffled"),
+            Cause("shards_overlap"),
+            Cause("no_sampler"),
+            Cause("batch_size"),
+            Cause("data"),
+        ),
+        HintName("data_and_optimizer"),
+    ),
+    Cause("loss_not_divided_by_k"): HintName("divide_loss_by_k"),
+    Cause("divided_by_k_twice"): HintName("divide_loss_by_k"),
+    Cause("zero_grad_every_micro_step"): HintName("zero_grad_per_step"),
+    Cause("gradients_not_cleared"): HintName("zero_grad_per_step"),
+    Cause("micro_batches_per_step"): HintName("step_per_group"),
+    **dict.fromkeys(
+        (
+            Cause("optimizer_parameters"),
+            Cause("no_momentum"),
+            Cause("other_momentum"),
+            Cause("nesterov"),
+            Cause("weight_decay"),
+            Cause("adam_like"),
+            Cause("lr_times_world_size"),
+            Cause("lr_over_world_size"),
+            Cause("lr_times_k"),
+            Cause("lr_over_k"),
+            Cause("lr_times_batch"),
+            Cause("learning_rate"),
+            Cause("no_update"),
             "measured",
         ),
-        "data_and_optimizer",
+        HintName("data_and_optimizer"),
     ),
-    "never_synchronized": "no_sync",
+    Cause("never_synchronized"): HintName("no_sync"),
 }
 
 
@@ -57,13 +66,13 @@ def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
         raise ctx.fail(
             "no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
             "to suppress and the gradients are never averaged",
-            hint="no_sync",
+            hint=HintName("no_sync"),
         )
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(f"with k={k} the ranks took different numbers of optimizer steps ({counts})")
     if counts[0] == 0:
-        raise ctx.fail(f"with k={k} train_accumulate never called optimizer.step()", hint="step_per_group")
+        raise ctx.fail(f"with k={k} train_accumulate never called optimizer.step()", hint=HintName("step_per_group"))
     return ranks
 
 
@@ -95,20 +104,20 @@ def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: in
         if trained_batches(facts["forwards"])[: sum(counts)] == expected[: sum(counts)]:
             if all(len(batches) == 1 for batches in step_batches(facts)):
                 return Finding(
-                    "micro_batches_per_step",
+                    Cause("micro_batches_per_step"),
                     f"stepping every micro-step: with k={k} each optimizer step "
                     f"came after one micro-batch; call optimizer.step() once per {k} micro-batches",
                 )
             wrong = next(s for s, count in enumerate(counts, 1) if count != k)
             every = [len(batches) for batches in step_batches(facts)]
             return Finding(
-                "micro_batches_per_step",
+                Cause("micro_batches_per_step"),
                 f"with k={k}, optimizer step {wrong} came after "
                 f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
                 f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0",
             )
         return diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline) or Finding(
-            "data", f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches"
+            Cause("data"), f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches"
         )
     return None
 
@@ -122,13 +131,13 @@ def _step_count(
     setting = f"with k={k}: {micro} full micro-batches of {BATCH} per rank"
     if len(mine) in (micro, micro + 1):
         return Finding(
-            "micro_batches_per_step",
+            Cause("micro_batches_per_step"),
             f"stepping every micro-step: {len(mine)} optimizer steps instead of "
             f"{expected} ({setting}); call optimizer.step() once per {k} micro-batches",
         )
     if len(mine) == expected + 1 and len(step_batches(ranks[0])[-1]) < k:
         return Finding(
-            "micro_batches_per_step",
+            Cause("micro_batches_per_step"),
             f"{len(mine)} optimizer steps instead of {expected} ({setting}): the "
             f"trailing group of {micro % k} micro-batch(es) made a step; drop a group of fewer than k",
         )
@@ -138,7 +147,7 @@ def _step_count(
         "group makes none)"
     )
     if found is None:
-        return Finding("micro_batches_per_step", counted)
+        return Finding(Cause("micro_batches_per_step"), counted)
     return Finding(found.cause, f"{counted}: {found.message}")
 
 
@@ -173,7 +182,7 @@ def _problem(ctx: CheckContext, k: int) -> Finding | None:
     if finding is not None:
         if sum(ranks[0]["all_reduces_per_step"]) == 0:
             return Finding(
-                "never_synchronized",
+                Cause("never_synchronized"),
                 f"with k={k}, step {finding.step} differs from the large-batch step "
                 "and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),
             )
@@ -181,14 +190,14 @@ def _problem(ctx: CheckContext, k: int) -> Finding | None:
     difference = first_difference(ranks[0]["final"], want["steps"][-1]["params"])
     if difference:
         return Finding(
-            "returned",
+            Cause("returned"),
             f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not "
             f"the trained ones: {difference}",
         )
     in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
     if in_eval:
         return Finding(
-            "eval_mode",
+            Cause("eval_mode"),
             f"the model trained in eval mode: {in_eval} of the {passes} forward passes that "
             "trained ran with model.training False; call model.train() before training",
         )
@@ -201,7 +210,7 @@ def matches_large_batch(ctx: CheckContext) -> str:
     if found:
         # causes this run cannot tell apart (k = W = 2) are named by neither; the other k may tell them apart
         chosen = next((f for f in found if f.cause != "measured"), found[0])
-        proven = "" if chosen.cause == "measured" else chosen.cause
+        proven = chosen.proven
         raise ctx.fail(chosen.message, hint=chosen.hint or _HINTS.get(chosen.cause), cause=proven)
     return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
 
@@ -233,12 +242,12 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
                     raise ctx.fail(
                         f"no gradient was ever all-reduced: with k={k} the ranks diverge at step {step} "
                         f"(rank {rank}'s {difference} from rank 0's): {_why_never_synchronized(ranks[0])}",
-                        hint="no_sync",
+                        hint=HintName("no_sync"),
                     )
                 raise ctx.fail(
                     f"with k={k} the ranks diverge at step {step}: rank {rank}'s {difference} from "
                     f"rank 0's (all-reduces per step on rank 0: {ranks[0]['all_reduces_per_step'][:6]})",
-                    hint="no_sync",
+                    hint=HintName("no_sync"),
                 )
 
 
@@ -248,7 +257,7 @@ def one_allreduce_per_step(ctx: CheckContext) -> str:
         ranks, want = _ranks(ctx, k), _reference(ctx, k)
         counted = _step_count(k, ranks[0]["steps"], ranks, want)
         if counted:
-            raise ctx.fail(counted.message, hint="step_per_group")
+            raise ctx.fail(counted.message, hint=HintName("step_per_group"))
         counts = ranks[0]["all_reduces_per_step"]
         if all(count == 1 for count in counts):
             continue
@@ -258,23 +267,24 @@ def one_allreduce_per_step(ctx: CheckContext) -> str:
                     f"correct but k times the communication: with k={k} every optimizer step all-reduced "
                     f"the gradients {k} times, once per micro-batch, and no_sync was never used; run the "
                     "first k-1 micro-batches inside ddp_model.no_sync()",
-                    hint="no_sync",
+                    hint=HintName("no_sync"),
                 )
             raise ctx.fail(
                 f"no_sync had no effect: with k={k} every optimizer step all-reduced the gradients {k} "
                 f"times, although no_sync was entered {len(ranks[0]['no_sync_entries'])} times; the forward "
                 "passes ran outside it (DDP decides in the forward pass whether the coming backward "
                 "all-reduces): put the forward pass of micro-batches 1..k-1 inside no_sync too",
-                hint="no_sync",
+                hint=HintName("no_sync"),
             )
         if all(count == 0 for count in counts):
             raise ctx.fail(
-                f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}", hint="no_sync"
+                f"no gradient all-reduce at all with k={k}: {_why_never_synchronized(ranks[0])}",
+                hint=HintName("no_sync"),
             )
         raise ctx.fail(
             f"with k={k} the gradient all-reduces per optimizer step were {counts}; expected exactly one "
             "per step, on the last micro-batch",
-            hint="no_sync",
+            hint=HintName("no_sync"),
         )
     size = 4 * ranks[0]["parameters"]  # fp32 gradients
     return f"one all-reduce of {size} bytes per optimizer step, where accumulating without no_sync sends k times that"

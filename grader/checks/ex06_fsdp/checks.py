@@ -12,6 +12,8 @@ import numpy as np
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import first_difference
+from grader.judge.names import Cause, HintName
+from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
 STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
@@ -55,7 +57,7 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             raise ctx.fail(
                 f"mesh on the wrong device: a {wrong[0]!r} device mesh on a {ctx.backend} run, which needs "
                 f"init_device_mesh({expected!r}, (world_size,)); the run failed",
-                hint="mesh_device",
+                hint=HintName("mesh_device"),
             )
         built = [r.facts["meshes"][0].get("size") for r in result.ranks if r.facts.get("meshes")]
         sizes = [size for size in built if size is not None]  # the first mesh of a rank is the student's own
@@ -64,7 +66,7 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
                 f"a device mesh of {sizes[0]} rank{'s' if sizes[0] != 1 else ''} on a run of "
                 f"{ctx.world_size}: FSDP shards over the mesh, which must hold every rank "
                 f"(init_device_mesh(device_type, (world_size,))); the run failed",
-                hint="mesh_and_fully_shard",
+                hint=HintName("mesh_and_fully_shard"),
             )
     return ctx.require(result)
 
@@ -115,7 +117,7 @@ def shards_parameters(ctx: CheckContext) -> str:
         raise ctx.fail(
             f"not sharded: there is no FSDP unit, every rank holds all {total} parameters whole; "
             "call fully_shard on each block, then on the model",
-            hint="mesh_and_fully_shard",
+            hint=HintName("mesh_and_fully_shard"),
         )
     if loose:
         names = [p["name"] for p in loose]
@@ -123,7 +125,7 @@ def shards_parameters(ctx: CheckContext) -> str:
             f"not sharded: {_listed(names)} ({sum(p['full'] for p in loose)} elements) belong to no FSDP "
             "unit, so every rank holds them whole. Parameters of a module that is not wrapped, nor inside "
             "a wrapped one, stay whole: wrap the root too (fully_shard(model) after the blocks)",
-            hint="mesh_and_fully_shard",
+            hint=HintName("mesh_and_fully_shard"),
         )
     units = {unit["name"]: unit["params"] for unit in first["units"]}
     for rank, facts in enumerate(ranks):
@@ -148,14 +150,14 @@ def shards_parameters(ctx: CheckContext) -> str:
                 f"not sharded: every rank holds all {full} elements of FSDP unit {name} (a 1/{world} shard "
                 f"holds at most {bound}): the unit is replicated, not sharded (what NO_SHARD or a "
                 "replicate mesh dimension do); shard over all the ranks",
-                hint="mesh_and_fully_shard",
+                hint=HintName("mesh_and_fully_shard"),
             )
         for rank, local in enumerate(held):
             if local > bound:
                 raise ctx.fail(
                     f"not sharded: rank {rank} holds {local} of the {full} elements of FSDP unit {name}; a "
                     f"1/{world} shard holds at most {bound}",
-                    hint="mesh_and_fully_shard",
+                    hint=HintName("mesh_and_fully_shard"),
                 )
     return _memory(ranks)
 
@@ -174,7 +176,8 @@ def wraps_each_block(ctx: CheckContext) -> str:
     units, blocks = facts["units"], facts["blocks"]
     if not units:
         raise ctx.fail(
-            "no FSDP unit at all: the model was not wrapped with fully_shard (or FSDP)", hint="mesh_and_fully_shard"
+            "no FSDP unit at all: the model was not wrapped with fully_shard (or FSDP)",
+            hint=HintName("mesh_and_fully_shard"),
         )
     every = {p["name"] for unit in units for p in unit["params"]} | {p["name"] for p in facts["loose"]}
     block_params = [{n for n in every if _block_of(n, blocks) == i} for i in range(blocks)]
@@ -188,7 +191,7 @@ def wraps_each_block(ctx: CheckContext) -> str:
                 f"only the root is wrapped: one FSDP unit ({unit['name']}) holds all the parameters, so "
                 "forward gathers the whole model at once and nothing overlaps; call fully_shard on each "
                 "block first",
-                hint="blocks_before_root",
+                hint=HintName("blocks_before_root"),
             )
         others = sorted(names - set().union(*(block_params[i] for i in whole)))
         together = [f"blocks.{i}" for i in whole] + ([_listed(others, 3)] if others else [])
@@ -197,7 +200,7 @@ def wraps_each_block(ctx: CheckContext) -> str:
             f"blocks not wrapped one by one: FSDP unit {unit['name']} holds {' and '.join(together)} "
             f"together ({elements} elements gathered at once); make each block a unit of its own "
             "(one fully_shard call per block), then wrap the root",
-            hint="blocks_before_root",
+            hint=HintName("blocks_before_root"),
         )
     for index, params in enumerate(block_params):
         held = {unit["name"]: sorted(params & {p["name"] for p in unit["params"]}) for unit in units}
@@ -214,7 +217,7 @@ def wraps_each_block(ctx: CheckContext) -> str:
                 f"units ({'; '.join(holders)}), not one. Units found ({len(found)}): {_listed(found, 9)}; "
                 f"expected one unit per block ({', '.join(f'blocks.{i}' for i in range(blocks))}), then the root "
                 "for the rest. Call fully_shard once on each block, not on the layers inside it",
-                hint="blocks_before_root",
+                hint=HintName("blocks_before_root"),
             )
     return f"{len(units)} FSDP units: {', '.join(unit['name'] for unit in units)}"
 
@@ -231,8 +234,8 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
     finding = _trajectory_finding(ctx, ranks, want)
     if finding is not None:
-        proven = "" if finding.cause == "measured" else finding.cause
-        raise ctx.fail(finding.message, hint=finding.hint or "optimizer_after_sharding", cause=proven)
+        proven = finding.proven
+        raise ctx.fail(finding.message, hint=finding.hint or HintName("optimizer_after_sharding"), cause=proven)
     if first_difference(facts["final"], want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (
@@ -244,24 +247,24 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"no parameter changed after the step: after {STEPS} optimizer steps the weights are the "
             f"initial ones.{why}",
-            hint="optimizer_after_sharding",
+            hint=HintName("optimizer_after_sharding"),
         )
     losses = np.mean([rank["losses"][:STEPS] for rank in ranks], axis=0)
     if len(losses) != STEPS:
         raise ctx.fail(f"the model ran forward {len(losses)} times for {STEPS} batches")
     for step, (got, expected) in enumerate(zip(losses, want["losses"]), 1):
-        if not np.isclose(got, expected, rtol=1e-5, atol=1e-6):
+        if not close(got, expected, rtol=1e-5, atol=1e-6):
             raise ctx.fail(
                 f"the loss of step {step} (mean over ranks) is {got:.6g}, one process on all ranks' batches "
                 f"gets {expected:.6g}. Check SGD(lr, momentum=0.9), the mean loss, and that the optimizer "
                 "was built after wrapping",
-                hint="optimizer_after_sharding",
+                hint=HintName("optimizer_after_sharding"),
             )
     difference = first_difference(facts["final"], want["final"])
     if difference:
         raise ctx.fail(
             f"after {STEPS} steps the weights differ from one process training on all ranks' batches: {difference}",
-            hint="optimizer_after_sharding",
+            hint=HintName("optimizer_after_sharding"),
         )
 
 
@@ -292,7 +295,7 @@ def _initial_weights(ctx: CheckContext, facts: dict[str, Any], initial: dict[str
         return ctx.fail(
             "the checkpoint holds the initial weights, not the trained ones (the grader could not gather the "
             "model after training to compare)",
-            hint="full_state_dict",
+            hint=HintName("full_state_dict"),
         )
     if first_difference(after, initial, rtol=0.0, atol=0.0) is None:
         return ctx.fail(
@@ -302,8 +305,8 @@ def _initial_weights(ctx: CheckContext, facts: dict[str, Any], initial: dict[str
     return ctx.fail(
         "the checkpoint holds the initial weights, while the model after training holds other ones: it was "
         "gathered before the training steps",
-        hint="full_state_dict",
-        cause="checkpoint_before_training",
+        hint=HintName("full_state_dict"),
+        cause=Cause("checkpoint_before_training"),
     )
 
 
@@ -314,43 +317,48 @@ def full_checkpoint(ctx: CheckContext) -> None:
     want = reference["final"]
     saved = ranks[0]["checkpoint"]
     if saved.get("type") != "dict":
-        raise ctx.fail(f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint="full_state_dict")
+        raise ctx.fail(
+            f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint=HintName("full_state_dict")
+        )
     sharded = [e for e in saved["entries"] if e["kind"] != "Tensor" and e["shape"] is not None]
     if sharded:
         raise ctx.fail(
             f"a checkpoint of local shards passed off as full: {sharded[0]['key']} is a "
             f"{sharded[0]['kind']} (this rank's shards); gather with get_model_state_dict(..., "
             "full_state_dict=True)",
-            hint="full_state_dict",
+            hint=HintName("full_state_dict"),
         )
     entries = {e["key"]: e for e in saved["entries"]}
     keys, renamed = _match_keys(list(entries), list(want))
     for name, tensor in want.items():
         entry = entries.get(keys[name])
         if entry is None:
-            raise ctx.fail(f"the checkpoint has no {name!r} (keys: {list(entries)[:4]}...)", hint="full_state_dict")
+            raise ctx.fail(
+                f"the checkpoint has no {name!r} (keys: {list(entries)[:4]}...)", hint=HintName("full_state_dict")
+            )
         if entry["shape"] != list(tensor.shape):
             raise ctx.fail(
                 f"a checkpoint of local shards passed off as full: {keys[name]} has shape {entry['shape']} "
                 f"instead of {list(tensor.shape)}; each rank holds only its shard, gather with "
                 "get_model_state_dict(..., full_state_dict=True)",
-                hint="full_state_dict",
+                hint=HintName("full_state_dict"),
             )
     if renamed:
         name = next(name for name in want if keys[name] != name)
         raise ctx.fail(
             f"the checkpoint's keys carry {renamed}: {keys[name]!r} for {name!r}, names a plain model "
             "does not load; save the model's own parameter names",
-            hint="full_state_dict",
+            hint=HintName("full_state_dict"),
         )
     if saved["loads_plain"]:
         raise ctx.fail(
-            f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint="full_state_dict"
+            f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint=HintName("full_state_dict")
         )
     if first_difference(saved["tensors"], reference["initial"], rtol=0.0, atol=0.0) is None:
         raise _initial_weights(ctx, ranks[0], reference["initial"])
     difference = first_difference(saved["tensors"], want)
     if difference:
         raise ctx.fail(
-            f"the checkpoint on rank 0 does not hold the trained weights: {difference}", hint="full_state_dict"
+            f"the checkpoint on rank 0 does not hold the trained weights: {difference}",
+            hint=HintName("full_state_dict"),
         )

@@ -13,6 +13,8 @@ import numpy as np
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
+from grader.judge.names import Cause, HintName
+from grader.judge.tolerance import close_each
 
 NODES = [2, 1]
 WORLD = sum(NODES)
@@ -144,7 +146,7 @@ def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
         raise ctx.fail(f"not implemented yet: {function}() still raises NotImplementedError")
     named = _named_init_mistake(processes)
     if named:
-        raise ctx.fail(named, hint="rank_from_env")
+        raise ctx.fail(named, hint=HintName("rank_from_env"))
     for process in sorted(processes, key=_telling_first):
         error = process["error"]
         if error and error["stage"] == "running the script":
@@ -172,18 +174,14 @@ def joins_from_env(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"the process with RANK={env['RANK']} never called init_process_group: does the script "
                 'call main() under `if __name__ == "__main__":`?',
-                hint="main_guard",
+                hint=HintName("main_guard"),
             )
         group = process["init_calls"][0].get("group")
         if group != {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"])}:
             raise ctx.fail(
                 f"the process with RANK={env['RANK']} of WORLD_SIZE={env['WORLD_SIZE']} joined the group as {group}",
-                hint="rank_from_env",
+                hint=HintName("rank_from_env"),
             )
-
-
-def _close(a: list[list[float]], b: list[list[float]]) -> bool:
-    return len(a) == len(b) and all(np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b))
 
 
 def _arrays(values: list[list[float]]) -> dict[str, np.ndarray]:
@@ -194,7 +192,7 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
     """Why rank 0's weights after `step` (0-based; every earlier step matched) are not the reference's."""
     got, expected = rank0["steps"][step], want["steps"][step]
     number = step + 1
-    if _close(got["grads"], expected["grads"]):
+    if close_each(got["grads"], expected["grads"], rtol=RTOL, atol=ATOL):
         before = rank0["steps"][step - 1]["params"] if step else rank0["start"]["values"]
         moved = [np.subtract(a, b) for a, b in zip(got["params"], before)]
         meant = [np.subtract(a, b) for a, b in zip(expected["params"], before)]
@@ -221,7 +219,7 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
         )
     if step == 0:
         local = ctx.reference("reference", start=rank0["start"], batch_ranks=LOCAL_RANKS, steps=1)
-        if _close(got["grads"], local["steps"][0]["grads"]):
+        if close_each(got["grads"], local["steps"][0]["grads"], rtol=RTOL, atol=ATOL):
             return (
                 "two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
                 ", step) (the process with RANK=2 used node 0's batch of LOCAL_RANK 0), not of make_batch(RANK, "
@@ -240,28 +238,29 @@ def trains_in_sync(ctx: CheckContext) -> None:
     counts = [len(p["steps"]) for p in processes]
     if counts != [steps] * WORLD:
         raise ctx.fail(
-            f"the processes took {counts} optimizer steps; the script was run with --steps {steps}", hint="ddp_training"
+            f"the processes took {counts} optimizer steps; the script was run with --steps {steps}",
+            hint=HintName("ddp_training"),
         )
     rank0 = processes[0]
     for process in processes[1:]:
         for step, (mine, theirs) in enumerate(zip(process["steps"], rank0["steps"]), 1):
-            if not _close(mine["params"], theirs["params"]):
+            if not close_each(mine["params"], theirs["params"], rtol=RTOL, atol=ATOL):
                 raise ctx.fail(
                     f"after step {step} the process with RANK={process['env']['RANK']} holds other weights "
                     "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
-                    hint="ddp_training",
+                    hint=HintName("ddp_training"),
                 )
     shapes = [list(shape) for shape in (rank0["start"] or {}).get("shapes", [])]
     if shapes != MODEL_SHAPES:
         raise ctx.fail(
             f"the model trained has parameters of shapes {shapes}; the exercise's nn.Linear({FEATURES}, 1) has "
             f"{MODEL_SHAPES} (a weight and a bias), which the reference trains",
-            hint="ddp_training",
+            hint=HintName("ddp_training"),
         )
     want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
     for step in range(steps):
-        if not _close(rank0["steps"][step]["params"], want["steps"][step]["params"]):
-            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint="ddp_training")
+        if not close_each(rank0["steps"][step]["params"], want["steps"][step]["params"], rtol=RTOL, atol=ATOL):
+            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint=HintName("ddp_training"))
 
 
 def _place(env: dict[str, str]) -> str:
@@ -317,7 +316,7 @@ def device_from_local_rank(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"RANK used where LOCAL_RANK is needed: on a node with simulated GPUs, {_place(env)} picked "
                 f"cuda:{rank}; GPUs are numbered per node, use cuda:LOCAL_RANK",
-                hint="local_rank_gpu",
+                hint=HintName("local_rank_gpu"),
             )
     if wrong:
         message = _what_each_did(processes, wrong)
@@ -329,8 +328,8 @@ def device_from_local_rank(ctx: CheckContext) -> None:
                 "was bound: the GPU a new process starts on, GPU 0 on every node, whatever its LOCAL_RANK. Read "
                 "LOCAL_RANK from the environment, then torch.cuda.set_device(local_rank)"
             )
-            raise ctx.fail(message, hint="local_rank_gpu", cause="current_device_before_set_device")
-        raise ctx.fail(message, hint="local_rank_gpu")
+            raise ctx.fail(message, hint=HintName("local_rank_gpu"), cause=Cause("current_device_before_set_device"))
+        raise ctx.fail(message, hint=HintName("local_rank_gpu"))
     for process in processes:
         env, chosen = process["env"], process.get("set_device") or []
         local = env["LOCAL_RANK"]
@@ -339,7 +338,7 @@ def device_from_local_rank(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"pick_device() in {_place(env)} returned cuda:{local} but {bound}; bind the process to its GPU "
                 f"too: torch.cuda.set_device({local}) (or torch.accelerator.set_device_index)",
-                hint="local_rank_gpu",
+                hint=HintName("local_rank_gpu"),
             )
 
 
@@ -353,7 +352,7 @@ def logs_from_rank0(ctx: CheckContext) -> None:
             f"one log per node: the processes with LOCAL_RANK 0 printed (RANK 0 and RANK "
             f"{', '.join(sorted(per_node))}, the first process of node 1); guard the print with the global "
             "rank, RANK == 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
     if printing:
         process = printing[0]
@@ -361,12 +360,12 @@ def logs_from_rank0(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"every rank printing: the process with RANK={process['env']['RANK']} also printed "
             f"{line!r}; print (or log) only where RANK is 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
     if not processes[0]["printed"].strip():
         raise ctx.fail(
             "rank 0 printed nothing, on stdout or stderr (print or logging): log one line per step from rank 0",
-            hint="print_on_rank0",
+            hint=HintName("print_on_rank0"),
         )
 
 
@@ -377,11 +376,11 @@ def destroys_group(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"the process with RANK={process['env']['RANK']} never called init_process_group, so it "
                 "formed no process group to destroy",
-                hint="main_guard",
+                hint=HintName("main_guard"),
             )
         if process["initialized_at_end"]:
             raise ctx.fail(
                 f"no destroy: the process with RANK={process['env']['RANK']} ended the script still in its "
                 "process group; call dist.destroy_process_group() when training is done",
-                hint="destroy_group",
+                hint=HintName("destroy_group"),
             )

@@ -18,6 +18,8 @@ from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import where
 from grader.judge.explain import error_messages
+from grader.judge.names import HintName
+from grader.judge.tolerance import close
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -59,7 +61,7 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
             "message arrived into a receive buffer of another size"
             f"{' (' + received + ')' if received else ''}, so the chunk a rank sends is not the "
             "chunk its neighbour receives at that step",
-            hint="chunk_bounds",
+            hint=HintName("chunk_bounds"),
         )
     if len(failing) < ctx.world_size:
         return
@@ -80,7 +82,8 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
         stuck = [r for r in failing if _timed_out(r, operation)]
         if stuck and all(operation in place for place in places.values()):
             raise ctx.fail(
-                f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}", hint="isend_not_send"
+                f"deadlock: every rank waits in {operation}, at {places[stuck[0].rank]}. {why}",
+                hint=HintName("isend_not_send"),
             )
 
 
@@ -131,11 +134,11 @@ def _wrong_sum(
             return ctx.fail(
                 f"{whole} is averaged: it holds exactly 1/W of the sum (the mean); all_reduce sums (SUM is its "
                 "default op): do not divide by W",
-                hint="in_place",
+                hint=HintName("in_place"),
             )
         if factor == 0:
-            return ctx.fail(f"{whole} holds zeros: nothing of the ranks' inputs reached it", hint="in_place")
-        return ctx.fail(f"{whole} is {factor:g} times the sum of the ranks' tensors", hint="in_place")
+            return ctx.fail(f"{whole} holds zeros: nothing of the ranks' inputs reached it", hint=HintName("in_place"))
+        return ctx.fail(f"{whole} is {factor:g} times the sum of the ranks' tensors", hint=HintName("in_place"))
     tail = size - size % world
     wrong = [run for run in runs if run.mixture != sum_]
     own = tuple(float(r == rank) for r in range(world))
@@ -144,7 +147,7 @@ def _wrong_sum(
             f"wrong chunk bounds: on rank {rank}, only the last {size - tail} of {size} elements "
             f"(the remainder of {size} / W={world}) are wrong: they still hold this rank's own input, "
             "so no chunk covered them; the chunks must cover the whole tensor (tensor_split)",
-            hint="chunk_bounds",
+            hint=HintName("chunk_bounds"),
         )
     if all(run.mixture is not None and sorted(run.mixture) == [0.0] * (world - 1) + [1.0] for run in runs):
         step = _first_wrong_message(inputs, sends)
@@ -156,14 +159,14 @@ def _wrong_sum(
                 or "The grader cannot place the messages in a ring's steps (copies rather than views of the tensor, "
                 "or not 2(W-1) messages per rank), so no step is named"
             ),
-            hint="chunk_bounds",
+            hint=HintName("chunk_bounds"),
         )
     if all(run.mixture is not None and min(run.mixture) >= 1.0 for run in wrong):
         return ctx.fail(
             f"inputs counted more than once: {'; '.join(run.describe(rank) for run in wrong[:3])} in "
             f"{whole}: a received chunk was added where it should replace one (the reduce-scatter adds, "
             "the all-gather copies the complete chunks)",
-            hint="chunk_bounds",
+            hint=HintName("chunk_bounds"),
         )
     complete = [run for run in runs if run.mixture == sum_]
     partial = all(run.mixture is not None and set(run.mixture) <= {0.0, 1.0} for run in wrong)
@@ -174,7 +177,7 @@ def _wrong_sum(
             f"{run.start}-{run.stop - 1} (one chunk) and partial sums elsewhere, after "
             f"{_count(messages, 'message')}; the all-gather phase (W-1 more steps passing the complete "
             "chunks around the ring) is missing",
-            hint="chunk_bounds",
+            hint=HintName("chunk_bounds"),
         )
     steps = (
         ""
@@ -185,7 +188,7 @@ def _wrong_sum(
     count = sum(run.stop - run.start for run in wrong)
     return ctx.fail(
         f"{count} of {size} elements of {whole} are not the sum of all ranks' tensors: {shown}{steps}",
-        hint="chunk_bounds",
+        hint=HintName("chunk_bounds"),
     )
 
 
@@ -274,16 +277,16 @@ def sums_correctly(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"ring_all_reduce left a tensor of shape {call['shape']} on rank {rank}, expected {shape} (the "
                     "input's): the sum must be written into `tensor` itself",
-                    hint="in_place",
+                    hint=HintName("in_place"),
                 )
             if call["dtype"] != "float32":
                 raise ctx.fail(
                     f"ring_all_reduce left a tensor of dtype {call['dtype']} on rank {rank}, expected float32 (the "
                     "input's): the sum must be written into `tensor` itself",
-                    hint="in_place",
+                    hint=HintName("in_place"),
                 )
             output = np.asarray(call["output"]).reshape(-1).astype(np.float64)
-            if np.allclose(output, expected, rtol=1e-5, atol=1e-5):
+            if close(output, expected, rtol=1e-5, atol=1e-5):
                 continue
             odd = int(np.count_nonzero(~np.isfinite(output)))
             if odd:
@@ -291,13 +294,15 @@ def sums_correctly(ctx: CheckContext) -> None:
                     f"{odd} of {output.size} elements of rank {rank}'s tensor of shape {shape} are NaN or infinite "
                     "after ring_all_reduce; the sum of these inputs is finite everywhere"
                 )
-            if np.allclose(output, inputs[rank]):
+            if close(output, inputs[rank], rtol=1e-5, atol=1e-8):  # numpy's defaults
                 returned = (
                     " (the function returned a new tensor: the sum must be written into `tensor`)"
                     if call["returned_tensor"]
                     else ""
                 )
-                raise ctx.fail(f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint="in_place")
+                raise ctx.fail(
+                    f"rank {rank}'s tensor of shape {shape} was left unchanged{returned}", hint=HintName("in_place")
+                )
             sends = [rank_calls[index].get("sends") or [] for rank_calls in calls]
             raise _wrong_sum(ctx, rank, shape, output, inputs, call["messages"], sends)
 
@@ -316,7 +321,8 @@ def ring_traffic(ctx: CheckContext) -> None:
             if low <= sent <= high:
                 continue
             raise ctx.fail(
-                _traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)), hint="right_neighbour"
+                _traffic(rank, sent, rank_calls[index]["messages"], message, world, (low, high)),
+                hint=HintName("right_neighbour"),
             )
 
 
@@ -355,7 +361,7 @@ def point_to_point_only(ctx: CheckContext) -> None:
                 f"rank {rank} called the built-in collective ProcessGroup.{used[0]} (dist.all_reduce, "
                 "all_gather, reduce_scatter, broadcast... are not allowed): build the ring from send "
                 "and recv",
-                hint="no_collectives",
+                hint=HintName("no_collectives"),
             )
     for rank, facts in enumerate(_ranks(ctx)):
         silent = next((call for call in facts["calls"] if call["messages"] == 0), None)
@@ -363,5 +369,5 @@ def point_to_point_only(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"rank {rank} sent no message while reducing a tensor of shape {silent['shape']}: a ring "
                 "all-reduce sends 2(W-1) messages per rank, with send/recv (or isend/irecv)",
-                hint="no_collectives",
+                hint=HintName("no_collectives"),
             )

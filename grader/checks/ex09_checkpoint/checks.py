@@ -10,6 +10,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.explain import error_types
+from grader.judge.names import HintName
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.writes import barrier_callers, went_on_early, writers_problem
 
@@ -57,14 +58,14 @@ def _run(ctx: CheckContext) -> RunResult:
         raise ctx.fail(
             f"{race} (the grader holds rank 0's save until the other ranks wait for it or move on). A barrier "
             "holds the ranks back only when every rank calls it: after rank 0's torch.save, outside the `if`",
-            hint="barrier_after_save",
+            hint=HintName("barrier_after_save"),
         )
     if race:
         raise ctx.fail(
             f"no barrier between save and load: {race} (the grader holds rank 0's save until the other "
             "ranks wait for it or move on). Every rank must wait at dist.barrier() after rank 0's "
             "torch.save",
-            hint="barrier_after_save",
+            hint=HintName("barrier_after_save"),
         )
     return result
 
@@ -83,7 +84,7 @@ def saves_once_rank0(ctx: CheckContext) -> None:
     exists = ctx.inspect("inspect_checkpoint", path=_path(ctx))["exists"]
     problem = writers_problem([facts["writes"] for facts in ranks], _path(ctx), exists, once=True)
     if problem:
-        raise ctx.fail(problem, hint="rank0_saves")
+        raise ctx.fail(problem, hint=HintName("rank0_saves"))
     ctx.require(result)
 
 
@@ -93,7 +94,8 @@ def waits_for_save(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):
         if not any(e["op"] == "load" for e in facts["writes"]):
             raise ctx.fail(
-                f"rank {rank} never called torch.load: every rank restores from the file", hint="load_checkpoint"
+                f"rank {rank} never called torch.load: every rank restores from the file",
+                hint=HintName("load_checkpoint"),
             )
 
 
@@ -103,39 +105,39 @@ def checkpoint_contents(ctx: CheckContext) -> None:
     saved = ctx.inspect("inspect_checkpoint", path=_path(ctx))
     if not saved["exists"]:
         ctx.require(result)
-        raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint="rank0_saves")
+        raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint=HintName("rank0_saves"))
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be read: {saved['problem']}")
     if "model" not in saved:
         raise ctx.fail(
             f"the checkpoint holds no state dict of the model (its {MODEL_KEYS}, with no `module.` "
             f"prefix); its keys: {saved['keys']}",
-            hint="unwrapped_state_dict",
+            hint=HintName("unwrapped_state_dict"),
         )
     prefixed = [key for key in saved["model"] if key.startswith("module.")]
     if prefixed:
         raise ctx.fail(
             f"`module.` prefix in the saved model (e.g. {prefixed[0]!r}): that is the DDP wrapper's "
             "state_dict; save ddp_model.module.state_dict()",
-            hint="unwrapped_state_dict",
+            hint=HintName("unwrapped_state_dict"),
         )
     if saved.get("only_model"):
         raise ctx.fail(
             "optimizer state not saved: the checkpoint is the model's state dict alone, with no "
             "optimizer state (momentum buffers) and no step; save a dict of all three",
-            hint="optimizer_state",
+            hint=HintName("optimizer_state"),
         )
     if saved.get("momentum_buffers", 0) < PARAMETERS:
         raise ctx.fail(
             f"optimizer state not saved: the checkpoint holds {saved.get('momentum_buffers', 0)} momentum "
             f"buffers for {PARAMETERS} parameters (its keys: {saved['keys']}); save optimizer.state_dict()",
-            hint="optimizer_state",
+            hint=HintName("optimizer_state"),
         )
     if STEPS_BEFORE not in saved["integers"].values():
         raise ctx.fail(
             f"the checkpoint holds no step equal to the step it was saved at ({STEPS_BEFORE}): its "
             f"integers are {saved['integers'] or 'none'}",
-            hint="load_checkpoint",
+            hint=HintName("load_checkpoint"),
         )
     ranks = ctx.require(result)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
@@ -161,13 +163,13 @@ def resume_matches(ctx: CheckContext) -> None:
         if difference:
             raise ctx.fail(
                 f"after load_checkpoint, rank {rank}'s model does not hold the saved weights: {difference}",
-                hint="load_checkpoint",
+                hint=HintName("load_checkpoint"),
             )
         if facts["returned_step"] != STEPS_BEFORE:
             raise ctx.fail(
                 f"load_checkpoint returned {facts['returned_step']!r} on rank {rank}, not the saved step "
                 f"{STEPS_BEFORE}",
-                hint="load_checkpoint",
+                hint=HintName("load_checkpoint"),
             )
     resumed = STEPS_BEFORE + 1
 
@@ -194,7 +196,7 @@ def resume_matches(ctx: CheckContext) -> None:
         finding = diagnose(facts["steps"], facts["start"], reference["steps"], reference["start"], setting)
         if finding is None:
             continue
-        proven = "" if finding.cause == "measured" else finding.cause
+        proven = finding.proven
         if finding.cause == "momentum_lost":
             restored = facts["momentum_restored"]
             raise ctx.fail(

@@ -23,9 +23,11 @@ from typing import Any
 
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PARAMS, PROBES, random_probes
 from grader.judge.api import CheckContext, check
+from grader.judge.names import Cause, HintName
 from grader.judge.slips import Function, Slip, find_slip, on_argument, scaled
+from grader.judge.tolerance import close_either_way
 
-REL = 1e-6
+REL, ABS = 1e-6, 1e-12  # math.isclose's rule (grader.judge.tolerance.close_either_way)
 TABLE = Path(__file__).with_name("expected.json")  # written by `grader release` into a student copy
 
 
@@ -59,10 +61,6 @@ def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str
     return values
 
 
-def _close(value: float, expected: float) -> bool:
-    return math.isclose(value, expected, rel_tol=REL, abs_tol=1e-12)
-
-
 def reference(name: str) -> Function:
     """The trusted `name`: its closed form where the course has it, else the public table (which
     knows only the public probes: a slip needing another input then reproduces nothing)."""
@@ -81,7 +79,7 @@ def judge_values(
     ctx: CheckContext,
     name: str,
     table: dict[tuple, float],
-    hint: str | None,
+    hint: HintName | None,
     formula: str = "",
     again: str = "",
     named: list[Slip] | None = None,
@@ -93,7 +91,7 @@ def judge_values(
     `only_if_slip`: return instead of failing when no slip is proven (the caller says more);
     `everywhere`: all the values a slip must give (by default `table`'s)."""
     wrong = [(args, got, expected(name, *args)) for args, got in table.items()]
-    wrong = [(args, got, want) for args, got, want in wrong if not _close(got, want)]
+    wrong = [(args, got, want) for args, got, want in wrong if not close_either_way(got, want, rtol=REL, atol=ABS)]
     if not wrong:
         return
     shown = "; ".join(f"{_call(name, args)} = {got:.6g}, expected {want:.6g}" for args, got, want in wrong[:3])
@@ -131,53 +129,52 @@ def _lr_from_zero(f: Function) -> Function:
 def _volume_slips(seconds: bool) -> list[Slip]:
     """The wrong ring volumes, each as a slip of ring_allreduce_bytes (`seconds` False) or of the time
     it takes (True), whose reference volume is the time times the bandwidth."""
-    wrong: list[tuple[str, str, Volume, str]] = [
+    wrong: list[tuple[Cause, Cause, str, Volume, str]] = [
         (
-            "naive_all_to_all",
+            Cause("naive_all_to_all"),
+            Cause("time_of_naive_all_to_all"),
             "(W-1) x M: whole messages to every other rank, a naive all-to-all",
             lambda ring, m, w: (w - 1) * m,
             "",
         ),
         (
-            "ring_factor_missing",
+            Cause("ring_factor_missing"),
+            Cause("time_of_ring_factor_missing"),
             "2M: the (W-1)/W factor is missing (with one rank nothing is sent)",
             lambda ring, m, w: 2 * m,
             "",
         ),
         (
-            "whole_message_per_step",
+            Cause("whole_message_per_step"),
+            Cause("time_of_whole_message_per_step"),
             "2(W-1) x M: the whole message at every step instead of a 1/W chunk",
             lambda ring, m, w: 2 * (w - 1) * m,
             "",
         ),
         (
-            "one_phase_only",
+            Cause("one_phase_only"),
+            Cause("time_of_one_phase_only"),
             "(W-1)/W x M: one phase only (the reduce-scatter or the all-gather; the ring does both)",
             lambda ring, m, w: ring / 2,
             "factor_2_missing",
         ),
         (
-            "sent_and_received_counted",
+            Cause("sent_and_received_counted"),
+            Cause("time_of_sent_and_received_counted"),
             "4(W-1)/W x M: the bytes each rank receives counted with those it sends; count what one rank sends",
             lambda ring, m, w: 2 * ring,
             "factor_2_doubled",
         ),
     ]
-    if not seconds:
-        wrong.append(("volume_in_bits", "8 x 2(W-1)/W x M: bits, not bytes", lambda ring, m, w: 8 * ring, ""))
     slips = []
-    for name, sentence, volume, key in wrong:
+    for name, time_name, sentence, volume, key in wrong:
         if seconds:
-            slips.append(
-                Slip(
-                    f"time_of_{name}",
-                    f"it is the time of sending {sentence}",
-                    _time_of(volume),
-                    key or f"time_of_{name}",
-                )
-            )
+            slips.append(Slip(time_name, f"it is the time of sending {sentence}", _time_of(volume), key or time_name))
         else:
             slips.append(Slip(name, f"it is {sentence}", _volume_of(volume), key or name))
+    if not seconds:
+        bits = "it is 8 x 2(W-1)/W x M: bits, not bytes"
+        slips.append(Slip(Cause("volume_in_bits"), bits, _volume_of(lambda ring, m, w: 8 * ring), "volume_in_bits"))
     return slips
 
 
@@ -198,8 +195,11 @@ def _at_stage(other: int) -> Callable[[Function], Function]:
 
 def _zero_units() -> list[Slip]:
     return [
-        Slip(f"zero_memory_in_{unit}", f"that is {unit}, the function returns bytes", scaled(1 / size), key)
-        for unit, size, key in (("GB", 1e9, "unit_G_divided"), ("GiB", 2.0**30, "unit_Gi_divided"))
+        Slip(cause, f"that is {unit}, the function returns bytes", scaled(1 / size), key)
+        for cause, unit, size, key in (
+            (Cause("zero_memory_in_GB"), "GB", 1e9, "unit_G_divided"),
+            (Cause("zero_memory_in_GiB"), "GiB", 2.0**30, "unit_Gi_divided"),
+        )
     ]
 
 
@@ -207,35 +207,37 @@ def _zero_units() -> list[Slip]:
 NAMED_SLIPS: dict[str, list[Slip]] = {
     "scaled_lr": [
         Slip(
-            "sqrt_lr_scaling",
+            Cause("sqrt_lr_scaling"),
             "square-root scaling: 4x the batch gives 2x the learning rate; the linear rule "
             "multiplies the rate by the batch ratio",
             _lr_sqrt,
         ),
         Slip(
-            "no_warmup",
+            Cause("no_warmup"),
             "no warmup: the rate is the target from step 0; it should climb from base_lr to the "
             "target over the first warmup_steps steps",
             lambda f: lambda b0, bb, b, s, w: f(b0, bb, b, s, 0),
         ),
         Slip(
-            "warmup_from_zero", "warmup from zero: the rate is 0 at step 0; the warmup starts at base_lr", _lr_from_zero
+            Cause("warmup_from_zero"),
+            "warmup from zero: the rate is 0 at step 0; the warmup starts at base_lr",
+            _lr_from_zero,
         ),
         Slip(
-            "warmup_off_by_one_step",
+            Cause("warmup_off_by_one_step"),
             "off by one step: the rate at step s is the rate of step s + 1 (steps count "
             "from 0, where the rate is base_lr)",
             on_argument(3, lambda s: s + 1),
             "arg3:+1",
         ),
         Slip(
-            "warmup_one_step_early",
+            Cause("warmup_one_step_early"),
             "the warmup reaches the target one step early (divided by warmup_steps - 1)",
             on_argument(4, lambda w: w - 1),
             "arg4:-1",
         ),
         Slip(
-            "warmup_one_step_late",
+            Cause("warmup_one_step_late"),
             "the warmup reaches the target one step late (divided by warmup_steps + 1)",
             on_argument(4, lambda w: w + 1),
             "arg4:+1",
@@ -243,30 +245,30 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
     ],
     "effective_batch": [
         Slip(
-            "accumulation_ignored",
+            Cause("accumulation_ignored"),
             "gradient accumulation ignored: each optimizer step sees accumulation_steps micro-batches per GPU",
             lambda f: lambda b, w, a: f(b, w, 1),
         ),
         Slip(
-            "world_size_ignored",
+            Cause("world_size_ignored"),
             "world size ignored: every one of the world_size GPUs contributes its batch to the step",
             lambda f: lambda b, w, a: f(b, 1, a),
         ),
     ],
     "amdahl_speedup": [
         Slip(
-            "amdahl_fractions_swapped",
+            Cause("amdahl_fractions_swapped"),
             "the serial and parallel fractions are swapped: with 90% parallel work "
             "8 workers give 1/(0.1 + 0.9/8) = 4.706",
             lambda f: lambda p, n: f(1 - p, n),
         ),
         Slip(
-            "parallel_part_not_divided",
+            Cause("parallel_part_not_divided"),
             "amdahl_speedup is 1 for every n: the parallel fraction p is never divided by n (1/((1-p) + p/n))",
             lambda f: lambda p, n: f(p, 1),
         ),
         Slip(
-            "gustafson_not_amdahl",
+            Cause("gustafson_not_amdahl"),
             "Gustafson's scaled speedup, (1-p) + p x n, instead of Amdahl's: Amdahl "
             "fixes the problem size, 1/((1-p) + p/n)",
             lambda f: lambda p, n: (1 - p) + p * n,
@@ -274,22 +276,28 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
     ],
     "parallel_efficiency": [
         Slip(
-            "efficiency_times_n",
+            Cause("efficiency_times_n"),
             "it is speedup x n; the efficiency is speedup / n",
             lambda f: lambda p, n: f(p, n) * n * n,
         ),
         Slip(
-            "efficiency_inverted",
+            Cause("efficiency_inverted"),
             "it is n / speedup; the efficiency is speedup / n",
             lambda f: lambda p, n: 1 / f(p, n),
         ),
-        Slip("efficiency_is_speedup", "it is the speedup itself, not divided by n", lambda f: lambda p, n: f(p, n) * n),
+        Slip(
+            Cause("efficiency_is_speedup"),
+            "it is the speedup itself, not divided by n",
+            lambda f: lambda p, n: f(p, n) * n,
+        ),
     ],
     "ring_allreduce_bytes": _volume_slips(seconds=False),
     "allreduce_seconds": [
-        Slip("bandwidth_in_bits", "8 times too slow: the bandwidth is in bytes per second, not bits", scaled(8.0)),
         Slip(
-            "bandwidth_turned_into_bits",
+            Cause("bandwidth_in_bits"), "8 times too slow: the bandwidth is in bytes per second, not bits", scaled(8.0)
+        ),
+        Slip(
+            Cause("bandwidth_turned_into_bits"),
             "8 times too fast: the bandwidth is already in bytes per second (do not convert it to bits)",
             scaled(1 / 8),
         ),
@@ -297,7 +305,7 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
     ],
     "zero_memory_per_gpu": [
         Slip(
-            "optimizer_bytes_ignored",
+            Cause("optimizer_bytes_ignored"),
             "optimizer_bytes is ignored (K = 12 hard-coded)",
             lambda f: lambda params, w, s, k: f(params, w, s, 12),
         ),
@@ -309,13 +317,15 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
 @check("lr_schedule")
 def lr_schedule(ctx: CheckContext) -> None:
     lr = _values(ctx, "scaled_lr")["scaled_lr"]
-    wrong = [args for args, got in lr.items() if not _close(got, expected("scaled_lr", *args))]
+    wrong = [
+        args for args, got in lr.items() if not close_either_way(got, expected("scaled_lr", *args), rtol=REL, atol=ABS)
+    ]
     after_warmup = any(step >= warmup for _, _, _, step, warmup in wrong)  # the target itself is wrong
     judge_values(
         ctx,
         "scaled_lr",
         lr,
-        "linear_scaling" if after_warmup else "warmup",
+        HintName("linear_scaling") if after_warmup else HintName("warmup"),
         " (linear from base_lr at step 0 to base_lr x batch/base_batch at "
         "step warmup_steps, the target from then on; with warmup_steps=0 the target from step 0)",
     )
@@ -324,14 +334,16 @@ def lr_schedule(ctx: CheckContext) -> None:
 @check("effective_batch")
 def effective_batch(ctx: CheckContext) -> None:
     table = _values(ctx, "effective_batch")["effective_batch"]
-    judge_values(ctx, "effective_batch", table, "global_batch", " (per_gpu_batch x world_size x accumulation_steps)")
+    judge_values(
+        ctx, "effective_batch", table, HintName("global_batch"), " (per_gpu_batch x world_size x accumulation_steps)"
+    )
 
 
 @check("amdahl")
 def amdahl(ctx: CheckContext) -> None:
     values = _values(ctx, "amdahl_speedup", "parallel_efficiency")
-    judge_values(ctx, "amdahl_speedup", values["amdahl_speedup"], "amdahl", " (1/((1-p) + p/n))")
-    judge_values(ctx, "parallel_efficiency", values["parallel_efficiency"], "amdahl", " (speedup / n)")
+    judge_values(ctx, "amdahl_speedup", values["amdahl_speedup"], HintName("amdahl"), " (1/((1-p) + p/n))")
+    judge_values(ctx, "parallel_efficiency", values["parallel_efficiency"], HintName("amdahl"), " (speedup / n)")
 
 
 @check("allreduce_cost")
@@ -341,14 +353,14 @@ def allreduce_cost(ctx: CheckContext) -> None:
         ctx,
         "ring_allreduce_bytes",
         values["ring_allreduce_bytes"],
-        "ring_traffic",
+        HintName("ring_traffic"),
         " (the ring sends 2(W-1)/W x M, almost 2M for any W)",
     )
     judge_values(
         ctx,
         "allreduce_seconds",
         values["allreduce_seconds"],
-        "ring_traffic",
+        HintName("ring_traffic"),
         " (the ring's volume over the bandwidth, in bytes per second)",
     )
 
@@ -365,7 +377,9 @@ def _divisions(table: dict[tuple, float], stage: int, k: int, sizes: tuple[int, 
         divided
         for divided in itertools.product((False, True), repeat=3)
         if all(
-            _close(got, params * sum(b / world if d else b for b, d in zip(sizes, divided)))
+            close_either_way(
+                got, params * sum(b / world if d else b for b, d in zip(sizes, divided)), rtol=REL, atol=ABS
+            )
             for params, world, got in rows
         )
     ]
@@ -402,11 +416,28 @@ def _zero_mistake(table: dict[tuple, float], stage: int, k: int) -> str:
     return f": it divides {sharded} by W{', with ' + wide if wide else ''}; stage {stage} divides {should}"
 
 
+# (the stage computed, the stage asked for): the cause of each mix-up, spelled out for grader lint-course
+_STAGE_MIX_UPS = {
+    (1, 0): Cause("zero_stage_1_for_0"),
+    (2, 0): Cause("zero_stage_2_for_0"),
+    (3, 0): Cause("zero_stage_3_for_0"),
+    (0, 1): Cause("zero_stage_0_for_1"),
+    (2, 1): Cause("zero_stage_2_for_1"),
+    (3, 1): Cause("zero_stage_3_for_1"),
+    (0, 2): Cause("zero_stage_0_for_2"),
+    (1, 2): Cause("zero_stage_1_for_2"),
+    (3, 2): Cause("zero_stage_3_for_2"),
+    (0, 3): Cause("zero_stage_0_for_3"),
+    (1, 3): Cause("zero_stage_1_for_3"),
+    (2, 3): Cause("zero_stage_2_for_3"),
+}
+
+
 def _stage_slips(stage: int) -> list[Slip]:
     """Another stage's memory for `stage`: the stages mixed up."""
     return [
         Slip(
-            f"zero_stage_{other}_for_{stage}",
+            _STAGE_MIX_UPS[(other, stage)],
             f"it gives stage {other}'s memory; stage {stage} should shard {_sharded(_right_division(stage))} "
             "(stage 1 shards the optimizer state, 2 also the gradients, 3 also the weights)",
             _at_stage(other),
@@ -425,12 +456,14 @@ def _sharded(divided: tuple[bool, ...]) -> str:
 def zero_memory(ctx: CheckContext) -> None:
     values = _values(ctx, "zero_memory_per_gpu")
     table, bad = values["zero_memory_per_gpu"], values["bad_stage"]
-    name, hint = "zero_memory_per_gpu", "zero_memory"
+    name, hint = "zero_memory_per_gpu", HintName("zero_memory")
     judge_values(ctx, name, table, hint, only_if_slip=True)  # a slip of the whole function, every stage alike
     for stage in ZERO_STAGES:
         rows = {args: got for args, got in table.items() if args[2] == stage}
         judge_values(ctx, name, rows, hint, again=f" at stage {stage}", named=_stage_slips(stage), only_if_slip=True)
-        wrong = [args for args, got in rows.items() if not _close(got, expected(name, *args))]
+        wrong = [
+            args for args, got in rows.items() if not close_either_way(got, expected(name, *args), rtol=REL, atol=ABS)
+        ]
         if wrong:
             params, world, _, k = wrong[0]
             call = f"zero_memory_per_gpu({params:g}, {world}, stage={stage}, optimizer_bytes={k})"
@@ -444,5 +477,5 @@ def zero_memory(ctx: CheckContext) -> None:
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
             raise ctx.fail(
                 f"zero_memory_per_gpu(1e9, 8, stage={stage}): {shown}; an unknown stage should raise ValueError",
-                hint="zero_memory",
+                hint=HintName("zero_memory"),
             )

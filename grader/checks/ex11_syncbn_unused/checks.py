@@ -11,6 +11,7 @@ from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.explain import error_messages
+from grader.judge.names import HintName
 
 SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
@@ -55,7 +56,7 @@ def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
                 f"the ranks prepared different models: rank {layers[0][0]} has {layers[0][1]}, rank {rank} "
                 f"has {mine}; every rank must convert its BatchNorm layers (SyncBatchNorm all-reduces "
                 "with every rank of its group in each forward)",
-                hint="sync_batchnorm",
+                hint=HintName("sync_batchnorm"),
             )
 
 
@@ -70,7 +71,7 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             f"set of unused parameters changes from step to step, and {rank} failed at the next step "
             "(DDP: 'your training graph has changed in this iteration'). static_graph fits only a "
             "fixed set; pass find_unused_parameters=True instead",
-            hint="find_unused_parameters",
+            hint=HintName("find_unused_parameters"),
         )
     if rank:
         raise ctx.fail(
@@ -78,12 +79,13 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             f"reduced its gradient bucket, and {rank} failed at the next step with DDP's "
             "'parameters that were not used in producing loss' error. Pass "
             "find_unused_parameters=True to DistributedDataParallel",
-            hint="find_unused_parameters",
+            hint=HintName("find_unused_parameters"),
         )
     ranks = ctx.require(result)
     if ranks[0]["returned"] != "DistributedDataParallel":
         raise ctx.fail(
-            f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model", hint="return_ddp"
+            f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model",
+            hint=HintName("return_ddp"),
         )
     return ranks
 
@@ -107,19 +109,19 @@ def converts_batchnorm(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"BatchNorm not converted{on}: {plain[0]} is a {layers[plain[0]]}; "
                 "nn.SyncBatchNorm.convert_sync_batchnorm(model) replaces every BatchNorm layer",
-                hint="sync_batchnorm",
+                hint=HintName("sync_batchnorm"),
             )
         if plain:
             raise ctx.fail(
                 f"the BatchNorm layer was replaced{on}: {plain[0]} is a {layers[plain[0]]}, another "
                 "normalization than the model's; keep BatchNorm and synchronize it with "
                 "nn.SyncBatchNorm.convert_sync_batchnorm(model)",
-                hint="sync_batchnorm",
+                hint=HintName("sync_batchnorm"),
             )
         if not layers:
             raise ctx.fail(
                 "the prepared model has no normalization layer left: convert BatchNorm, do not remove it",
-                hint="sync_batchnorm",
+                hint=HintName("sync_batchnorm"),
             )
 
 
@@ -165,7 +167,8 @@ def global_batch_statistics(ctx: CheckContext) -> None:
         missing = [name for name in STATISTICS if name not in after]
         if missing:
             raise ctx.fail(
-                f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}", hint="sync_batchnorm"
+                f"the prepared model has no {missing[0]}{_wrapped_inside(after, missing[0])}",
+                hint=HintName("sync_batchnorm"),
             )
         got = {name: after[name] for name in STATISTICS}
         difference = first_difference(got, want)
@@ -174,7 +177,7 @@ def global_batch_statistics(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"after step 1, rank {rank}'s running statistics are not those of the global batch of "
                 f"{BATCH * ctx.world_size} samples ({difference}): {why}",
-                hint="sync_batchnorm",
+                hint=HintName("sync_batchnorm"),
             )
 
 
@@ -189,7 +192,7 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
             if difference and difference.name not in facts["steps"][0]:
                 raise ctx.fail(
                     f"the prepared model has no {difference.name}{_wrapped_inside(facts['steps'][0], difference.name)}",
-                    hint="return_ddp",
+                    hint=HintName("return_ddp"),
                 )
             if difference:
                 frozen = ""
@@ -204,5 +207,5 @@ def trains_with_unused_branch(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"step {step} (aux head {'used' if step % 2 else 'unused'}) on rank {rank} differs "
                     f"from one process training on the union of the ranks' batches: {difference}{frozen}",
-                    hint="find_unused_parameters",
+                    hint=HintName("find_unused_parameters"),
                 )

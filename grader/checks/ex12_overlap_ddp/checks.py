@@ -11,6 +11,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.diagnose import failure_verdict
+from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.trajectory import Finding, Setting, diagnose
 
 STEPS, BATCH, LR, BUCKET_BYTES = 4, 3, 0.05, 500
@@ -51,8 +52,8 @@ def _explained(ctx: CheckContext, result: Any) -> None:
             "parameters and none with register_post_accumulate_grad_hook; a tensor hook runs on the incoming "
             "gradient before it is accumulated into .grad, which is still None there on the first step. "
             f"{verdict.message}",
-            hint="post_accumulate_hook",
-            cause="tensor_hook",
+            hint=HintName("post_accumulate_hook"),
+            cause=Cause("tensor_hook"),
         )
     missing = _short_tail(facts[0], 1) if facts[0] and facts[0].get("comm") else 0
     if missing:
@@ -61,8 +62,8 @@ def _explained(ctx: CheckContext, result: Any) -> None:
             f"{_trained_elements(facts[0])} trained gradient elements; the {missing} missing are those of the last "
             "gradients to be ready: the last, partly filled bucket was never launched, and was still open when the "
             f"next step began. {verdict.message}",
-            hint="flush_last_bucket",
-            cause="last_bucket_not_launched",
+            hint=HintName("flush_last_bucket"),
+            cause=Cause("last_bucket_not_launched"),
         )
     sent = sum(c["numel"] for c in _gradient_calls(facts[0], 1)) if facts[0] and facts[0].get("comm") else 0
     if sent > _trained_elements(facts[0]) > 0:
@@ -70,7 +71,7 @@ def _explained(ctx: CheckContext, result: Any) -> None:
             f"before the error, step 1 on rank 0 all-reduced {sent} elements where the trained gradients hold "
             f"{_trained_elements(facts[0])}: some gradients were sent more than once (a bucket still holding "
             f"gradients already launched?). {verdict.message}",
-            hint="async_buckets",
+            hint=HintName("async_buckets"),
         )
 
 
@@ -85,12 +86,14 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
         raise ctx.fail(
             f"the ranks took different numbers of optimizer steps ({counts}): a rank that stops early leaves "
             "the others waiting in an all-reduce",
-            hint="optimizer",
+            hint=HintName("optimizer"),
         )
     if counts[0] == 0:
-        raise ctx.fail("train_overlapped never called optimizer.step()", hint="optimizer")
+        raise ctx.fail("train_overlapped never called optimizer.step()", hint=HintName("optimizer"))
     if counts[0] != STEPS:
-        raise ctx.fail(f"{counts[0]} optimizer steps for {STEPS} batches: one step per batch", hint="optimizer")
+        raise ctx.fail(
+            f"{counts[0]} optimizer steps for {STEPS} batches: one step per batch", hint=HintName("optimizer")
+        )
     return ranks
 
 
@@ -101,8 +104,8 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
-    proven = "" if finding.cause == "measured" else finding.cause
-    return ctx.fail(prefix + finding.message, hint=finding.hint or "wait_then_average", cause=proven)
+    proven = finding.proven
+    return ctx.fail(prefix + finding.message, hint=finding.hint or HintName("wait_then_average"), cause=proven)
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -120,7 +123,7 @@ def _trained_elements(facts: dict[str, Any]) -> int:
     return sum(sizes[name] for name in comm["trained"]) // 4  # fp32 elements
 
 
-def _sources(ranks: list[dict[str, Any]]) -> tuple[str, str] | None:
+def _sources(ranks: list[dict[str, Any]]) -> tuple[str, MaybeCause] | None:
     """Whose initial weights the ranks started from, when they did not all start from rank 0's: the
     measurement, and the cause it proves ("" where it proves none)."""
     starts = [f["start"] for f in ranks]
@@ -131,7 +134,7 @@ def _sources(ranks: list[dict[str, Any]]) -> tuple[str, str] | None:
                 f"rank {apart} started its first step from other weights than rank 0: every rank started from "
                 "its own initial weights (the grader seeds each rank differently), so rank 0's weights were never "
                 "broadcast",
-                "no_broadcast",
+                Cause("no_broadcast"),
             )
         difference = first_difference(starts[apart], starts[0])
         return f"rank {apart} started its first step from other weights than rank 0 ({difference})", ""
@@ -141,7 +144,7 @@ def _sources(ranks: list[dict[str, Any]]) -> tuple[str, str] | None:
             return (
                 f"every rank started from rank {source}'s initial weights, not rank 0's: the broadcast's source is "
                 "rank 0 (src=0)",
-                "broadcast_wrong_source",
+                Cause("broadcast_wrong_source"),
             )
         return "the ranks started from the same weights, but they are no rank's initial weights", ""
     return None
@@ -152,7 +155,7 @@ def matches_single_process(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     sources = _sources(ranks)
     if sources:
-        raise ctx.fail(sources[0], hint="broadcast_first", cause=sources[1])
+        raise ctx.fail(sources[0], hint=HintName("broadcast_first"), cause=sources[1])
     reference = _reference(ctx)
 
     replays = ctx.replayer(
@@ -191,15 +194,15 @@ def matches_single_process(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"rank 0 follows the reference, but rank {rank} leaves it at step {step}: {what}; every rank "
                     "must hold the same averaged gradient at the step",
-                    hint="wait_then_average",
+                    hint=HintName("wait_then_average"),
                 )
     if not ranks[0]["final"]:
-        raise ctx.fail(f"train_overlapped returned {ranks[0]['returned']}, not the model", hint="optimizer")
+        raise ctx.fail(f"train_overlapped returned {ranks[0]['returned']}, not the model", hint=HintName("optimizer"))
     difference = first_difference(ranks[0]["final"], reference["steps"][-1]["params"])
     if difference:
         raise ctx.fail(
             f"train_overlapped returned a model ({ranks[0]['returned']}) that is not the trained one: {difference}",
-            hint="optimizer",
+            hint=HintName("optimizer"),
         )
 
 
@@ -214,7 +217,7 @@ def overlaps_backward(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"step {step}, rank {rank}: no dist.all_reduce once backward had started, so nothing "
                     "overlapped with it (the gradients were averaged some other way, or not at all)",
-                    hint="async_buckets",
+                    hint=HintName("async_buckets"),
                 )
             blocking = [c for c in calls if not c["async"]]
             if blocking:
@@ -225,8 +228,8 @@ def overlaps_backward(ctx: CheckContext) -> None:
                     "blocks until its message is through: the numbers can be right, but backward waits for every "
                     "bucket, so nothing overlaps. Launch them with dist.all_reduce(flat, async_op=True) and wait "
                     "before optimizer.step()",
-                    hint="async_buckets",
-                    cause="synchronous_all_reduce",
+                    hint=HintName("async_buckets"),
+                    cause=Cause("synchronous_all_reduce"),
                 )
             first = calls[0]
             if not first["backward"]:
@@ -234,14 +237,14 @@ def overlaps_backward(ctx: CheckContext) -> None:
                     f"step {step}, rank {rank}: the first all-reduce started after backward had ended (all "
                     f"{total} trained gradients were ready), so none overlapped with backward; launch each bucket "
                     "from the post-accumulate-grad hook as soon as it is full",
-                    hint="post_accumulate_hook",
+                    hint=HintName("post_accumulate_hook"),
                 )
             if first["ready"] >= total:
                 raise ctx.fail(
                     f"step {step}, rank {rank}: the first all-reduce started only when all {total} trained "
                     f"gradients were ready (the bucket of {BUCKET_BYTES} bytes is full earlier), so nothing was "
                     "left of backward to overlap with",
-                    hint="async_buckets",
+                    hint=HintName("async_buckets"),
                 )
             early = [c for c in calls if c["backward"] and c["ready"] < total]
             if all(c.get("waited_in_backward") and c.get("waited_ready") == c["ready"] for c in early):
@@ -249,8 +252,8 @@ def overlaps_backward(ctx: CheckContext) -> None:
                     f"step {step}, rank {rank}: every all-reduce launched during backward was waited for at once, "
                     "before the next gradient was ready: async_op=True followed by wait() in the hook is a "
                     "synchronous all-reduce. Keep the handles and wait for them after loss.backward()",
-                    hint="wait_then_average",
-                    cause="waited_in_hook",
+                    hint=HintName("wait_then_average"),
+                    cause=Cause("waited_in_hook"),
                 )
 
 
@@ -295,20 +298,20 @@ def buckets_by_size(ctx: CheckContext) -> None:
                         f"{at}: {elements} of the {total} trained gradient elements were all-reduced; the "
                         f"{total - elements} missing are those of the last gradients to be ready: the last, "
                         "partly filled bucket was never launched. Launch it after loss.backward()",
-                        hint="flush_last_bucket",
-                        cause="last_bucket_not_launched",
+                        hint=HintName("flush_last_bucket"),
+                        cause=Cause("last_bucket_not_launched"),
                     )
                 raise ctx.fail(
                     f"{at}: {elements} of the {total} trained gradient elements were all-reduced in {len(calls)} "
                     "all-reduce(s); every trained gradient is reduced once per step",
-                    hint="flush_last_bucket",
+                    hint=HintName("flush_last_bucket"),
                 )
             if elements > total:
                 raise ctx.fail(
                     f"{at}: {elements} elements were all-reduced where the trained gradients hold {total}: "
                     f"{elements - total} too many (some gradients reduced twice, or a bucket left over from the "
                     "step before)",
-                    hint="tied_and_frozen",
+                    hint=HintName("tied_and_frozen"),
                 )
             accepted = _accepted(facts, step)
             numels = tuple(sorted(c["numel"] for c in calls))
@@ -320,15 +323,15 @@ def buckets_by_size(ctx: CheckContext) -> None:
                     f"one all-reduce per parameter: {at}: {len(calls)} all-reduces, one for each trained "
                     f"parameter, where buckets of {BUCKET_BYTES} bytes give {_counts(counts)}; bucket_bytes is "
                     "ignored, and each message pays its latency",
-                    hint="async_buckets",
-                    cause="one_per_parameter",
+                    hint=HintName("async_buckets"),
+                    cause=Cause("one_per_parameter"),
                 )
             expected = " or ".join(str(list(packing)) for packing in sorted(accepted))
             raise ctx.fail(
                 f"{at}: {len(calls)} all-reduce(s) of {list(numels)} elements, where buckets of {BUCKET_BYTES} "
                 f"bytes ({total * 4} bytes of gradients) carry {expected} elements ({_counts(counts)}): a bucket is "
                 "launched as soon as it holds bucket_bytes or more",
-                hint="async_buckets",
+                hint=HintName("async_buckets"),
             )
 
 
@@ -357,15 +360,15 @@ def tied_and_frozen(ctx: CheckContext) -> None:
                 f"tied weight reduced {registered} times: rank {rank} registered {registered} hooks on {TIED} "
                 f"({TIED_ALSO} is the same tensor), {measured}. A tied weight is one parameter: one hook, one "
                 "place in one bucket",
-                hint="tied_and_frozen",
-                cause="tied_reduced_twice",
+                hint=HintName("tied_and_frozen"),
+                cause=Cause("tied_reduced_twice"),
             )
         if any(e == tied for e in extra):
             step = extra.index(tied) + 1
             raise ctx.fail(
                 f"step {step}, rank {rank}: {total + tied} elements all-reduced where the trained gradients hold "
                 f"{total}: {tied} too many, the size of the tied weight {TIED}",
-                hint="tied_and_frozen",
+                hint=HintName("tied_and_frozen"),
             )
         grads = comm["frozen_grads"]
         held = next((s for s, g in enumerate(grads, 1) if g != "none"), None)
@@ -380,14 +383,14 @@ def tied_and_frozen(ctx: CheckContext) -> None:
                 f"frozen parameter given a gradient: at step {held}, rank {rank}, {FROZEN} (requires_grad=False) "
                 f"had a .grad ({grads[held - 1]}) when optimizer.step() ran{also}. A frozen parameter has no "
                 "gradient, no hook and no place in a bucket: its .grad stays None",
-                hint="tied_and_frozen",
-                cause="frozen_reduced" if also else "",
+                hint=HintName("tied_and_frozen"),
+                cause=Cause("frozen_reduced") if also else "",
             )
         if facts.get("frozen_moved", 0.0) > 0:
             raise ctx.fail(
                 f"the frozen parameter {FROZEN} moved on rank {rank} (by up to {facts['frozen_moved']:.3g}) during "
                 "training; it is frozen",
-                hint="tied_and_frozen",
+                hint=HintName("tied_and_frozen"),
             )
 
 
@@ -404,8 +407,8 @@ def waits_before_step(ctx: CheckContext) -> None:
                 "given to dist.all_reduce(..., async_op=True) were written in place after the call and before "
                 "the handle was waited for. Until wait() returns the backend may still be reading and writing "
                 "it: wait first, then divide (or divide before the call)",
-                hint="wait_then_average",
-                cause="modified_before_wait",
+                hint=HintName("wait_then_average"),
+                cause=Cause("modified_before_wait"),
             )
         for step, unwaited in enumerate(facts["comm"]["unwaited"], 1):
             if not unwaited:
@@ -421,12 +424,12 @@ def waits_before_step(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"optimizer.step() before wait(): {measured}; each was waited for only after the step. Wait for "
                     "every handle, then step",
-                    hint="wait_then_average",
-                    cause="step_before_wait",
+                    hint=HintName("wait_then_average"),
+                    cause=Cause("step_before_wait"),
                 )
             raise ctx.fail(
                 f"{measured}; {len(unwaited) - len(later)} of them were never waited for at all. Every handle is "
                 "waited for (a finished later one does not finish the earlier ones)",
-                hint="wait_then_average",
-                cause="handle_not_waited",
+                hint=HintName("wait_then_average"),
+                cause=Cause("handle_not_waited"),
             )

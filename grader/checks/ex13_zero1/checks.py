@@ -15,6 +15,8 @@ import numpy as np
 
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
+from grader.judge.names import Cause, HintName
+from grader.judge.tolerance import close
 
 STEPS, BATCH, LR = 10, 4, 0.01
 BYTES = 4  # fp32
@@ -31,55 +33,55 @@ REPLAY_RTOL = 1e-3
 SMALLEST_GRADIENT, DRAWS = 1e-6, 8
 
 # The causes matches_adamw can name: one change to the simulated ZeRO-1 loop each (REPLAY_KNOBS in workers.py).
-HYPOTHESES: dict[str, dict[str, Any]] = {
-    "gradients_summed": {
+HYPOTHESES: dict[Cause, dict[str, Any]] = {
+    Cause("gradients_summed"): {
         "knobs": {"reduce": "sum"},
         "says": "gradients summed over the ranks, not averaged: each is W = {W} times the mean of the union "
         "batch (Adam hides most of it in the weights, not in its state); divide by world_size after the "
         "all-reduce, or use op=dist.ReduceOp.AVG",
-        "hint": "average_gradients",
+        "hint": HintName("average_gradients"),
     },
-    "gradients_not_averaged": {
+    Cause("gradients_not_averaged"): {
         "knobs": {"reduce": "none"},
         "says": "gradients not averaged across the ranks before the step: each owner stepped with its own "
         "batch's gradient (no all-reduce, or one after optimizer.step())",
-        "hint": "average_gradients",
+        "hint": HintName("average_gradients"),
     },
-    "adam_not_adamw": {
+    Cause("adam_not_adamw"): {
         "knobs": {"optimizer": "adam"},
         "says": "Adam, not AdamW (or AdamW with weight_decay=0): the updates lack AdamW's decoupled weight "
         "decay of 0.01; use torch.optim.AdamW(owned, lr=lr) with its defaults",
-        "hint": "adamw_over_owned",
+        "hint": HintName("adamw_over_owned"),
     },
-    "lr_times_world_size": {
+    Cause("lr_times_world_size"): {
         "knobs": {"lr_scale": "W"},
         "says": "learning rate scaled by the world size (lr x {W}): the averaged gradient is already the "
         "union batch's; use the lr given",
-        "hint": "adamw_over_owned",
+        "hint": HintName("adamw_over_owned"),
     },
-    "gradients_never_cleared": {
+    Cause("gradients_not_cleared"): {
         "knobs": {"zero": "none"},
         "says": "gradients never cleared: each step's gradient adds to those of the steps before; call "
         "model.zero_grad() once per step",
-        "hint": "zero_every_grad",
+        "hint": HintName("zero_every_grad"),
     },
-    "only_owned_gradients_cleared": {
+    Cause("only_owned_gradients_cleared"): {
         "knobs": {"zero": "owned"},
         "says": "only the owned parameters' gradients are cleared: optimizer.zero_grad() knows only this "
         "rank's shard, so the other gradients pile up and are all-reduced again; call model.zero_grad()",
-        "hint": "zero_every_grad",
+        "hint": HintName("zero_every_grad"),
     },
-    "updated_params_not_sent": {
+    Cause("updated_params_not_sent"): {
         "knobs": {"send": "none"},
         "says": "updated parameters not sent: each rank keeps its own stale copy of the parameters it does "
         "not own; broadcast each parameter from its owner after the step",
-        "hint": "broadcast_from_owner",
+        "hint": HintName("broadcast_from_owner"),
     },
-    "broadcast_from_rank0": {
+    Cause("broadcast_from_rank0"): {
         "knobs": {"send": "rank0"},
         "says": "every parameter broadcast from rank 0, not from its owner: the updates of the parameters "
         "other ranks own are overwritten by rank 0's stale values; use src=owner",
-        "hint": "broadcast_from_owner",
+        "hint": HintName("broadcast_from_owner"),
     },
 }
 
@@ -105,8 +107,8 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             "partition differs between ranks: partition_parameters returned different partitions on different "
             "ranks for the same sizes (balanced_partition shows them), so train_zero1 was not run: ranks that "
             "disagree on the owners call mismatched collectives",
-            hint="partition",
-            cause="partition_differs",
+            hint=HintName("partition"),
+            cause=Cause("partition_differs"),
         )
     return ranks
 
@@ -138,17 +140,15 @@ def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
         raise ctx.fail(
             f"the ranks ran {counts} training forward passes; train_zero1 was asked for {STEPS} steps of one "
             "batch each (the grader counts the model's forward passes with autograd on)",
-            hint="data_and_loss",
+            hint=HintName("data_and_loss"),
         )
     if not any(f["optimizers"] for f in ranks):
-        raise ctx.fail("no rank ever called optimizer.step() (the grader's step hooks saw none)", hint="data_and_loss")
+        raise ctx.fail(
+            "no rank ever called optimizer.step() (the grader's step hooks saw none)", hint=HintName("data_and_loss")
+        )
 
 
 # --- matches_adamw ---------------------------------------------------------------------------------
-
-
-def _close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:
-    return bool(np.allclose(np.asarray(got), np.asarray(want), rtol=rtol, atol=atol))
 
 
 def _within(got: dict, want: dict) -> bool:
@@ -185,7 +185,7 @@ def _reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool
     return True
 
 
-def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[Cause, str]]:
     """The hypotheses whose replay reproduces every step on every rank, each with its sentence."""
     numbers = {"W": ctx.world_size}
     knobs = {
@@ -222,11 +222,11 @@ def _first_difference(
             if grads is not None:
                 for name in _held(facts):
                     expected = want["grads"][name]
-                    if not _close(grads[name], expected, GRAD_RTOL, GRAD_ATOL):
+                    if not close(grads[name], expected, rtol=GRAD_RTOL, atol=GRAD_ATOL):
                         return k, rank, name, "gradient", float(np.max(np.abs(grads[name] - expected)))
             for name, expected in want["params"].items():
                 got = facts["snapshots"][k][name]
-                if not _close(got, expected):
+                if not close(got, expected, rtol=RTOL, atol=ATOL):
                     return k, rank, name, "weights", float(np.max(np.abs(got - expected)))
     return None
 
@@ -249,7 +249,7 @@ def matches_adamw(ctx: CheckContext) -> None:
                 if own
                 else ""
             ),
-            hint="initial_broadcast",
+            hint=HintName("initial_broadcast"),
         )
     found = _first_difference(ranks, reference)
     if found is None:
@@ -312,8 +312,8 @@ def state_is_sharded(ctx: CheckContext) -> None:
                 else f"Each rank's state tensors hold at least the {full} elements of all the parameters"
             )
             + ", so nothing is sharded; build AdamW over this rank's shard only",
-            hint="adamw_over_owned",
-            cause="full_state_every_rank",
+            hint=HintName("adamw_over_owned"),
+            cause=Cause("full_state_every_rank"),
         )
     # an optimizer may hold tensors of its own (a flat fp32 shard): then only the numbers are judged
     foreign = [any(_FOREIGN in o["params"] for o in f["optimizers"]) for f in ranks]
@@ -327,33 +327,33 @@ def state_is_sharded(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"{measured}, {sum(states)} in all: {len(shared)} parameters are held by the optimizers of several "
             f"ranks ({name} by ranks {owners}); each parameter's state lives on one rank",
-            hint="partition",
+            hint=HintName("partition"),
         )
     if sum(states) > full:
         raise ctx.fail(
             f"{measured}: {sum(states)} in all, more than the {full} of all the parameters: some state is held on "
             "several ranks",
-            hint="partition",
+            hint=HintName("partition"),
         )
     missing = [name for name in sizes if name not in holders]
     if missing and not any(foreign):
         raise ctx.fail(
             f"{measured}: no rank's optimizer holds {', '.join(missing)}, so no rank ever updates "
             f"{'it' if len(missing) == 1 else 'them'}; every parameter is owned by exactly one rank",
-            hint="partition",
+            hint=HintName("partition"),
         )
     if sum(states) < full:
         raise ctx.fail(
             f"{measured}: {sum(states)} in all, less than the {full} of all the parameters: some parameters have no "
             "optimizer state on any rank",
-            hint="partition",
+            hint=HintName("partition"),
         )
     bound = 2 * (total / world + largest)
     heavy = [rank for rank, s in enumerate(states) if s > bound]
     if heavy:
         raise ctx.fail(
             f"{measured}: rank {heavy[0]} holds more than 2 x (parameters / W + the largest parameter) = {bound:.0f}",
-            hint="partition",
+            hint=HintName("partition"),
         )
     held = [2 * sum(sizes[n] for n in _held(f)) for f in ranks]
     wrong = [r for r, (s, h) in enumerate(zip(states, held)) if s != h and not foreign[r]]
@@ -362,7 +362,7 @@ def state_is_sharded(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"{measured}: rank {rank}'s optimizer holds parameters of {held[rank] // 2} elements, whose AdamW state "
             f"is {held[rank]} elements, but its state tensors hold {states[rank]}",
-            hint="adamw_over_owned",
+            hint=HintName("adamw_over_owned"),
         )
 
 
@@ -396,7 +396,7 @@ def balanced_partition(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"{asked} returned {calls[number]['other']} on rank {rank}; expected a list of {world} lists of "
                     "parameter indices",
-                    hint="partition",
+                    hint=HintName("partition"),
                 )
         outputs = [calls[number]["shards"] for calls in per_rank]
         other = next((r for r, shards in enumerate(outputs) if shards != outputs[0]), None)
@@ -405,12 +405,14 @@ def balanced_partition(ctx: CheckContext) -> None:
                 f"partition differs between ranks: {asked} returned {outputs[0]} on rank 0 and {outputs[other]} on "
                 f"rank {other}. Every rank must compute the same partition: it may depend on its arguments only "
                 "(not the rank, nor an unseeded random draw)",
-                hint="partition",
-                cause="partition_differs",
+                hint=HintName("partition"),
+                cause=Cause("partition_differs"),
             )
         shards = outputs[0]
         if len(shards) != world:
-            raise ctx.fail(f"{asked} returned {len(shards)} shards; expected one per rank, {world}", hint="partition")
+            raise ctx.fail(
+                f"{asked} returned {len(shards)} shards; expected one per rank, {world}", hint=HintName("partition")
+            )
         owners: dict[int, list[int]] = {}
         for rank, shard in enumerate(shards):
             for index in shard:
@@ -418,20 +420,21 @@ def balanced_partition(ctx: CheckContext) -> None:
         outside = sorted(i for i in owners if not 0 <= i < len(sizes))
         if outside:
             raise ctx.fail(
-                f"{asked} returned {shards}: index {outside[0]} is not a parameter of the list", hint="partition"
+                f"{asked} returned {shards}: index {outside[0]} is not a parameter of the list",
+                hint=HintName("partition"),
             )
         twice = sorted(i for i, ranks in owners.items() if len(ranks) > 1)
         if twice:
             raise ctx.fail(
                 f"{asked} returned {shards}: parameter {twice[0]} is owned by ranks {owners[twice[0]]}; each parameter "
                 "is owned by exactly one rank",
-                hint="partition",
+                hint=HintName("partition"),
             )
         missing = [i for i in range(len(sizes)) if i not in owners]
         if missing:
             raise ctx.fail(
                 f"{asked} returned {shards}: parameter {missing[0]} is owned by no rank, so it would never be updated",
-                hint="partition",
+                hint=HintName("partition"),
             )
         loads = _loads(shards, sizes)
         bound = sum(sizes) / world + max(sizes)
@@ -452,8 +455,8 @@ def balanced_partition(ctx: CheckContext) -> None:
                 else ""
             )
             + "; place the largest parameters first, each on the least-loaded rank",
-            hint="partition",
-            cause="unbalanced",
+            hint=HintName("partition"),
+            cause=Cause("unbalanced"),
         )
 
 
@@ -477,7 +480,7 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                 continue
             for rank, facts in enumerate(ranks):
                 after = facts["snapshots"][k][name]
-                if _close(after, computed, rtol=1e-6, atol=1e-7):
+                if close(after, computed, rtol=1e-6, atol=1e-7):
                     continue
                 moved = float(np.max(np.abs(computed - facts["snapshots"][k - 1][name])))
                 if rank not in owners and np.array_equal(after, facts["snapshots"][k - 1][name]) and moved > 0:
@@ -490,8 +493,8 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
             f"updated parameters not sent: after step {k}, rank {rank} still holds its pre-step {name}, which its "
             f"owner, rank {owner}, moved by up to {moved:.3g} ({len(stale)} such copies over the {STEPS} steps); "
             "broadcast each parameter from its owner after the step",
-            hint="broadcast_from_owner",
-            cause="updated_params_not_sent",
+            hint=HintName("broadcast_from_owner"),
+            cause=Cause("updated_params_not_sent"),
         )
     if other:
         k, rank, name, owner, largest = other[0]
@@ -503,7 +506,7 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                 extra = ": it holds rank 0's value from before the step, bit for bit"
         raise ctx.fail(
             f"after step {k}, rank {rank}'s {name} differs from {whose} by up to {largest:.3g}{extra}",
-            hint="broadcast_from_owner",
+            hint=HintName("broadcast_from_owner"),
         )
     # parameters no optimizer holds by name (an optimizer over a flat copy of the shard): every rank agrees
     for k in range(1, STEPS + 1):
@@ -512,12 +515,12 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                 continue
             for rank, facts in enumerate(ranks[1:], 1):
                 after, first = facts["snapshots"][k][name], ranks[0]["snapshots"][k][name]
-                if not _close(after, first, rtol=1e-6, atol=1e-7):
+                if not close(after, first, rtol=1e-6, atol=1e-7):
                     raise ctx.fail(
                         f"after step {k}, rank {rank}'s {name} differs from rank 0's by up to "
                         f"{float(np.max(np.abs(after - first))):.3g} (no optimizer holds {name} itself, so its "
                         "owner is not known): the updated values did not reach every rank",
-                        hint="broadcast_from_owner",
+                        hint=HintName("broadcast_from_owner"),
                     )
 
 
@@ -570,5 +573,5 @@ def communication_volume(ctx: CheckContext) -> None:
                 f"(the gradients' all-reduce or reduce-scatter, {elements} fp32 = {message} B, and the updated "
                 f"parameters' broadcast or all-gather, {message} B; a flattened reduce-scatter or all-gather "
                 f"may pad each shard to the largest, W x {largest} elements){reading}",
-                hint="broadcast_from_owner",
+                hint=HintName("broadcast_from_owner"),
             )

@@ -16,6 +16,8 @@ import numpy as np
 
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import failure_verdict
+from grader.judge.names import Cause, HintName
+from grader.judge.tolerance import close
 from grader.judge.verdict import Verdict
 
 RTOL, ATOL = 1e-5, 1e-5  # a sum of W partial products against one matrix product, in fp32
@@ -31,27 +33,27 @@ EXPECTED_PLACEMENTS = {
 
 # The causes the numbers can name: one change each to the correct column-then-row split, replayed on the
 # rank side by the grader's own simulation of the W ranks (knobs of workers.simulate).
-HYPOTHESES: dict[str, dict[str, Any]] = {
-    "no_backward_all_reduce": {
+HYPOTHESES: dict[Cause, dict[str, Any]] = {
+    Cause("no_backward_all_reduce"): {
         "knobs": {"f_backward": "identity"},
         "says": "the all-reduce missing in backward: f is the identity both ways, so x's gradient on each "
         "rank is only the part that flowed through its own h/W hidden features (the W ranks' gradients add "
         "up to the reference's); f's backward all-reduces the gradient",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "no_forward_all_reduce": {
+    Cause("no_forward_all_reduce"): {
         "knobs": {"g_forward": "identity"},
         "says": "g's all-reduce missing in forward: each rank's output is its own partial product plus b2, "
         "and the output is the sum of the W partials; g all-reduces in forward",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "no_all_reduce": {
+    Cause("no_all_reduce"): {
         "knobs": {"f_backward": "identity", "g_forward": "identity"},
         "says": "no all-reduce at all: each rank's output is its own partial product plus b2 and its x "
         "gradient its own partial; g all-reduces in forward, f in backward",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "f_and_g_swapped": {
+    Cause("f_and_g_swapped"): {
         "knobs": {
             "f_forward": "all_reduce",
             "f_backward": "identity",
@@ -60,39 +62,39 @@ HYPOTHESES: dict[str, dict[str, Any]] = {
         },
         "says": "f and g swapped: the input was all-reduced in forward (the first layer saw W·x) and the "
         "partial outputs never were; f is the identity in forward and all-reduces in backward, g the reverse",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "g_reduces_both_ways": {
+    Cause("g_reduces_both_ways"): {
         "knobs": {"g_backward": "all_reduce"},
         "says": "g all-reduces in backward too: the output gradient is already whole on every rank, so "
         "summing it gives W = {W} times it, and every gradient below g is W times the reference's "
         "(torch.distributed.nn.functional.all_reduce does that: its backward all-reduces); g's backward is "
         "the identity",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "f_reduces_both_ways": {
+    Cause("f_reduces_both_ways"): {
         "knobs": {"f_forward": "all_reduce"},
         "says": "f all-reduces in forward too: x is the same on every rank, so the first layer saw W·x = "
         "{W}·x; f's forward is the identity",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "bias_every_rank": {
+    Cause("bias_every_rank"): {
         "knobs": {"bias": "every_rank"},
         "says": "b2 added on every rank before the reduction: the all-reduce sums it W times, so the output "
         "is the reference's plus exactly (W-1)·b2 = {W_1}·b2; add b2 once, after g",
-        "hint": "bias_once",
+        "hint": HintName("bias_once"),
     },
-    "averaged_in_forward": {
+    Cause("averaged_in_forward"): {
         "knobs": {"g_forward": "mean"},
         "says": "g averages instead of summing: the partial outputs are W parts of one sum, not W estimates "
         "of it, so the output before b2 is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
-    "averaged_in_backward": {
+    Cause("averaged_in_backward"): {
         "knobs": {"f_backward": "mean"},
         "says": "f averages x's gradient in backward instead of summing: the W partial gradients are parts "
         "of one sum, so x's gradient is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
-        "hint": "f_and_g",
+        "hint": HintName("f_and_g"),
     },
 }
 
@@ -101,7 +103,7 @@ def _hypotheses() -> dict[str, dict[str, str]]:
     return {name: h["knobs"] for name, h in HYPOTHESES.items()}
 
 
-def _says(name: str, world_size: int) -> str:
+def _says(name: Cause, world_size: int) -> str:
     return HYPOTHESES[name]["says"].format(W=world_size, W_1=world_size - 1)
 
 
@@ -110,10 +112,6 @@ def _says(name: str, world_size: int) -> str:
 
 def _value(facts: Any) -> np.ndarray | None:
     return np.asarray(facts["value"]) if isinstance(facts, dict) and "value" in facts else None
-
-
-def _close(got: np.ndarray | None, want: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
-    return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=rtol, atol=atol))
 
 
 def _apart(got: np.ndarray, want: np.ndarray) -> str:
@@ -152,9 +150,9 @@ def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[
         return None
     candidates = {**_slices(full, world_size), ("whole", -1): full}
     for (axis, index), block in candidates.items():
-        if _close(got, block, 0, 0):
+        if close(got, block, rtol=0, atol=0):
             return axis, index, False
-        if block.ndim == 2 and _close(got, block.T, 0, 0):
+        if block.ndim == 2 and close(got, block.T, rtol=0, atol=0):
             return axis, index, True
     return None
 
@@ -201,7 +199,7 @@ def _layouts(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[dict[
     for rank, facts in enumerate(ranks):
         shards = _shards(facts, rank)
         if isinstance(shards, str):
-            raise ctx.fail(shards or f"rank {rank} did not report its shards", hint="slices")
+            raise ctx.fail(shards or f"rank {rank} did not report its shards", hint=HintName("slices"))
         found.append((shards, {k: _locate(shards[k], np.asarray(facts["full"][k]), ctx.world_size) for k in KEYS}))
     return found
 
@@ -219,8 +217,8 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                 "before GELU, and the second layer's output columns then all-gathered: two collectives in forward "
                 "where column-then-row needs one. Keep w1's rows (output features) and w2's columns (input "
                 f"features){also}",
-                hint="column_then_row",
-                cause="row_then_column",
+                hint=HintName("column_then_row"),
+                cause=Cause("row_then_column"),
             )
         if w1 and w2 and w1[0] == "rows" and w2[0] == "rows":
             raise ctx.fail(
@@ -228,8 +226,8 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                 "their output features. The second layer then needs the whole hidden layer (an all-gather before "
                 "it) and its output is split again (another all-gather). Split w2 along its input features, its "
                 f"columns: the hidden features this rank already holds{also}",
-                hint="column_then_row",
-                cause="both_column_wise",
+                hint=HintName("column_then_row"),
+                cause=Cause("both_column_wise"),
             )
         for key in KEYS:
             where = layout[key]
@@ -239,7 +237,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                 raise ctx.fail(
                     f'rank {rank}\'s shard "{key}" (shape {shape}) is no block of {WHAT[key]}: rank {rank} '
                     f"keeps {_name_block(key, rank, block.shape[0 if key != 'w2' else 1], world)}{also}",
-                    hint="slices",
+                    hint=HintName("slices"),
                 )
             axis, index, _ = where
             if axis == "whole" and key != "b2":
@@ -247,14 +245,14 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                     f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, so every rank stores the "
                     f"whole weight; each keeps 1/W of it: "
                     f"{_name_block(key, rank, full[key].shape[0 if key != 'w2' else 1] // world, world)}{also}",
-                    hint="slices",
-                    cause="not_sharded",
+                    hint=HintName("slices"),
+                    cause=Cause("not_sharded"),
                 )
             if key == "b2" and axis != "whole":
                 raise ctx.fail(
                     f"b2 sharded: rank {rank} holds {axis} {index} of b2 (shape {shape}); b2 belongs to the output, "
                     f"which g makes whole on every rank: keep all of b2 and add it once, after g{also}",
-                    hint="bias_once",
+                    hint=HintName("bias_once"),
                 )
             if axis != RIGHT[key]:
                 raise ctx.fail(
@@ -262,7 +260,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                     f"{'column-parallel fc1 keeps rows (output features)' if key == 'w1' else ''}"
                     f"{'row-parallel fc2 keeps columns (input features)' if key == 'w2' else ''}"
                     f"{'b1 follows the rows of w1' if key == 'b1' else ''}{also}",
-                    hint="column_then_row",
+                    hint=HintName("column_then_row"),
                 )
             if index != rank and key != "b2":
                 size = full[key].shape[0 if key != "w2" else 1] // world
@@ -270,8 +268,8 @@ def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = 
                     f"wrong slice: rank {rank} holds rank {index}'s {axis} of {WHAT[key]} "
                     f"({index * size}..{(index + 1) * size - 1}); its own are {rank * size}..{(rank + 1) * size - 1}. "
                     f"The offset is rank * h / W{also}",
-                    hint="slices",
-                    cause="wrong_slice",
+                    hint=HintName("slices"),
+                    cause=Cause("wrong_slice"),
                 )
 
 
@@ -302,7 +300,7 @@ def shards_hold_their_slice(ctx: CheckContext) -> None:
     _layout_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
 
 
-def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[str]:
+def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[Cause]:
     """The hypotheses whose replay reproduces every rank's output (and gradients) within REPLAY_RTOL."""
     replays = ranks[0]["replays"]  # rank 0 simulated every rank
     return [
@@ -315,7 +313,7 @@ def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[str]:
 def _near(got: np.ndarray | None, want: Any) -> bool:
     want = np.asarray(want)
     scale = float(np.abs(want).max()) if want.size else 0.0
-    return _close(got, want, 0, REPLAY_RTOL * max(scale, 1e-6))
+    return close(got, want, rtol=0, atol=REPLAY_RTOL * max(scale, 1e-6))
 
 
 def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bool) -> bool:
@@ -329,7 +327,7 @@ def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bo
     )
 
 
-def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: str) -> CheckFailed:
+def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: HintName) -> CheckFailed:
     """The failure: the measurement, and the one hypothesis whose replay reproduces every number, if one does."""
     complete = all("dx" in f for f in ranks)
     names = _matching(ranks, complete)
@@ -362,20 +360,20 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
             raise ctx.fail(
                 _describe_value(facts.get("y"), f"tp_mlp_forward's output on rank {rank}")
                 + f"; the block's output is the whole (b, d) = {list(want.shape)} tensor on every rank",
-                hint="f_and_g",
+                hint=HintName("f_and_g"),
             )
-        if not _close(y, want):
+        if not close(y, want, rtol=RTOL, atol=ATOL):
             b2 = np.asarray(facts["full"]["b2"])
             extra = y - want
             offset = ""
-            if np.allclose(extra, (ctx.world_size - 1) * b2, rtol=1e-4, atol=1e-5):
+            if close(extra, np.broadcast_to((ctx.world_size - 1) * b2, extra.shape), rtol=1e-4, atol=1e-5):
                 offset = f" (exactly (W-1)·b2 = {ctx.world_size - 1}·b2 more in every row)"
             raise _named(
                 ctx,
                 ranks,
                 f"rank {rank}'s output differs from the unsplit block's by up to {float(np.abs(extra).max()):.3g}"
                 + offset,
-                "f_and_g",
+                HintName("f_and_g"),
             )
 
 
@@ -395,18 +393,18 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                     if detached
                     else _describe_value(y, f"tp_mlp_forward's output on rank {rank}")
                 ),
-                hint="f_and_g",
+                hint=HintName("f_and_g"),
             )
         reference = facts["reference"]
         dx, want = _value(facts.get("dx")), np.asarray(reference["dx"])
         if dx is None:
-            raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint="f_and_g")
-        if not _close(dx, want):
+            raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint=HintName("f_and_g"))
+        if not close(dx, want, rtol=RTOL, atol=ATOL):
             measured = f"rank {rank}'s gradient of x {_apart(dx, want)} the unsplit block's"
             dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
-            if len(dxs) == len(ranks) and _close(np.sum(dxs, axis=0), want):
+            if len(dxs) == len(ranks) and close(np.sum(dxs, axis=0), want, rtol=RTOL, atol=ATOL):
                 measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
-            raise _named(ctx, ranks, measured, "f_and_g")
+            raise _named(ctx, ranks, measured, HintName("f_and_g"))
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
             where = layouts[rank][key]
@@ -414,25 +412,25 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f'shard "{key}" on rank {rank} is no block of {WHAT[key]}, so its gradient has no block of the '
                     "unsplit gradient to be compared with (shards_hold_their_slice says more)",
-                    hint="slices",
+                    hint=HintName("slices"),
                 )
             if grad is None:
                 raise ctx.fail(
                     f'shard "{key}" on rank {rank} has no gradient after y.backward(dy): the output does not depend '
                     "on it through autograd",
-                    hint="f_and_g",
+                    hint=HintName("f_and_g"),
                 )
             axis, index, transposed = where
             full_grad = np.asarray(reference[f"d{key}"])
             block = full_grad if axis == "whole" else _slices(full_grad, ctx.world_size)[(axis, index)]
             block = block.T if transposed else block
-            if not _close(grad, block):
+            if not close(grad, block, rtol=RTOL, atol=ATOL):
                 raise _named(
                     ctx,
                     ranks,
                     f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
                     f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
-                    "f_and_g",
+                    HintName("f_and_g"),
                 )
 
 
@@ -450,7 +448,7 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
     for rank, facts in enumerate(ranks):
         forward, backward = facts.get("forward"), facts.get("backward")
         if forward is None or backward is None:
-            raise ctx.fail(f"rank {rank}'s {route} did not get through forward and backward", hint="f_and_g")
+            raise ctx.fail(f"rank {rank}'s {route} did not get through forward and backward", hint=HintName("f_and_g"))
         for phase, calls in (("forward", forward), ("backward", backward)):
             kinds = [c["kind"] for c in calls]
             if kinds == ["all_reduce"]:
@@ -467,8 +465,8 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
                 )
                 raise ctx.fail(
                     f"{measured}: {missing}",
-                    hint="f_and_g",
-                    cause="no_forward_all_reduce" if phase == "forward" else "no_backward_all_reduce",
+                    hint=HintName("f_and_g"),
+                    cause=Cause("no_forward_all_reduce") if phase == "forward" else Cause("no_backward_all_reduce"),
                 )
             if "all_gather" in kinds and shards_named:
                 _layout_failure(ctx, ranks, f". Measured: {measured}")
@@ -480,7 +478,9 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
                     f"(b x h/W = {batch} x {h // ctx.world_size}): the hidden layer was made whole between the layers, "
                     "which column-then-row never needs"
                 )
-            raise ctx.fail(measured, hint="f_and_g" if set(kinds) == {"all_reduce"} else "column_then_row")
+            raise ctx.fail(
+                measured, hint=HintName("f_and_g") if set(kinds) == {"all_reduce"} else HintName("column_then_row")
+            )
 
 
 @check("one_all_reduce_each_way")
@@ -513,7 +513,7 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
             raise ctx.fail(
                 f"the module parallelize_mlp returned has no {', '.join(missing)} (its parameters: "
                 f"{facts.get('names')}); parallelize the grader's block in place and return it{also}",
-                hint="parallelize_module",
+                hint=HintName("parallelize_module"),
             )
         shown = ", ".join(f"{name} {placements[name]}" for name in PARAMETERS)
         if placements["fc1.weight"] == "Shard(dim=1)" and placements["fc2.weight"] == "Shard(dim=0)":
@@ -521,15 +521,15 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
                 f"row-then-column: fc1 is row-wise and fc2 column-wise ({shown}): the input would have to be "
                 "split and the partial hidden sums all-reduced before GELU, then the output all-gathered; use "
                 f"ColwiseParallel() for fc1 and RowwiseParallel() for fc2{also}",
-                hint="parallelize_module",
-                cause="row_then_column",
+                hint=HintName("parallelize_module"),
+                cause=Cause("row_then_column"),
             )
         if placements["fc1.weight"] == "Shard(dim=0)" and placements["fc2.weight"] == "Shard(dim=0)":
             raise ctx.fail(
                 f"both column-wise: fc1 and fc2 are both ColwiseParallel ({shown}): fc2 then needs the whole hidden "
                 f"layer and splits its output again; use RowwiseParallel() for fc2{also}",
-                hint="parallelize_module",
-                cause="both_column_wise",
+                hint=HintName("parallelize_module"),
+                cause=Cause("both_column_wise"),
             )
         wrong = [name for name in PARAMETERS if placements[name] != EXPECTED_PLACEMENTS[name]]
         if wrong:
@@ -539,18 +539,18 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
                 f"rank {rank}'s parameters after parallelize_mlp: {shown}; column-then-row gives {expected}"
                 + (f" ({', '.join(plain)} left a plain tensor: that layer was not parallelized)" if plain else "")
                 + also,
-                hint="parallelize_module",
+                hint=HintName("parallelize_module"),
             )
         for name, key in PARAMETERS.items():
             full = np.asarray(facts["full"][key])
             axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
-            if not _close(_value(params[name]["local"]), want, 0, 0):
+            if not close(_value(params[name]["local"]), want, rtol=0, atol=0):
                 raise ctx.fail(
                     f"rank {rank}'s local shard of {name} is not its block of the weights the grader gave "
                     f"({_describe_value(params[name]['local'], 'it')}): parallelize the module as it is, without "
                     f"changing its values{also}",
-                    hint="parallelize_module",
+                    hint=HintName("parallelize_module"),
                 )
 
 
@@ -561,7 +561,8 @@ def parallelize_module_plan(ctx: CheckContext) -> None:
         raise CheckFailed(verdict)
     if verdict is None and any("parameters" not in r for r in ranks):
         raise ctx.fail(
-            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module",
+            hint=HintName("parallelize_module"),
         )
     _placement_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
 
@@ -575,12 +576,13 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
         raise CheckFailed(verdict)
     if any("parameters" not in r for r in ranks):
         raise ctx.fail(
-            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module", hint="parallelize_module"
+            f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module",
+            hint=HintName("parallelize_module"),
         )
     for rank, facts in enumerate(ranks):
         reference = facts["reference"]
         y, want = _value(facts.get("y")), np.asarray(reference["y"])
-        if not _close(y, want):
+        if not close(y, want, rtol=RTOL, atol=ATOL):
             what = (
                 f"{_apart(y, want)} the unsplit block's"
                 if y is not None
@@ -589,14 +591,14 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"on rank {rank}, the parallelized block's output {what}; with fc1 column-wise and fc2 row-wise "
                 "(default layouts) it is the whole (b, d) output as a plain tensor",
-                hint="parallelize_module",
+                hint=HintName("parallelize_module"),
             )
         dx = _value(facts.get("dx"))
-        if not _close(dx, np.asarray(reference["dx"])):
+        if not close(dx, np.asarray(reference["dx"]), rtol=RTOL, atol=ATOL):
             raise ctx.fail(
                 f"on rank {rank}, x's gradient through the parallelized block "
                 + ("is missing" if dx is None else f"{_apart(dx, np.asarray(reference['dx']))} the unsplit block's"),
-                hint="parallelize_module",
+                hint=HintName("parallelize_module"),
             )
         for name, key in PARAMETERS.items():
             grad = facts.get("grads", {}).get(name)
@@ -604,10 +606,10 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
             full = np.asarray(reference[f"d{key}"])
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
             got = _value(grad["local"]) if grad else None
-            if not _close(got, want):
+            if not close(got, want, rtol=RTOL, atol=ATOL):
                 raise ctx.fail(
                     f"on rank {rank}, the local gradient of {name} "
                     + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
-                    hint="parallelize_module",
+                    hint=HintName("parallelize_module"),
                 )
     _counted(ctx, ranks, "parallelized block", False)

@@ -11,6 +11,7 @@ from typing import Any
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.diagnose import failure_verdict
+from grader.judge.names import Cause, HintName
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
 
@@ -22,20 +23,20 @@ _HYPOTHESES = replay.load(__package__ or "")
 BUBBLE = Formula(("stages", "micro_batches"), "(stages - 1) / (micro_batches + stages - 1)")
 NAMED_SLIPS = [
     Slip(
-        "bubble_p_over_m_plus_p",
+        Cause("bubble_p_over_m_plus_p"),
         "p/(m+p): the p - 1 idle slots counted as p and the m + p - 1 slots of a phase as m + p, as if there "
         "were p + 1 stages",
         lambda _reference: lambda p, m: p / (m + p),
         key="arg0:+1",  # the generic "stages plus 1" is this arithmetic
     ),
     Slip(
-        "bubble_over_compute",
+        Cause("bubble_over_compute"),
         "(p-1)/m: the idle time divided by the busy time (the 'bubble time fraction' of the Megatron paper), "
         "not by the whole step; the idle share of the step is (p-1)/(m+p-1)",
         lambda _reference: lambda p, m: (p - 1) / m,
     ),
     Slip(
-        "bubble_over_m_plus_p",
+        Cause("bubble_over_m_plus_p"),
         "(p-1)/(m+p): a stage spans m + p - 1 slots of each phase (m of its own, p - 1 of waiting), not m + p",
         lambda _reference: lambda p, m: (p - 1) / (m + p),
     ),
@@ -63,19 +64,19 @@ def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
     m = _micro_batches(ctx.world_size)
     if len(set(counts)) != 1:
         raise ctx.fail(
-            f"with {schedule!r}, the ranks took different numbers of optimizer steps ({counts})", "optimizer"
+            f"with {schedule!r}, the ranks took different numbers of optimizer steps ({counts})", HintName("optimizer")
         )
     if counts[0] == STEPS * m:
         raise ctx.fail(
             f"with {schedule!r}, every rank took {counts[0]} optimizer steps for {STEPS} batches of m = {m} "
             "micro-batches: one step per micro-batch. schedule.step() runs every micro-batch of the batch; "
             "call optimizer.step() once after it",
-            hint="optimizer",
-            cause="step_per_micro_batch",
+            hint=HintName("optimizer"),
+            cause=Cause("step_per_micro_batch"),
         )
     if counts[0] != STEPS:
         raise ctx.fail(
-            f"with {schedule!r}, {counts[0]} optimizer steps for {STEPS} batches: one per batch", "optimizer"
+            f"with {schedule!r}, {counts[0]} optimizer steps for {STEPS} batches: one per batch", HintName("optimizer")
         )
     return ranks
 
@@ -96,8 +97,8 @@ def _explained(ctx: CheckContext, result: Any, schedule: str) -> None:
             f"with {schedule!r}, the schedule of rank(s) {blind} was built without loss_fn (observed): torch then runs "
             "that stage forward only, and the gradient the next stage sends it is never received. Give loss_fn to "
             f"the schedule on every rank (only the last stage calls it). {verdict.message}",
-            hint="schedule",
-            cause="loss_fn_missing_on_a_stage",
+            hint=HintName("schedule"),
+            cause=Cause("loss_fn_missing_on_a_stage"),
         )
 
 
@@ -106,8 +107,8 @@ def _wrong_ranks(ctx: CheckContext, indices: dict[int, int], after: str = "") ->
     return ctx.fail(
         f"stages on the wrong ranks: {built} (observed); rank 0 gets the batch and must run stage 0, rank r stage r: "
         f"PipelineStage(stage_module, rank, world_size, device). {after}".strip(),
-        hint="build_stage",
-        cause="stage_index_not_rank",
+        hint=HintName("build_stage"),
+        cause=Cause("stage_index_not_rank"),
     )
 
 
@@ -171,31 +172,31 @@ def _observed_split(ctx: CheckContext, ranks: list[dict[str, Any]], schedule: st
             raise ctx.fail(
                 f"with {schedule!r}, rank {rank} built {len(stages)} pipeline stages (PipelineStage); one stage "
                 "per rank here",
-                hint="build_stage",
+                hint=HintName("build_stage"),
             )
         stage = stages[0]
         if stage["count"] != world:
             raise ctx.fail(
-                f"rank {rank} built a stage of a {stage['count']}-stage pipeline; W = {world}", "build_stage"
+                f"rank {rank} built a stage of a {stage['count']}-stage pipeline; W = {world}", HintName("build_stage")
             )
         if stage["foreign"]:
             raise ctx.fail(
                 f"rank {rank}'s stage module holds {stage['foreign']} parameter(s) that are none of the model's "
                 "layers (by value): keep the model's own layers",
-                hint="split",
+                hint=HintName("split"),
             )
     indices = [f["stages"][0]["index"] for f in ranks]
     if sorted(indices) != list(range(world)):
         raise ctx.fail(
             f"the ranks built stages {indices} (rank r's stage index is the r-th): each stage 0..{world - 1} once",
-            hint="build_stage",
+            hint=HintName("build_stage"),
         )
     if indices != list(range(world)):
         raise _wrong_ranks(ctx, dict(enumerate(indices)))
     held = [f["stages"][0]["layers"] for f in ranks]
     problem = _split_problem(held, LAYERS, f"the stages the ranks built ({LAYERS} layers, W = {world})")
     if problem:
-        raise ctx.fail(problem, hint="split")
+        raise ctx.fail(problem, hint=HintName("split"))
 
 
 def _merged(ranks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -236,18 +237,20 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
     steps, start = _merged(ranks)
     finding = diagnose(steps, start, reference["steps"], reference["start"], setting)
     if finding:
-        proven = "" if finding.cause == "measured" else finding.cause
-        raise ctx.fail(finding.message, hint=finding.hint or "loss_scaling", cause=proven)
+        proven = finding.proven
+        raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), cause=proven)
     for rank, facts in enumerate(ranks):
         if "returned_names" not in facts:
-            raise ctx.fail(f"train_pipeline returned {facts['returned']} on rank {rank}, not the stage module", "split")
+            raise ctx.fail(
+                f"train_pipeline returned {facts['returned']} on rank {rank}, not the stage module", HintName("split")
+            )
         mine = facts["stages"][0]["names"]
         if facts["returned_names"] != mine or facts["returned_foreign"]:
             raise ctx.fail(
                 f"rank {rank} returned a {facts['returned']} holding {len(facts['returned_names'])} of the model's "
                 f"parameters ({facts['returned_foreign']} others) where its stage holds {len(mine)}: return the "
                 "stage module it trained",
-                hint="split",
+                hint=HintName("split"),
             )
 
 
@@ -264,12 +267,12 @@ def stage_split(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"stage_layers({num_layers}, {world}, {rank}) {probe['error']}; expected the layers of stage "
                     f"{rank} as a range or list of ints",
-                    hint="split",
+                    hint=HintName("split"),
                 )
             held.append(probe["value"])
         problem = _split_problem(held, num_layers, f"stage_layers with {num_layers} layers on {world} stages")
         if problem:
-            raise ctx.fail(problem, hint="split")
+            raise ctx.fail(problem, hint=HintName("split"))
     _observed_split(ctx, _train(ctx, "gpipe"), "gpipe")
 
 
@@ -341,29 +344,29 @@ def runs_the_schedule(ctx: CheckContext) -> None:
         actions = _actions(_train(ctx, schedule))
         incomplete = _incomplete(actions, m)
         if incomplete:
-            raise ctx.fail(f"with {schedule!r}: {incomplete}", hint="schedule")
+            raise ctx.fail(f"with {schedule!r}: {incomplete}", hint=HintName("schedule"))
         flights = [_in_flight(mine) for mine in actions]
         if schedule == "1f1b" and flights[0] == m:
             raise ctx.fail(
                 f"wrong schedule: with '1f1b', stage 0 ran all {m} forwards before its first backward (GPipe's "
                 f"order; in flight on each stage: {flights}); 1F1B keeps at most W = {world} micro-batches in flight "
                 "on stage 0: use Schedule1F1B for '1f1b'",
-                hint="schedule",
-                cause="gpipe_for_1f1b",
+                hint=HintName("schedule"),
+                cause=Cause("gpipe_for_1f1b"),
             )
         if schedule == "1f1b" and any(f > world - s for s, f in enumerate(flights)):
             raise ctx.fail(
                 f"with '1f1b', the stages held {flights} micro-batches in flight; 1F1B holds at most W - s on "
                 f"stage s ({[world - s for s in range(world)]})",
-                hint="schedule",
+                hint=HintName("schedule"),
             )
         if schedule == "gpipe" and flights[0] < m:
             raise ctx.fail(
                 f"wrong schedule: with 'gpipe', stage 0 ran a backward before its last forward (at most "
                 f"{flights[0]} of m = {m} micro-batches in flight: 1F1B's order); GPipe runs every forward, then "
                 "every backward: use ScheduleGPipe for 'gpipe'",
-                hint="schedule",
-                cause="1f1b_for_gpipe",
+                hint=HintName("schedule"),
+                cause=Cause("1f1b_for_gpipe"),
             )
 
 
@@ -378,15 +381,17 @@ def bubble_fraction(ctx: CheckContext) -> None:
             (p, mb, _), error = errors[0]
             raise ctx.fail(
                 f"bubble_fraction({p}, {mb}, {schedule!r}) {error}; expected the idle fraction, a number in [0, 1)",
-                hint="bubble",
+                hint=HintName("bubble"),
             )
         actions = _actions(_train(ctx, schedule))
         incomplete = _incomplete(actions, m)
         if incomplete:
-            raise ctx.fail(f"with {schedule!r}, no bubble to measure: {incomplete}", hint="schedule")
+            raise ctx.fail(f"with {schedule!r}, no bubble to measure: {incomplete}", hint=HintName("schedule"))
         measured = measured_bubble(actions)
         if measured is None:
-            raise ctx.fail(f"with {schedule!r}, the stages' order of actions cannot run to the end", hint="schedule")
+            raise ctx.fail(
+                f"with {schedule!r}, the stages' order of actions cannot run to the end", hint=HintName("schedule")
+            )
         got = values[(world, m, schedule)]["value"]
         if not abs(got - measured) <= 1e-6:  # NaN included
             probes = [(p, mb) for p, mb, s in values if s == schedule]
@@ -397,7 +402,7 @@ def bubble_fraction(ctx: CheckContext) -> None:
                 f"from the schedule's own timeline (the order each stage ran its {m} forwards and backwards, "
                 f"replayed in unit time slots: {world - 1} idle of {m + world - 1} slots per phase on each stage)"
                 + said,
-                hint="bubble",
+                hint=HintName("bubble"),
                 cause=slip.name if slip else "",
             )
         wrong = [
@@ -410,7 +415,7 @@ def bubble_fraction(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"bubble_fraction({p}, {mb}, {schedule!r}) returned {value:.6g}, expected {BUBBLE(p, mb):.6g} "
                 f"(wrong at {len(wrong)} of the probed (p, m)); it matches the measurement at ({world}, {m}) only",
-                hint="bubble",
+                hint=HintName("bubble"),
             )
 
 
@@ -426,7 +431,7 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches: rank {r.rank} raised "
                 f"{r.error.get('type')}: {str(r.error.get('message', '')).strip()[:200]}; expected {wanted}, raised "
                 "before the schedule runs",
-                hint="uneven",
+                hint=HintName("uneven"),
             )
     ranks = ctx.require(result)
     for rank, facts in enumerate(ranks):
@@ -435,14 +440,14 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches ran without an error on rank "
                 f"{rank}: the micro-batches cannot be equal; expected {wanted}",
-                hint="uneven",
+                hint=HintName("uneven"),
             )
         message = raised["message"]
         if not all(_names(message, n) for n in (UNEVEN_BATCH, UNEVEN_MICRO)):
             raise ctx.fail(
                 f"rank {rank} raised ValueError({message!r}) for a batch of {UNEVEN_BATCH} samples in "
                 f"{UNEVEN_MICRO} micro-batches; the message must name both sizes",
-                hint="uneven",
+                hint=HintName("uneven"),
             )
 
 

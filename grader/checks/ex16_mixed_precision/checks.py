@@ -13,6 +13,7 @@ import numpy as np
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import scale_of
 from grader.judge.diagnose import failure_verdict
+from grader.judge.names import Cause, HintName, MaybeCause
 
 STEPS, BATCH, LR = 3, 4, 0.05
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -47,7 +48,7 @@ def _explained(ctx: CheckContext, result: Any) -> None:
         f"{layer['name']} got a {layer['input']} input and a {layer['weight']} weight (the grader's forward hook, "
         f"just before the error): {state}, while the units before it return bfloat16. Wrap every block and the "
         f"root, each with mp_policy=policy. {verdict.message}",
-        hint="policy",
+        hint=HintName("policy"),
     )
 
 
@@ -57,9 +58,11 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     ranks = ctx.require(result)
     counts = [f["steps"] for f in ranks]
     if counts[0] == 0:
-        raise ctx.fail("train never called optimizer.step()", hint="optimizer")
+        raise ctx.fail("train never called optimizer.step()", hint=HintName("optimizer"))
     if any(c != STEPS for c in counts):
-        raise ctx.fail(f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint="optimizer")
+        raise ctx.fail(
+            f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint=HintName("optimizer")
+        )
     return ranks
 
 
@@ -113,7 +116,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 f"rank {rank} holds {', '.join(whole)} whole, not sharded"
                 + (": the root was never wrapped (fully_shard(model, ...) after the blocks)" if root else "")
                 + f"; FSDP keeps about 1/{world} of every parameter on each rank",
-                hint="wrap",
+                hint=HintName("wrap"),
             )
         low = [s for s in facts["storage"] if s["dtype"] != "float32"]
         if low:
@@ -122,8 +125,8 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 f"({low[0]['name']} first) in {low[0]['dtype']}, so the optimizer updates low-precision weights and "
                 "small updates are rounded away. Keep the model in float32 (no model.to(torch.bfloat16)); "
                 "MixedPrecisionPolicy(param_dtype=torch.bfloat16) casts only the copies gathered for compute",
-                hint="policy",
-                cause="low_precision_master_weights",
+                hint=HintName("policy"),
+                cause=Cause("low_precision_master_weights"),
             )
     for stored in zip(*(f["storage"] for f in ranks)):
         name, full, rows = stored[0]["name"], stored[0]["full"], stored[0]["rows"]
@@ -131,7 +134,8 @@ def shards_fp32_master(ctx: CheckContext) -> None:
         locals_ = [s["local"] for s in stored]
         if sum(locals_) != full or max(locals_) > most:
             raise ctx.fail(
-                f"{name} ({full} elements): the ranks hold {locals_} of it, not a 1/{world} shard each", hint="wrap"
+                f"{name} ({full} elements): the ranks hold {locals_} of it, not a 1/{world} shard each",
+                hint=HintName("wrap"),
             )
     units = ranks[0]["units"]
     for block in BLOCKS:
@@ -144,7 +148,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 + (f"one unit gathers {', '.join(together)} together" if holder else "no unit holds it")
                 + ", so forward gathers more than one block at once; call fully_shard on each block, then on the "
                 "model",
-                hint="wrap",
+                hint=HintName("wrap"),
             )
     for rank, facts in enumerate(ranks):
         optimizer = facts["optimizer"]
@@ -153,7 +157,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 f"rank {rank}'s optimizer holds {optimizer['held']} tensors of dtype {', '.join(optimizer['dtypes'])}, "
                 f"{optimizer['current']} of them the model's parameters after wrapping: build it after wrap_model, "
                 "over model.parameters() (the fp32 shards)",
-                hint="optimizer",
+                hint=HintName("optimizer"),
             )
 
 
@@ -167,11 +171,12 @@ def computes_in_bf16(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):
         gathers = [c for c in facts["collectives"] if c["kind"] == "all-gather"]
         if not gathers:
-            raise ctx.fail(f"rank {rank}: no FSDP2 all-gather (dist.all_gather_single) was seen", hint="wrap")
+            raise ctx.fail(f"rank {rank}: no FSDP2 all-gather (dist.all_gather_single) was seen", hint=HintName("wrap"))
         forward = _layers(facts, backward=False)
         if not forward:
             raise ctx.fail(
-                f"rank {rank}: no Linear layer of the model ran forward before the first step", hint="optimizer"
+                f"rank {rank}: no Linear layer of the model ran forward before the first step",
+                hint=HintName("optimizer"),
             )
         gathered = sorted({c["dtype"] for c in gathers})
         autocast = [c["name"] for c in forward if c["autocast"]]
@@ -188,18 +193,19 @@ def computes_in_bf16(ctx: CheckContext) -> None:
                     else "Autocast casts after the gather, so the parameters travel in float32, twice the bytes; "
                     "use MixedPrecisionPolicy(param_dtype=torch.bfloat16) instead"
                 ),
-                hint="policy",
-                cause="autocast_and_policy" if stacked else "autocast_no_policy",
+                hint=HintName("policy"),
+                cause=Cause("autocast_and_policy") if stacked else Cause("autocast_no_policy"),
             )
         wrong = [c for c in forward if c["input"] != "bfloat16" or c["weight"] != "bfloat16"]
         if wrong:
             kinds = {(c["input"], c["weight"]) for c in wrong}
             said = "; ".join(f"{c['name']}: input {c['input']}, weight {c['weight']}" for c in wrong[:4])
             names = {c["name"] for c in wrong}
+            cause: MaybeCause
             if kinds == {("float16", "float16")} and len(wrong) == len(forward):
                 reason, cause = (
                     "param_dtype=torch.float16: fp16 has a range of 65504 and needs loss scaling",
-                    "fp16_compute",
+                    Cause("fp16_compute"),
                 )
             elif kinds == {("float32", "float32")} and len(wrong) == len(forward):
                 reason, cause = "no mixed precision policy (or param_dtype float32): everything computed in fp32", ""
@@ -212,12 +218,13 @@ def computes_in_bf16(ctx: CheckContext) -> None:
                 + (f": {reason}" if reason else "")
                 + "; pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) to "
                 "every fully_shard call",
-                hint="policy",
+                hint=HintName("policy"),
                 cause=cause,
             )
         if gathered != ["bfloat16"]:
             raise ctx.fail(
-                f"rank {rank}: FSDP all-gathered parameters in {', '.join(gathered)}, not bfloat16", hint="policy"
+                f"rank {rank}: FSDP all-gathered parameters in {', '.join(gathered)}, not bfloat16",
+                hint=HintName("policy"),
             )
 
 
@@ -226,7 +233,7 @@ def reduces_in_fp32(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     scatters = [c for c in ranks[0]["collectives"] if c["kind"] == "reduce-scatter"]
     if not scatters:
-        raise ctx.fail("rank 0: no FSDP2 reduce-scatter (dist.reduce_scatter_single) was seen", hint="wrap")
+        raise ctx.fail("rank 0: no FSDP2 reduce-scatter (dist.reduce_scatter_single) was seen", hint=HintName("wrap"))
     dtypes = sorted({c["dtype"] for c in scatters})
     if dtypes == ["float32"]:
         return
@@ -244,8 +251,8 @@ def reduces_in_fp32(ctx: CheckContext) -> None:
         + (f", and from a replay reducing in bf16 by {replayed:.2g}" if bf16 else "")
         + ". Sums of many ranks' gradients lose bits in bf16; set reduce_dtype=torch.float32 (left unset it is "
         "param_dtype)",
-        hint="policy",
-        cause="bf16_reduce" if bf16 else "",
+        hint=HintName("policy"),
+        cause=Cause("bf16_reduce") if bf16 else "",
     )
 
 
@@ -287,8 +294,8 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             "first, each as backward reaches it)"
             + ("; that region is the whole model" if whole else "")
             + ". Its recomputation holds all their activations at once: checkpoint each block on its own",
-            hint="checkpoint",
-            cause="whole_model_checkpointed" if whole else "",
+            hint=HintName("checkpoint"),
+            cause=Cause("whole_model_checkpointed") if whole else "",
         )
     full = {b: plain[b][1] for b in BLOCKS}
     not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, [0, 0])[1] * 2 > full[b]]
@@ -305,8 +312,8 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             + f" (a plain block keeps {plain[BLOCKS[0]][0]} tensors, {plain[BLOCKS[0]][1]} bytes), and backward "
             f"recomputed {', '.join(regions) or 'nothing'}. Wrap every block (checkpoint_wrapper, or "
             "torch.utils.checkpoint.checkpoint(..., use_reentrant=False) in its forward)",
-            hint="checkpoint",
-            cause="no_checkpointing" if none else "some_blocks_checkpointed",
+            hint=HintName("checkpoint"),
+            cause=Cause("no_checkpointing") if none else Cause("some_blocks_checkpointed"),
         )
 
 
@@ -317,7 +324,7 @@ def matches_reference(ctx: CheckContext) -> None:
     if not ranks[0]["grads"]:
         raise ctx.fail(
             "at the first optimizer.step() no parameter the optimizer holds is one of the model's, with a gradient",
-            hint="optimizer",
+            hint=HintName("optimizer"),
         )
     got = _whole_gradient(ranks)
     candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
@@ -341,26 +348,30 @@ def matches_reference(ctx: CheckContext) -> None:
                 if len(close) == 1
                 else ""
             ),
-            hint="policy",
+            hint=HintName("policy"),
         )
     for step in range(STEPS):
         for rank, facts in enumerate(ranks):
             losses = facts["losses"]
             want = reference["losses"][step][rank]
             if len(losses) <= step:
-                raise ctx.fail(f"rank {rank} ran {len(losses)} forward passes for {STEPS} batches", hint="optimizer")
+                raise ctx.fail(
+                    f"rank {rank} ran {len(losses)} forward passes for {STEPS} batches", hint=HintName("optimizer")
+                )
             if abs(losses[step] - want) > WITHIN_BF16 * max(abs(want), 1e-3):
                 raise ctx.fail(
                     f"step {step + 1}, rank {rank}: loss {losses[step]:.6g}, the reference's {want:.6g} (the gradient "
                     "of step 1 was right: look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards)",
-                    hint="optimizer",
+                    hint=HintName("optimizer"),
                 )
     if "gather_error" in ranks[0]:
-        raise ctx.fail(f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint="wrap")
+        raise ctx.fail(
+            f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint=HintName("wrap")
+        )
     final = {k: np.asarray(v) for k, v in ranks[0]["final"].items()}
     name, off = _worst(final, {k: np.asarray(v) for k, v in reference["final"].items()})
     if off > WITHIN_BF16:
         raise ctx.fail(
             f"after {STEPS} steps {name} differs from the reference's by up to {off:.2g} of its scale",
-            hint="optimizer",
+            hint=HintName("optimizer"),
         )

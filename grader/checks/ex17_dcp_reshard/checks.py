@@ -6,7 +6,6 @@ training on one process (localized, then replayed)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -17,6 +16,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.diagnose import failure_verdict, rank_phrase
+from grader.judge.names import Cause, HintName
 from grader.judge.trajectory import Setting, diagnose, gathered_steps
 
 STEPS_BEFORE, STEPS_AFTER, LR, PER_RANK = 3, 2, 0.01, 2
@@ -65,18 +65,14 @@ def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str
             f"{rank_phrase(absent, len(result.ranks))} never joined it (the grader's watch on {what} saw no call "
             f"there), so the callers waited for ranks that had moved on. {what} is a collective: every rank "
             "calls it, with its own shards, and DCP decides who writes what",
-            hint="every_rank_saves" if "save" in what else "shard_then_load",
-            cause="save_on_rank0_only" if "save" in what else "load_on_rank0_only",
+            hint=HintName("every_rank_saves") if "save" in what else HintName("shard_then_load"),
+            cause=Cause("save_on_rank0_only") if "save" in what else Cause("load_on_rank0_only"),
         )
 
 
 def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
     """The saving run at W ranks, under a short deadline; a save called by some ranks only is named here."""
-    job = ctx.job("save", path=_path(ctx), **_args(ctx))
-    result = ctx.runs.run(
-        dataclasses.replace(job, deadline=min(ctx.deadline, SAVE_DEADLINE)), (ctx.check, ctx.world_size)
-    )
-    ctx.used.append(result)
+    result = ctx.run("save", deadline=min(ctx.deadline, SAVE_DEADLINE), path=_path(ctx), **_args(ctx))
     _alone(ctx, result, ("dcp.save", "dcp.async_save"), "dcp.save")
     return ctx.require(result, "while saving")
 
@@ -84,19 +80,14 @@ def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
 def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
     """The resuming run at W/2 ranks, after the save; a load called by some ranks only is named here."""
     _saved(ctx)
-    job = ctx.job(
-        "resume",
-        nprocs=_half(ctx),
-        path=_path(ctx),
-        **_args(ctx),
-    )
-    result = ctx.runs.run(job, (ctx.check, ctx.world_size))
-    ctx.used.append(result)
+    result = ctx.run("resume", nprocs=_half(ctx), path=_path(ctx), **_args(ctx))
     _alone(ctx, result, ("dcp.load",), "dcp.load")
     _optimizer_first(ctx, result)
     ranks = ctx.require(result, f"while resuming at W={_half(ctx)}")
     if "returned" in ranks[0]:
-        raise ctx.fail(f"resume returned {ranks[0]['returned']}, not (model, optimizer)", hint="shard_then_load")
+        raise ctx.fail(
+            f"resume returned {ranks[0]['returned']}, not (model, optimizer)", hint=HintName("shard_then_load")
+        )
     return ranks
 
 
@@ -121,8 +112,8 @@ def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
             "model was sharded afterwards (its parameters are DTensors now): fully_shard replaces every "
             "parameter, so the optimizer holds tensors the model no longer has. Build the optimizer after "
             f"sharding. {verdict.message[:1].upper()}{verdict.message[1:]}",
-            hint="shard_then_load",
-            cause="optimizer_before_shard",
+            hint=HintName("shard_then_load"),
+            cause=Cause("optimizer_before_shard"),
         )
 
 
@@ -168,7 +159,7 @@ def every_rank_writes(ctx: CheckContext) -> None:
                 f"rank 0 alone wrote a checkpoint, with torch.save, and it holds no whole tensor (its own DTensor "
                 f"shards, at most); {rank_phrase(list(range(1, world)), world)} wrote nothing, so their shards are "
                 "in no file. Call dcp.save on every rank",
-                hint="every_rank_saves",
+                hint=HintName("every_rank_saves"),
             )
         if writers == [0]:
             raise ctx.fail(
@@ -178,15 +169,15 @@ def every_rank_writes(ctx: CheckContext) -> None:
                 "whole model and its "
                 "optimizer state in memory and wrote it alone: with dcp.save every rank writes its own shard, in "
                 "parallel",
-                hint="every_rank_saves",
-                cause="gathered_to_rank0",
+                hint=HintName("every_rank_saves"),
+                cause=Cause("gathered_to_rank0"),
             )
         raise ctx.fail(
             f"{rank_phrase(writers, world)} wrote a file of its own with torch.save and no rank called dcp.save: "
             "there is no DCP metadata (.metadata) saying which piece of which tensor is where, so nothing can "
             "load these shards at another world size. Call dcp.save on every rank",
-            hint="every_rank_saves",
-            cause="torch_save_per_rank" if len(writers) == world else "",
+            hint=HintName("every_rank_saves"),
+            cause=Cause("torch_save_per_rank") if len(writers) == world else "",
         )
     unwaited = [r for r, facts in enumerate(ranks) if facts.get("async_unwaited")]
     if unwaited:
@@ -195,8 +186,8 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "without touching the future dcp.async_save gave back (the grader held the background write until "
             "then, and finished it itself). A job that moves on, saves again or exits before that future is "
             "done leaves a partial checkpoint: call .result() on it before the next save and before exiting",
-            hint="async_save",
-            cause="async_save_not_waited",
+            hint=HintName("async_save"),
+            cause=Cause("async_save_not_waited"),
         )
     paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
     if len(set(paths.values())) > 1:
@@ -205,21 +196,21 @@ def every_rank_writes(ctx: CheckContext) -> None:
             f"a checkpoint path per rank: the ranks called dcp.save with different paths ({said}), so each rank's "
             "shards went to a folder of its own and DCP's .metadata, written by the coordinator, only into rank "
             "0's. One checkpoint is one folder, the same path on every rank",
-            hint="every_rank_saves",
-            cause="path_per_rank",
+            hint=HintName("every_rank_saves"),
+            cause=Cause("path_per_rank"),
         )
     if not saved["exists"] or not saved.get("folder"):
         raise ctx.fail(
             f"no checkpoint folder at the path given to save_checkpoint ({'a file' if saved['exists'] else 'nothing'} "
             "there): dcp.save(state_dict, checkpoint_id=path) writes a folder",
-            hint="every_rank_saves",
+            hint=HintName("every_rank_saves"),
         )
     files = saved["files"]
     if ".metadata" not in files:
         raise ctx.fail(
             f"the checkpoint folder has no .metadata (its files: {sorted(files)}): dcp.save writes it on the "
             "coordinator rank once every rank has written its shard",
-            hint="every_rank_saves",
+            hint=HintName("every_rank_saves"),
         )
     whole = [
         (r, plan) for r, facts in enumerate(ranks) for plan in _calls(facts, "write") if plan["whole_elements"] > 0
@@ -232,8 +223,8 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "or full_tensor()) before the save, so ranks held the whole model at once where each needs only its "
             "shard. Hand DCP the sharded state dict: get_state_dict's default, or model.state_dict() of an FSDP2 "
             "model",
-            hint="every_rank_saves",
-            cause="full_state_dict_saved",
+            hint=HintName("every_rank_saves"),
+            cause=Cause("full_state_dict_saved"),
         )
     sizes = [0] * world
     for name, size in files.items():
@@ -245,7 +236,7 @@ def every_rank_writes(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"{rank_phrase(empty, world)} wrote no shard file (__<rank>_<n>.distcp) into the checkpoint folder; "
             f"its files: {sorted(files)}",
-            hint="every_rank_saves",
+            hint=HintName("every_rank_saves"),
         )
 
 
@@ -279,7 +270,7 @@ def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
             f"the model resume returned is not sharded: {len(plain)} of its {len(shapes)} parameters (e.g. "
             f"{plain[0]}) are plain tensors, not DTensors; call fully_shard on each block and then on the model, "
             "with the mesh given",
-            hint="shard_then_load",
+            hint=HintName("shard_then_load"),
         )
     stale = ranks[0]["stale_optimizer"]
     if stale:
@@ -291,11 +282,11 @@ def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
             raise ctx.fail(
                 f"optimizer built before fully_shard: {measured}: it was built over plain tensors, and fully_shard "
                 "then replaced every parameter with a DTensor; build it after sharding",
-                hint="shard_then_load",
-                cause="optimizer_before_shard",
+                hint=HintName("shard_then_load"),
+                cause=Cause("optimizer_before_shard"),
             )
         raise ctx.fail(
-            f"{measured}; build it over model.parameters() once the model is sharded", hint="shard_then_load"
+            f"{measured}; build it over model.parameters() once the model is sharded", hint=HintName("shard_then_load")
         )
 
 
@@ -311,7 +302,7 @@ def resumes_at_half(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"after resume at W={_half(ctx)}, the model does not hold the weights saved at W={ctx.world_size}: "
             f"{difference}",
-            hint="shard_then_load",
+            hint=HintName("shard_then_load"),
         )
     shapes = {name: tuple(shape) for name, shape in ranks[0]["shapes"].items()}
     steps = gathered_steps([facts["steps"] for facts in ranks], shapes)
@@ -341,7 +332,7 @@ def resumes_at_half(ctx: CheckContext) -> None:
     finding = diagnose(steps, loaded or {}, reference["steps"][STEPS_BEFORE:], expected, setting)
     if finding is None:
         return
-    proven = "" if finding.cause == "measured" else finding.cause
+    proven = finding.proven
     if finding.cause == "optimizer_state_lost":
         keys = _keys_saved(ctx)
         where = (
@@ -351,10 +342,10 @@ def resumes_at_half(ctx: CheckContext) -> None:
             else "the checkpoint holds no optimizer state at all (no exp_avg among its keys): save_checkpoint "
             "saved the model alone"
         )
-        raise ctx.fail(f"{finding.message} ({where})", hint="optimizer_state", cause=proven)
+        raise ctx.fail(f"{finding.message} ({where})", hint=HintName("optimizer_state"), cause=proven)
     raise ctx.fail(
         f"resumed training differs from uninterrupted training: {finding.message}",
-        hint=finding.hint or "optimizer_state",
+        hint=finding.hint or HintName("optimizer_state"),
         cause=proven,
     )
 
@@ -386,8 +377,8 @@ def optimizer_resharded(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"optimizer state not restored: after resume at W={_half(ctx)}, rank 0's AdamW holds no exp_avg / "
             f"exp_avg_sq for {len(empty)} of the {len(names)} parameters (e.g. {empty[0]}); {why}",
-            hint="optimizer_state",
-            cause="optimizer_not_loaded" if saved else "optimizer_not_saved",
+            hint=HintName("optimizer_state"),
+            cause=Cause("optimizer_not_loaded") if saved else Cause("optimizer_not_saved"),
         )
     if _never_loaded(ranks):
         raise ctx.fail(
@@ -395,8 +386,8 @@ def optimizer_resharded(ctx: CheckContext) -> None:
             "get_state_dict creates for a fresh optimizer (step 1, exp_avg and exp_avg_sq all zero on every rank), "
             "though the checkpoint holds the saved one: nothing was loaded into it. Pass the state dict dcp.load "
             "filled to set_state_dict(model, optimizer, ..., optim_state_dict=...)",
-            hint="optimizer_state",
-            cause="optimizer_not_loaded" if _optimizer_saved(_keys_saved(ctx)) else "",
+            hint=HintName("optimizer_state"),
+            cause=Cause("optimizer_not_loaded") if _optimizer_saved(_keys_saved(ctx)) else "",
         )
     for rank, facts in enumerate(ranks):
         steps = {name: facts["state"][name].get("step") for name in names}
@@ -406,13 +397,13 @@ def optimizer_resharded(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"after resume, rank {rank}'s AdamW step counter for {name} is {step}, where {STEPS_BEFORE} steps "
                 "were taken before the save: the bias correction of the next steps depends on it",
-                hint="optimizer_state",
+                hint=HintName("optimizer_state"),
             )
         rates = {facts["state"][name]["lr"] for name in names}
         if rates != {LR}:
             raise ctx.fail(
                 f"after resume, rank {rank}'s optimizer has lr {sorted(rates)}, not the lr given ({LR:g})",
-                hint="optimizer_state",
+                hint=HintName("optimizer_state"),
             )
     for key in ("exp_avg", "exp_avg_sq"):
         per_rank = [{name: facts["state"][name][key] for name in names} for facts in ranks]
@@ -424,7 +415,7 @@ def optimizer_resharded(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"after resume at W={_half(ctx)}, the ranks' {key} shards joined are not the AdamW state at the "
                 f"save at W={ctx.world_size}: {measured}",
-                hint="optimizer_state",
+                hint=HintName("optimizer_state"),
             )
 
 
@@ -437,10 +428,12 @@ def loads_own_shard(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load: every rank held the "
             "whole state at once. Load with dcp.load into the sharded state dict, each rank reading its pieces",
-            hint="shard_then_load",
+            hint=HintName("shard_then_load"),
         )
     if not any(_calls(facts, "dcp.load") for facts in ranks):
-        raise ctx.fail("no rank called dcp.load: resume loads the checkpoint with dcp.load", hint="shard_then_load")
+        raise ctx.fail(
+            "no rank called dcp.load: resume loads the checkpoint with dcp.load", hint=HintName("shard_then_load")
+        )
     full = _full_size(ranks)
     for rank, facts in enumerate(ranks):
         sharded = None  # whether the model was sharded when the dcp.load being planned was called
@@ -458,12 +451,12 @@ def loads_own_shard(ctx: CheckContext) -> None:
                     f"model loaded before fully_shard: {wanted}, while the model was not sharded yet; it was "
                     "sharded after the load, so every rank read the whole model. Shard first, then load: each rank "
                     "reads only its pieces",
-                    hint="shard_then_load",
-                    cause="loaded_before_shard",
+                    hint=HintName("shard_then_load"),
+                    cause=Cause("loaded_before_shard"),
                 )
             raise ctx.fail(
                 f"{wanted} and {event['dtensors']} DTensor shards, with the model already sharded: every rank read "
                 "whole tensors (a full_state_dict=True state dict?). Load into the sharded state dict "
                 "(get_state_dict's default), so that each rank reads only its pieces",
-                hint="shard_then_load",
+                hint=HintName("shard_then_load"),
             )

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from grader.judge.api import CheckContext, check
+from grader.judge.names import Cause, HintName, MaybeCause
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
 STEPS, BATCH, LR = 3, 12, 0.02
@@ -18,16 +19,26 @@ TP = 2  # the tp dimension; dp = W / 2 (the exercise's mesh at W=4 is (2, 2); W=
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
-REPLAYS = {
-    "loss_summed": "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
-    "times too large; use F.mse_loss's default mean",
-    "lr_times_world": "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
-    "scaling; pass lr as given",
-    "lr_times_dp": "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
-    "no scaling; pass lr as given",
-    "unchanged": "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
-    "the model; build it after parallelize, over model.parameters() (the DTensors)",
-    "never_zeroed": "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step",
+REPLAYS: dict[Cause, str] = {
+    Cause("loss_summed"): (
+        "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
+        "times too large; use F.mse_loss's default mean"
+    ),
+    Cause("lr_times_world_size"): (
+        "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
+        "scaling; pass lr as given"
+    ),
+    Cause("lr_times_dp"): (
+        "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
+        "no scaling; pass lr as given"
+    ),
+    Cause("unchanged"): (
+        "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
+        "the model; build it after parallelize, over model.parameters() (the DTensors)"
+    ),
+    Cause("gradients_not_cleared"): (
+        "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step"
+    ),
 }
 
 
@@ -72,7 +83,7 @@ def placements_2d(ctx: CheckContext) -> None:
                     else ""
                 )
                 + "; every parameter is a DTensor, sharded over dp by FSDP",
-                hint="fsdp",
+                hint=HintName("fsdp"),
             )
         dp_group = sorted(range(rank % TP, world, TP))
         for p in sorted(held, key=lambda p: not _tp_placement(p["name"])):  # the blocks' TP weights first
@@ -97,8 +108,8 @@ def placements_2d(ctx: CheckContext) -> None:
                         )
                         + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
                         "(fully_shard(..., mesh=mesh['dp']))",
-                        hint="fsdp",
-                        cause="fsdp_over_world" if everyone else "fsdp_on_tp" if tp_group else "",
+                        hint=HintName("fsdp"),
+                        cause=Cause("fsdp_over_world") if everyone else Cause("fsdp_on_tp") if tp_group else "",
                     )
                 continue
             if len(placements) != 2:
@@ -110,25 +121,25 @@ def placements_2d(ctx: CheckContext) -> None:
                 raise ctx.fail(
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
                     "(parallelize_module on each block), then FSDP on mesh['dp']",
-                    hint="tp_plan",
+                    hint=HintName("tp_plan"),
                 )
             if np.shape(mesh) != (world // TP, TP):
                 raise ctx.fail(
                     f"{said}: its mesh has shape {np.shape(mesh)}, not (dp, tp) = ({world // TP}, {TP}): "
                     f"init_device_mesh(device_type, (world_size // {TP}, {TP}), mesh_dim_names=('dp', 'tp'))",
-                    hint="mesh",
+                    hint=HintName("mesh"),
                 )
             fsdp_groups, tp_groups = _groups(mesh, 0), _groups(mesh, 1)
             if placements[0] != "Shard(dim=0)" or rank not in [r for g in fsdp_groups for r in g]:
-                raise ctx.fail(f"{said}: the first dimension should be FSDP's Shard(dim=0)", hint="fsdp")
+                raise ctx.fail(f"{said}: the first dimension should be FSDP's Shard(dim=0)", hint=HintName("fsdp"))
             mine = next(g for g in fsdp_groups if rank in g)
             if sorted(mine) != dp_group:
                 raise ctx.fail(
                     f"{said}: FSDP shards it over ranks {mine} (mesh dimension {dims[0]!r}) and TP splits it over "
                     f"{next(g for g in tp_groups if rank in g)}: the mesh dimensions are swapped. FSDP goes on "
                     f"mesh['dp'] (rank {rank}'s dp group is {dp_group}), TP on mesh['tp'] (ranks 2d and 2d+1)",
-                    hint="mesh",
-                    cause="mesh_dims_swapped",
+                    hint=HintName("mesh"),
+                    cause=Cause("mesh_dims_swapped"),
                 )
             if placements[1] != want_tp:
                 local = ".".join(p["name"].split(".")[2:])
@@ -142,11 +153,13 @@ def placements_2d(ctx: CheckContext) -> None:
                         else ""
                     )
                     + ". The plan: {'up': ColwiseParallel(), 'down': RowwiseParallel()}",
-                    hint="tp_plan",
-                    cause="colwise_rowwise_swapped" if swapped else "",
+                    hint=HintName("tp_plan"),
+                    cause=Cause("colwise_rowwise_swapped") if swapped else "",
                 )
             if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(p["full"]):
-                raise ctx.fail(f"{said}: it holds {p['local']} of {p['full']}, not 1/{world} of it", hint="fsdp")
+                raise ctx.fail(
+                    f"{said}: it holds {p['local']} of {p['full']}, not 1/{world} of it", hint=HintName("fsdp")
+                )
 
 
 @check("fsdp_units")
@@ -166,10 +179,12 @@ def fsdp_units(ctx: CheckContext) -> None:
                     else "no unit holds it"
                 )
                 + "; call fully_shard(block, mesh=mesh['dp']) on each block, then on the model",
-                hint="fsdp",
+                hint=HintName("fsdp"),
             )
     if "" not in units:
-        raise ctx.fail("the model itself is not an FSDP unit: fully_shard(model, mesh=mesh['dp']) last", hint="fsdp")
+        raise ctx.fail(
+            "the model itself is not an FSDP unit: fully_shard(model, mesh=mesh['dp']) last", hint=HintName("fsdp")
+        )
 
 
 def _share(parts: int, index: int) -> list[int]:
@@ -185,7 +200,9 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):
         rows = facts["rows"]
         if len(rows) < STEPS:
-            raise ctx.fail(f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint="data")
+            raise ctx.fail(
+                f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint=HintName("data")
+            )
         dp = rank // TP
         want = _share(dp_size, dp)
         for step, got in enumerate(rows[:STEPS]):
@@ -193,19 +210,20 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                 continue
             said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
             if -1 in got or not got:
-                raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint="data")
+                raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint=HintName("data"))
+            cause: MaybeCause
             if sorted(got) == list(range(BATCH)):
                 reason, cause = "the whole batch: the dp groups must each train on their own half", ""
             elif sorted(got) == _share(ctx.world_size, rank):
                 reason, cause = (
                     "a quarter indexed by the global rank: the two ranks of a tp group must feed the same samples "
                     "(TP splits one copy of the model), so index by the dp coordinate",
-                    "data_by_global_rank",
+                    Cause("data_by_global_rank"),
                 )
             elif sorted(got) == _share(dp_size, rank % TP):
                 reason, cause = (
                     f"the share of dp group {rank % TP}: the index came from the tp coordinate",
-                    "dp_from_tp",
+                    Cause("dp_from_tp"),
                 )
             else:
                 reason, cause = "", ""
@@ -213,7 +231,7 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                 f"{said}, where its dp group's share is {want}"
                 + (f": {reason}" if reason else "")
                 + ". Take inputs.chunk(dp_size)[dp_rank] with dp_rank = mesh['dp'].get_local_rank()",
-                hint="data",
+                hint=HintName("data"),
                 cause=cause,
             )
 
@@ -235,9 +253,13 @@ def matches_reference(ctx: CheckContext) -> None:
     reference = _reference(ctx)
     counts = [f["steps"] for f in ranks]
     if any(c != STEPS for c in counts):
-        raise ctx.fail(f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint="optimizer")
+        raise ctx.fail(
+            f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint=HintName("optimizer")
+        )
     if "gather_error" in ranks[0]:
-        raise ctx.fail(f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint="fsdp")
+        raise ctx.fail(
+            f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint=HintName("fsdp")
+        )
     correct = reference["correct"]
     name, off = _off(ranks[0]["final"], correct["final"])
     if off <= TOLERANCE:
@@ -259,6 +281,6 @@ def matches_reference(ctx: CheckContext) -> None:
         f"after {STEPS} steps {name} differs from one process training on the union of the dp groups' batches by up to "
         f"{off:.2g} of its scale{where}"
         + (f". It equals, within {TOLERANCE:g}, a replay with {REPLAYS[matched[0]]}" if len(matched) == 1 else ""),
-        hint="optimizer",
+        hint=HintName("optimizer"),
         cause=matched[0] if len(matched) == 1 else "",
     )

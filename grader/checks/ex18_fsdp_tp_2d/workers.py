@@ -33,9 +33,9 @@ def hypotheses(dp: int) -> dict[str, dict[str, Any]]:
     return {
         "correct": {},
         "loss_summed": {"reduction": "sum"},
-        "lr_times_world": {"lr_scale": dp * TP},
+        "lr_times_world_size": {"lr_scale": dp * TP},
         "lr_times_dp": {"lr_scale": dp},
-        "never_zeroed": {"accumulate": True},
+        "gradients_not_cleared": {"accumulate": True},
         "unchanged": {"lr_scale": 0},
     }
 
