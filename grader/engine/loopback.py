@@ -96,8 +96,10 @@ class Framed:
         give_up = None if timeout is None else time.monotonic() + timeout
         while not self.pending():
             expected = wire.frame_length(self._buffer)
-            if expected is not None and expected > wire.MAX_FRAME_BYTES + wire.HEADER_BYTES:
-                raise wire.WireError(f"a control message of {expected} bytes")
+            if expected is not None and expected > wire.MAX_CONTROL_BYTES + wire.HEADER_BYTES:
+                raise wire.WireError(
+                    wire.too_large("a control message", expected - wire.HEADER_BYTES, wire.MAX_CONTROL_BYTES)
+                )
             self.sock.settimeout(None if give_up is None else max(0.0, give_up - time.monotonic()))
             try:
                 data = self.sock.recv(1 << 16)
@@ -110,4 +112,4 @@ class Framed:
         assert length is not None
         frame = bytes(self._buffer[:length])
         del self._buffer[:length]
-        return wire.decode(frame)
+        return wire.decode(frame, "a control message", wire.MAX_CONTROL_BYTES, max_values=None)
