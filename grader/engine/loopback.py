@@ -4,7 +4,8 @@
 Whoever needs a channel connects to the grader's listener and first sends a fixed-size hello: a
 secret token (the engine's for its pool host, the run's for a rank), a role and a rank. The grader
 keeps a connection only if the hello is right, so another grading on the machine, or a process of
-an earlier run, cannot join or feed a run. Control messages travel as `wire` frames.
+an earlier run, cannot join or feed a run. Control messages travel as `wire` frames of at most
+wire.MAX_CONTROL_BYTES.
 """
 
 from __future__ import annotations
