@@ -9,11 +9,21 @@ launcher's internals.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
 OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024  # bytes of a rank's output kept from its start and from its end
+STACK_DUMP_CHARS = 20000  # of a rank's stack dumps, the last ones, kept in its outcome
+STACK_DUMP_BYTES = 4 * STACK_DUMP_CHARS  # held while a run goes on: up to 4 bytes a character
+
+
+def read_tail(path: Path, size: int) -> bytes:
+    """The last `size` bytes of a file a rank wrote (the rest is never read: it may be huge)."""
+    with open(path, "rb") as file:
+        file.seek(max(0, os.fstat(file.fileno()).st_size - size))
+        return file.read(size)
 
 
 DEFAULT_DEADLINE_S = 30.0  # seconds a run may take before its ranks are stopped, unless told otherwise
@@ -91,7 +101,8 @@ class Job:
 
 
 class CappedOutput:
-    """Keeps the first and last bytes of a stream and counts what it dropped in between."""
+    """Keeps the first and last bytes of a stream and counts what it dropped in between: whatever a
+    rank prints, the grader holds at most OUTPUT_HEAD + OUTPUT_TAIL bytes of it."""
 
     def __init__(self, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> None:
         self._head_limit, self._tail_limit = head, tail
@@ -100,6 +111,7 @@ class CappedOutput:
         self.dropped = 0
 
     def add(self, data: bytes) -> None:
+        """Take a chunk of the stream; what it holds stays within head + tail + the chunk."""
         room = self._head_limit - len(self._head)
         if room > 0:
             self._head += data[:room]
@@ -109,6 +121,16 @@ class CappedOutput:
         if excess > 0:
             del self._tail[:excess]
             self.dropped += excess
+
+    def add_file(self, path: Path) -> None:
+        """A rank's output file, as if streamed: only its head and tail are read (it may be huge)."""
+        with open(path, "rb") as file:
+            self.add(file.read(self._head_limit))
+            skipped = os.fstat(file.fileno()).st_size - file.tell() - self._tail_limit
+            if skipped > 0:
+                file.seek(skipped, os.SEEK_CUR)
+                self.dropped += skipped
+            self.add(file.read(self._tail_limit))
 
     def text(self) -> str:
         middle = f"\n[... {self.dropped} bytes of output not shown ...]\n" if self.dropped else ""

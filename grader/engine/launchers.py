@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from grader.engine import loopback
+from grader.engine import loopback, wire
 from grader.engine.contract import Confinement
 from grader.engine.processes import FDS_PER_RANK
 
-MAX_CONTROL_BYTES = 1 << 20
 ROLES = ("output", "report", "stack")
 
 
@@ -169,7 +168,7 @@ class ZygoteLink:
         assert self._sock is not None
         self._sock.settimeout(timeout)
         try:
-            data = self._sock.recv(MAX_CONTROL_BYTES)
+            data = self._sock.recv(wire.MAX_CONTROL_BYTES)
         finally:
             self._sock.settimeout(None)
         if not data:

@@ -4,7 +4,8 @@
 Whoever needs a channel connects to the grader's listener and first sends a fixed-size hello: a
 secret token (the engine's for its pool host, the run's for a rank), a role and a rank. The grader
 keeps a connection only if the hello is right, so another grading on the machine, or a process of
-an earlier run, cannot join or feed a run. Control messages travel as `wire` frames.
+an earlier run, cannot join or feed a run. Control messages travel as `wire` frames of at most
+wire.MAX_CONTROL_BYTES.
 """
 
 from __future__ import annotations
@@ -96,8 +97,10 @@ class Framed:
         give_up = None if timeout is None else time.monotonic() + timeout
         while not self.pending():
             expected = wire.frame_length(self._buffer)
-            if expected is not None and expected > wire.MAX_FRAME_BYTES + wire.HEADER_BYTES:
-                raise wire.WireError(f"a control message of {expected} bytes")
+            if expected is not None and expected > wire.MAX_CONTROL_BYTES + wire.HEADER_BYTES:
+                raise wire.WireError(
+                    wire.too_large("a control message", expected - wire.HEADER_BYTES, wire.MAX_CONTROL_BYTES)
+                )
             self.sock.settimeout(None if give_up is None else max(0.0, give_up - time.monotonic()))
             try:
                 data = self.sock.recv(1 << 16)
@@ -110,4 +113,4 @@ class Framed:
         assert length is not None
         frame = bytes(self._buffer[:length])
         del self._buffer[:length]
-        return wire.decode(frame)
+        return wire.decode(frame, "a control message", wire.MAX_CONTROL_BYTES, max_values=None)

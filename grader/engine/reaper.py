@@ -33,7 +33,8 @@ def strays_file(run_dir: Path, node_rank: int) -> Path:
 def read_strays(run_dir: Path, node_rank: int) -> list[dict[str, Any]]:
     """What a reaper wrote (bounded; a missing or damaged file means none are known)."""
     try:
-        entries = json.loads(strays_file(run_dir, node_rank).read_text()[: 1 << 20])
+        with open(strays_file(run_dir, node_rank), "rb") as file:
+            entries = json.loads(file.read(1 << 20))
     except (OSError, ValueError):
         return []
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []

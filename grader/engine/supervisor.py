@@ -37,6 +37,8 @@ from typing import IO, Any
 
 from grader.engine import wire
 from grader.engine.contract import (
+    STACK_DUMP_BYTES,
+    STACK_DUMP_CHARS,
     CappedOutput,
     Confinement,
     EngineError,
@@ -54,30 +56,22 @@ PEER_FAILURE_GRACE_S = 1.0  # how long healthy ranks may go on after a peer fail
 STACK_DUMP_WAIT_S = 0.25
 EXIT_WAIT_S = 5.0  # after the ranks were killed, how long the zygote may take to end the run
 OUTPUT_GRACE_S = 0.5  # after a run ended, how long output still held open by a stray is read
-STACK_DUMP_CHARS = 20000
 WARM_UP_S = 120.0  # the launcher's first import of torch, on a loaded machine
-
-
-class _ReportReader:
-    """One rank's report: a length-prefixed frame, complete as soon as its bytes are in (a stray
-    that inherited the pipe cannot hold the run open by keeping it)."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.complete = False
-
-    def add(self, data: bytes) -> None:
-        self.data += data[: wire.MAX_FRAME_BYTES + wire.HEADER_BYTES + 1 - len(self.data)]
-        expected = wire.frame_length(self.data)
-        self.complete = expected is not None and len(self.data) >= expected
 
 
 @dataclass
 class _Live:
+    """One rank while its run goes on. What it sends is held within fixed bounds, whatever it sends:
+    its output's head and tail (CappedOutput), the last STACK_DUMP_BYTES of its stack dumps, and a
+    report of at most wire.MAX_REPORT_BYTES (wire.FrameReader); the rest is read and let go."""
+
     outcome: RankOutcome
     output: CappedOutput = field(default_factory=CappedOutput)
     stack: bytearray = field(default_factory=bytearray)
-    report: _ReportReader = field(default_factory=_ReportReader)
+    report: wire.FrameReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.report = wire.FrameReader(f"rank {self.outcome.rank}'s report")
 
     @property
     def failed(self) -> bool:
@@ -86,14 +80,18 @@ class _Live:
             return not self.decode().ok
         return self.outcome.status is not None
 
+    def add_stack(self, data: bytes) -> None:
+        self.stack += data
+        del self.stack[:-STACK_DUMP_BYTES]  # the latest dumps: a flood of them holds no more
+
     def decode(self) -> RankOutcome:
         outcome = self.outcome
         if outcome.report is None and not outcome.report_problem:
-            if not self.report.data:
+            if not self.report.received:
                 outcome.report_problem = "no report"
             else:
                 try:
-                    outcome.report = _checked_report(wire.decode(bytes(self.report.data)))
+                    outcome.report = _checked_report(self.report.decode())
                 except wire.WireError as exc:
                     outcome.report_problem = str(exc)
         return outcome
@@ -400,7 +398,7 @@ class Engine:
                     if role == "output":
                         live.output.add(data)
                     elif role == "stack":
-                        live.stack += data[: STACK_DUMP_CHARS * 2]
+                        live.add_stack(data)
                     else:
                         live.report.add(data)
                         if live.report.complete:

@@ -26,11 +26,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from grader.engine import wire
 from grader.engine.cluster import Announcer, Cluster, ClusterError
-from grader.engine.contract import CappedOutput, EngineError, Job, RankOutcome, RankSpec, RunResult, StrayProcess
+from grader.engine.contract import (
+    STACK_DUMP_BYTES,
+    STACK_DUMP_CHARS,
+    CappedOutput,
+    EngineError,
+    Job,
+    RankOutcome,
+    RankSpec,
+    RunResult,
+    StrayProcess,
+    read_tail,
+)
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 from grader.engine.processes import killpg, send_signal
 from grader.engine.reaper import read_strays
@@ -198,7 +209,7 @@ class TorchrunEngine:
             launcher = start_agent(torchrun_args, nproc, spec_file, 0, log)
             timed_out = self._wait(launcher, job, run_dir, name)
         ranks = [self._outcome(rank, run_dir, timed_out) for rank in range(job.world_size)]
-        log_text = (run_dir / "torchrun.log").read_text(errors="replace")[-4000:]
+        log_text = read_tail(run_dir / "torchrun.log", 16000).decode(errors="replace")[-4000:]
         if not any(r.report for r in ranks) and not timed_out and launcher.returncode != 0:
             raise EngineError(f"torchrun failed (exit {launcher.returncode}) before any rank reported:\n{log_text}")
         never = [r for r in range(job.world_size) if not (run_dir / f"rank{r}.pid").exists()]
@@ -260,7 +271,7 @@ class TorchrunEngine:
         report = run_dir / f"rank{rank}.report"
         if _written(report):
             try:
-                outcome.report = wire.decode(report.read_bytes())
+                outcome.report = _read_report(report, rank)
                 outcome.status = 0
             except wire.WireError as exc:
                 outcome.report_problem = str(exc)
@@ -270,12 +281,23 @@ class TorchrunEngine:
         output = CappedOutput()
         out_file = run_dir / f"rank{rank}.out"
         if out_file.is_file():
-            output.add(out_file.read_bytes())
+            output.add_file(out_file)
         outcome.output, outcome.output_dropped = output.text(), output.dropped
         stack = run_dir / f"rank{rank}.stack"
         if stack.is_file():
-            outcome.stack_dump = stack.read_text(errors="replace")[-20000:]
+            outcome.stack_dump = read_tail(stack, STACK_DUMP_BYTES).decode(errors="replace")[-STACK_DUMP_CHARS:]
         return outcome
+
+
+def _read_report(path: Path, rank: int) -> Any:
+    """A rank's report file, read as the zygote's pipe is (wire.FrameReader): never more than the frame
+    and one chunk past it, refused from its header when that announces more than the grader's limit."""
+    reader = wire.FrameReader(f"rank {rank}'s report")
+    with open(path, "rb") as file:
+        while not reader.complete and (chunk := file.read(1 << 16)):
+            reader.add(chunk)
+        reader.add(file.read(1 << 16))  # stray bytes, if any
+    return reader.decode()
 
 
 def _written(path: Path) -> bool:

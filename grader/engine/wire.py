@@ -2,8 +2,11 @@
 
 Ranks run student code, so what they send is untrusted: it is JSON with arrays carried as raw
 bytes plus dtype and shape, never a pickle. Decoding cannot execute anything, accepts only plain
-numeric dtypes, and is bounded: a frame of at most MAX_FRAME_BYTES, nesting at most MAX_DEPTH deep,
-arrays whose bytes match their shape. Anything else is a `WireError` for that rank alone.
+numeric dtypes, and is bounded in what it holds and what it builds: a frame of at most
+MAX_REPORT_BYTES (refused from its header, before its body is read: `FrameReader`), at most
+MAX_REPORT_VALUES JSON values (counted in the bytes before they are parsed), nesting at most
+MAX_DEPTH deep, and arrays whose bytes match their shape (so all of them together decode to at most
+three quarters of the frame). Anything else is a `WireError` for that rank alone.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import struct
 from typing import Any
 
@@ -20,7 +24,13 @@ _ARRAY_KEY = "__array__"
 _ALLOWED_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"})
 _HEADER = struct.Struct("!Q")
 HEADER_BYTES = _HEADER.size
-MAX_FRAME_BYTES = 64 * 1024 * 1024
+# Measured over every check of every reference solution at W=4 and at W=8: the largest report is ex09's,
+# 216,933 bytes of JSON; the most values in one, 5,675 (ex14 at W=8). A report may be 4.8 and 5.8 times
+# those. Decoded, a report at both limits holds about 3 MB (2.1 MB for 32,768 values of `[{"a":0},...]`,
+# 1.05 MB for a 1 MiB string) and needs at most 4.3 MB while it is decoded: a run of 8 ranks, under 30 MB.
+MAX_REPORT_BYTES = 1 << 20
+MAX_REPORT_VALUES = 1 << 15
+MAX_CONTROL_BYTES = 1 << 20  # a launcher's message (the zygote reads its requests in packets of this size)
 MAX_DEPTH = 64
 
 
@@ -95,13 +105,46 @@ def frame_length(data: bytes | bytearray) -> int | None:
     return _HEADER.size + _HEADER.unpack_from(data)[0]
 
 
-def decode(frame: bytes) -> Any:
-    """The object in a complete frame; WireError if it is truncated, oversized or malformed."""
+def _size(count: int) -> str:
+    if count >= 10 << 20 or (count >= 1 << 20 and count % (1 << 20) == 0):
+        return f"{count / (1 << 20):,.0f} MB"
+    return f"{count:,} bytes"
+
+
+def too_large(subject: str, size: int, limit: int) -> str:
+    """The sentence for a frame over its limit: "rank 2's report is 300 MB, over the grader's limit of 1 MB"."""
+    return f"{subject} is {_size(size)}, over the grader's limit of {_size(limit)}"
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _values(body: bytes | bytearray, limit: int) -> int:
+    """How many values and keys `json.loads(body)` can build, at most: the outermost, one after each
+    comma and colon, and the first in each container that is not empty. Counting bytes costs
+    milliseconds, where decoding a megabyte of `[[],[],...]` builds 22 MB of lists."""
+    count = _marks(body)
+    return count if count <= limit else _marks(_STRING.sub(b"", body))  # marks inside strings build nothing
+
+
+def _marks(body: bytes | bytearray) -> int:
+    opened = sum(body.count(mark) for mark in (b",", b":", b"[", b"{"))
+    return 1 + opened - body.count(b"[]") - body.count(b"{}")
+
+
+def decode(
+    frame: bytes | bytearray,
+    subject: str = "the report",
+    limit: int = MAX_REPORT_BYTES,
+    max_values: int | None = MAX_REPORT_VALUES,
+) -> Any:
+    """The object in a complete frame; WireError if it is truncated, over `limit` bytes, malformed, or
+    would build more than `max_values` values (it is then never parsed). None: a trusted sender's."""
     if len(frame) < _HEADER.size:
         raise WireError("empty or truncated report")
     (length,) = _HEADER.unpack_from(frame)
-    if length > MAX_FRAME_BYTES:
-        raise WireError(f"report of {length} bytes is over the limit of {MAX_FRAME_BYTES}")
+    if length > limit:
+        raise WireError(too_large(subject, length, limit))
     body = frame[_HEADER.size :]
     if len(body) != length:
         raise WireError(
@@ -109,9 +152,54 @@ def decode(frame: bytes) -> Any:
             if len(body) < length
             else f"report followed by {len(body) - length} stray bytes"
         )
+    if max_values is not None and (values := _values(body, max_values)) > max_values:
+        raise WireError(f"{subject} holds {values:,} values, over the grader's limit of {max_values:,}")
     try:
         return _from_jsonable(json.loads(body))
     except WireError:
         raise
     except (ValueError, KeyError, TypeError, RecursionError, MemoryError, binascii.Error) as exc:
         raise WireError(f"malformed report: {type(exc).__name__}: {str(exc)[:200]}") from exc
+
+
+class FrameReader:
+    """One frame as it arrives from a stream, never holding more than `limit` bytes of it: a header that
+    announces more refuses the frame at once, and bytes past the frame are counted, not kept. Complete
+    once its frame is in or it is refused, so a stray that inherited the stream cannot hold a run open."""
+
+    def __init__(self, subject: str = "the report", limit: int = MAX_REPORT_BYTES) -> None:
+        self.subject, self.limit = subject, limit
+        self.received = 0  # bytes, kept or not
+        self.complete = False
+        self.problem = ""  # why the frame was refused from its header
+        self._data = bytearray()
+        self._stray = 0
+
+    def add(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.complete:
+            self._stray += len(data)
+            return
+        taken = max(0, _HEADER.size - len(self._data))
+        self._data += data[:taken]
+        data = data[taken:]
+        expected = frame_length(self._data)
+        if expected is None:
+            return
+        if expected - _HEADER.size > self.limit:
+            self.problem = too_large(self.subject, expected - _HEADER.size, self.limit)
+            self.complete, self._data = True, bytearray()
+            return
+        room = expected - len(self._data)
+        self._data += data[:room]
+        self._stray += max(0, len(data) - room)
+        self.complete = len(self._data) == expected
+
+    def decode(self) -> Any:
+        """The object in the frame (see `decode`), which is then let go."""
+        if self.problem:
+            raise WireError(self.problem)
+        frame, self._data = self._data, bytearray()
+        if self._stray:
+            raise WireError("report followed by stray bytes")
+        return decode(frame, self.subject, self.limit)

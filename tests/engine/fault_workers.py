@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -129,3 +130,47 @@ def raises_while_peer_reduces(ctx: RankContext) -> None:
     if ctx.rank == 1:
         raise ValueError("planted error on rank 1")
     dist.all_reduce(torch.zeros(4))
+
+
+def _runtime_fd(name: str) -> int:
+    """One of the rank runtime's descriptors ("stack_fd", "report_fd"), found as student code can: in
+    the locals of `run_rank`, up the stack."""
+    frame = sys._getframe()
+    while name not in frame.f_locals:
+        assert frame.f_back is not None, f"no {name} up the stack"
+        frame = frame.f_back
+    return frame.f_locals[name]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def floods_stacks(ctx: RankContext, megabytes: int) -> None:
+    """Write `megabytes` of garbage into the stack-dump pipe, then hang: the dump the grader asks for
+    at the deadline comes last and must still name the line."""
+    chunk = b"x" * (1 << 20)
+    for _ in range(megabytes):
+        _write_all(_runtime_fd("stack_fd"), chunk)
+    while True:
+        time.sleep(0.05)
+
+
+def sends_an_oversized_report(ctx: RankContext, announced: int, megabytes: int) -> None:
+    """A report header that announces `announced` bytes, then `megabytes` of body (more or less)."""
+    fd = _runtime_fd("report_fd")
+    _write_all(fd, struct.pack("!Q", announced))
+    chunk = b" " * (1 << 20)
+    for _ in range(megabytes):
+        _write_all(fd, chunk)
+    os._exit(0)
+
+
+def sends_an_expanding_report(ctx: RankContext, values: int) -> None:
+    """A well-formed report within the size limit whose facts hold `values` empty lists: 3 bytes each
+    on the wire, 64 in the grader once decoded."""
+    body = b'{"facts":{"x":[' + b"[]," * (values - 1) + b'[]]},"error":null}'
+    _write_all(_runtime_fd("report_fd"), struct.pack("!Q", len(body)) + body)
+    os._exit(0)

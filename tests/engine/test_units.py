@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import tracemalloc
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,82 @@ def test_wire_refuses_object_arrays():
     payload = len(payload[8:]).to_bytes(8, "big") + payload[8:]
     with pytest.raises(wire.WireError, match="not allowed"):
         wire.decode(payload)
+
+
+def _peak_bytes(action: Callable[[], object]) -> int:
+    """The most memory Python held at once while `action` ran, beyond what it held before."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _frame(body: bytes) -> bytes:
+    return len(body).to_bytes(8, "big") + body
+
+
+def test_a_report_whose_header_announces_too_much_is_refused_before_its_body_is_held():
+    reader = wire.FrameReader("rank 2's report")
+    chunk = b" " * (1 << 16)
+
+    def feed() -> None:
+        reader.add((300 << 20).to_bytes(8, "big"))
+        for _ in range(512):  # 32 MB more
+            reader.add(chunk)
+
+    assert _peak_bytes(feed) < 1 << 20
+    assert reader.complete
+    with pytest.raises(wire.WireError) as refused:
+        reader.decode()
+    assert str(refused.value) == "rank 2's report is 300 MB, over the grader's limit of 1 MB"
+
+
+def test_bytes_past_a_report_are_counted_not_held():
+    reader = wire.FrameReader()
+    chunk = b" " * (1 << 16)
+
+    def feed() -> None:
+        reader.add(wire.encode({"facts": {}, "error": None}))
+        for _ in range(512):
+            reader.add(chunk)
+
+    assert _peak_bytes(feed) < 1 << 20
+    assert reader.complete and reader.received > 32 << 20
+    with pytest.raises(wire.WireError, match="followed by stray bytes"):
+        reader.decode()
+
+
+def test_a_report_within_the_size_limit_that_would_expand_is_refused_before_it_is_parsed(monkeypatch):
+    body = b"[" + b"[]," * 300_000 + b"[]]"  # 900 KB that json.loads would turn into 20 MB of lists
+    assert len(body) < wire.MAX_REPORT_BYTES
+    monkeypatch.setattr(wire.json, "loads", lambda *_: pytest.fail("parsed"))
+    with pytest.raises(wire.WireError) as refused:
+        wire.decode(_frame(body), "rank 1's report")
+    assert str(refused.value) == "rank 1's report holds 300,002 values, over the grader's limit of 32,768"
+
+
+def test_commas_and_brackets_inside_strings_are_not_counted_as_values():
+    facts = {"message": "[{,:" * 100_000, "x": [1, 2, 3]}
+    assert wire.decode(wire.encode(facts)) == facts
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" + b",".join([b'{"a":0}'] * 10_922) + b"]",  # the most values: dicts of one key
+        b"[" + b",".join([b"[]"] * 16_383) + b"]",
+        json.dumps("x" * ((1 << 20) - 2)).encode(),  # the most text
+        json.dumps({"__array__": {"dtype": "uint8", "shape": [786_000], "data": "A" * 1_048_000}}).encode(),
+    ],
+    ids=["dicts", "lists", "string", "array"],
+)
+def test_what_a_report_at_the_limits_decodes_to_is_bounded(body):
+    """The figures in wire.py's comment: a report at both limits decodes within 4.3 MB, keeping about 3."""
+    assert len(body) <= wire.MAX_REPORT_BYTES
+    kept: list[object] = []
+    assert _peak_bytes(lambda: kept.append(wire.decode(_frame(body)))) < 5 << 20
 
 
 def test_capped_output_keeps_head_and_tail():

@@ -253,7 +253,7 @@ ATTACKS = [
             frame = sys._getframe()
             while "report_fd" not in frame.f_locals:
                 frame = frame.f_back
-            body = b"[" * 2_000_000 + b"]" * 2_000_000
+            body = b"[" * 20_000 + b"]" * 20_000  # within the size and value limits: too deep to parse
             os.write(frame.f_locals["report_fd"], struct.pack("!Q", len(body)) + body)
             os._exit(0)
         """,

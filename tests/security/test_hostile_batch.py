@@ -172,7 +172,10 @@ def test_no_submission_reached_the_hosts_network(batch):
 
 @pytest.mark.parametrize(
     "name, said",
-    [("sends_a_deeply_nested_report", "malformed report"), ("sends_an_oversized_report", "over the limit")],
+    [
+        ("sends_a_deeply_nested_report", "malformed report"),
+        ("sends_an_oversized_report", "is 1,048,576 MB, over the grader's limit of 1 MB"),
+    ],
 )
 def test_a_damaged_report_fails_its_own_run_only(batch, name, said):
     """(The later exercises of the same submission, on the same engine, grade as they deserve:
