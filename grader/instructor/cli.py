@@ -25,6 +25,7 @@ from grader.instructor import (
 )
 from grader.instructor.batch import grade_batch
 from grader.instructor.display import BatchProgress
+from grader.instructor.new_exercise import NewExerciseError, new_exercise
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.submissions import name_of
@@ -262,6 +263,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the stubs and the solutions name one another correctly",
     )
     linter.set_defaults(func=cmd_lint_course)
+
+    maker = commands.add_parser(
+        "new-exercise",
+        help="for course authors: a new exercise, every piece written and working, numbered after the last",
+    )
+    maker.add_argument("name", metavar="NAME", help="lower-case words joined by '_' (the id becomes exNN_NAME)")
+    maker.add_argument("--title", metavar="TEXT", help="the title students see (default: from the name)")
+    maker.set_defaults(func=cmd_new_exercise)
 
     notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
     sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
@@ -528,6 +537,20 @@ def cmd_lint_course(args: argparse.Namespace) -> int:
         print(f"{len(problems)} problem(s) in the course at {root}", file=sys.stderr)
         return 1
     print(summary)
+    return 0
+
+
+def cmd_new_exercise(args: argparse.Namespace) -> int:
+    root = course_root()
+    try:
+        made = new_exercise(root, args.name, args.title)
+    except NewExerciseError as exc:
+        raise InstructorError(str(exc)) from exc
+    print(f"{made.exercise_id} written: {', '.join(str(path) for path in made.written)}")
+    print(
+        f"next: `grader lint-course`, `grader check --solutions {made.exercise_id}`, then make it your own "
+        '(docs/INSTRUCTORS.md, "A new exercise")'
+    )
     return 0
 
 
