@@ -7,8 +7,8 @@ files its manifest.toml lists: not the `secret` ones, `hidden.py`, the hidden ch
 closed forms and reference values; see grader/checks/manifest.py) and with manifests that name what the copy
 holds, a README and a pyproject written for students (the instructor's run commands and name extras the copy
 cannot), and the practice pool: as rendered sheets and as one bank, `quizzes/practice.toml`, which
-`grader quiz practice` asks from and answers with feedback. Where an exercise's public checks need the
-answers, the release writes their values on the public checks' own inputs (`expected.json`), never the formulas.
+`grader quiz practice` asks from and answers with feedback. No expected value ships: where the closed forms
+are a secret, a copy's public checks judge the laws the formulas obey (grader/checks/ex10_scaling/properties.py).
 Not shipped: solutions/, tests/, docs/ (how to grade, the sandbox, the maintainers' notes: all the
 instructor's), the secrets, and every exam-pool question with its answer: the instructor's banks never leave
 the course, only the practice questions copied out of them.
@@ -17,7 +17,6 @@ the course, only the practice questions copied out of them.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import shutil
 import tomllib
@@ -135,27 +134,12 @@ def _copy_grader(grader_package: Path, out: Path, manifests: dict[Path, Manifest
     shutil.copytree(grader_package, out, ignore=ignore)
 
 
-def _public_tables(catalog: Catalog, package_out: Path) -> list[Path]:
-    """For each exercise whose answers are a secret, their values on the public inputs only; returns the files."""
-    written = []
-    for exercise in catalog.exercises:
-        answers = f"{exercise.checks_package}.answers"
-        if importlib.util.find_spec(answers) is None:
-            continue
-        table = importlib.import_module(answers).public_table()
-        folder = package_out.joinpath(*exercise.checks_package.split(".")[1:])
-        (folder / "expected.json").write_text(json.dumps(table))
-        written.append(folder / "expected.json")
-    return written
-
-
-def _student_manifests(package_out: Path, manifests: dict[Path, Manifest], tables: list[Path]) -> None:
-    """The copy's manifests name what it holds: no secret, and the public tables as judge files (their checks
-    read them)."""
+def _student_manifests(package_out: Path, manifests: dict[Path, Manifest]) -> None:
+    """The copy's manifests name what it holds: no secret."""
     for package, manifest in manifests.items():
-        folder = package_out / package
-        added = tuple(path.name for path in tables if path.parent == folder)
-        (folder / MANIFEST).write_text(Manifest(manifest.rank, manifest.judge + added, ()).text(), encoding="utf-8")
+        (package_out / package / MANIFEST).write_text(
+            Manifest(manifest.rank, manifest.judge, ()).text(), encoding="utf-8"
+        )
 
 
 def _without_comments(lines: list[str]) -> str:
@@ -290,7 +274,7 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         shutil.copyfile(catalog.stub_path(exercise), out / STUBS / exercise.file)
     (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
     _copy_grader(grader_package, out / "grader", manifests)
-    _student_manifests(out / "grader", manifests, _public_tables(catalog, out / "grader"))
+    _student_manifests(out / "grader", manifests)
     _student_pyproject(root, out)
     (out / ".gitignore").write_text(STUDENT_GITIGNORE, encoding="utf-8")
     _quiz_sheets(catalog, out / "quizzes")
