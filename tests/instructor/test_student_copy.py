@@ -4,6 +4,7 @@ student commands only, and what only the course can do is refused there in a sen
 from __future__ import annotations
 
 import fnmatch
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -201,3 +202,19 @@ def test_the_copys_pyproject_is_written_for_the_copy(copy: Path) -> None:
     assert not any(d.startswith("jinja2") for d in pyproject["project"]["dependencies"])
     assert "README" not in (copy / "pyproject.toml").read_text().replace('readme = "README.md"', "")
     assert pyproject["project"]["scripts"] == {"grader": "grader.cli:main"}
+
+
+def test_the_readme_shows_the_notebook_path_and_it_works_in_the_copy(copy: Path, tmp_path: Path) -> None:
+    readme = (copy / "README.md").read_text()
+    block = readme.split("## Working in Jupyter notebooks", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["pip install -e '.[notebook]'", "grader notebook build", "jupyter lab notebooks/"]
+    extra = tomllib.loads((copy / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebook"]
+    assert {package.split(">")[0] for package in extra} >= {"jupyterlab", "ipykernel"}
+    course = tmp_path / "course"
+    shutil.copytree(copy, course)  # the build writes into the course
+    done = support.run_grader(course, "notebook", "build", cwd=course)
+    assert done.returncode == 0, done.stderr
+    built = sorted(p.name for p in (course / "notebooks").glob("*.ipynb"))
+    assert len(built) == len(load_catalog(course).exercises) and "ex02_data_sharding.ipynb" in built
+    assert "jupyter lab notebooks/ex02_data_sharding.ipynb" in readme
