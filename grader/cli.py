@@ -1,8 +1,9 @@
 """The `grader` command line: parses arguments and hands each subcommand to its module.
 
-A student's command (`check`, `list`, ...) is parsed without the instructor's and the quiz's commands, so
-it never imports them (jinja2, the sandbox, the course lint, quiz rendering); any other command line,
-`grader --help` included, gets the whole parser."""
+A student's command (`check`, `list`, ...) is parsed without the instructor's and the quiz authoring commands,
+so it never imports them (jinja2, the sandbox, the course lint, quiz rendering); any other command line,
+`grader --help` included, gets the whole parser. A student copy (`grader release`) holds no instructor code:
+there every command line gets the student's parser, and an instructor's command is refused in one sentence."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from grader import commands, doctor
 from grader.engine.platforms import LauncherError
 from grader.judge.api import DEFAULT_DEADLINE_S
-from grader.paths import CourseNotFound
+from grader.paths import NOTEBOOKS, CourseNotFound, ships
 from grader.report.inert import printable
 
 
@@ -39,7 +41,15 @@ def _add_cluster_options(parser: argparse.ArgumentParser, nodes_help: str) -> No
     parser.add_argument("--shared-dir", metavar="DIR", help="a folder every node sees (runs are announced there)")
 
 
-STUDENT_COMMANDS = ("list", "check", "hint", "watch", "reset", "node", "doctor")
+# parsed without the instructor's commands, in the course as in a student copy
+STUDENT_COMMANDS = ("list", "check", "hint", "watch", "reset", "node", "doctor", "notebook")
+# a student copy's grader has no instructor code: these are refused there with a sentence, not a usage error
+INSTRUCTOR_COMMANDS = ("grade", "gradebook", "report", "gradescope", "slurm", "release", "lint-course")
+
+
+def instructor_side() -> bool:
+    """Whether the instructor's code is here: not in a student copy, which `grader release` writes without it."""
+    return ships("instructor")
 
 
 def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
@@ -64,7 +74,9 @@ def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
     )
     check.add_argument("--all", action="store_true", help="check every exercise")
     source = check.add_mutually_exclusive_group()
-    source.add_argument("--solutions", action="store_true", help="check the reference solutions")
+    source.add_argument(
+        "--solutions", action="store_true", help="check the reference solutions (the course's: a student copy has none)"
+    )
     source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
     check.add_argument(
         "--json", metavar="FILE", help="also write results as JSON to FILE ('-': stdout, the report then on stderr)"
@@ -109,20 +121,32 @@ def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
     _add_cluster_options(node, "nodes in the cluster, node 0 included")
     node.set_defaults(func=commands.cmd_node)
 
+    notebook = commands_.add_parser("notebook", help="Jupyter notebooks of the exercises, to work in instead of files")
+    notebook_commands = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
+    build = notebook_commands.add_parser("build", help="one notebook per exercise, each with a cell that checks it")
+    build.add_argument(
+        "--out", type=Path, metavar="DIR", help=f"where to write them (default: {NOTEBOOKS}/ in the course)"
+    )
+    build.set_defaults(func=commands.cmd_notebook_build)
+
+    doctor.register(commands_)
     if every_command:
-        from grader.instructor import cli as instructor_cli
         from grader.quiz import cli as quiz_cli
 
-        quiz_cli.register(commands_)
-        instructor_cli.register(commands_)
-    doctor.register(commands_)
+        quiz_commands = quiz_cli.register(commands_)
+        if instructor_side():
+            from grader.instructor import cli as instructor_cli
+            from grader.quiz import authoring
+
+            authoring.register(quiz_commands)
+            instructor_cli.register(commands_)
     return parser
 
 
 def _errors(every_command: bool) -> tuple[type[Exception], ...]:
     """What a command raises for bad input: said in one line, exit code 2."""
     errors: tuple[type[Exception], ...] = (*commands.ERRORS, CourseNotFound, LauncherError)
-    if every_command:
+    if every_command and instructor_side():
         from grader.instructor import cli as instructor_cli
 
         errors += instructor_cli.ERRORS
@@ -131,6 +155,13 @@ def _errors(every_command: bool) -> tuple[type[Exception], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in INSTRUCTOR_COMMANDS and not instructor_side():
+        print(
+            f"grader: `grader {argv[0]}` is an instructor's command, and this is a student copy of the course, "
+            "whose grader has the student commands only (`grader --help` lists them)",
+            file=sys.stderr,
+        )
+        return 2
     every_command = not argv or argv[0] not in STUDENT_COMMANDS
     args = build_parser(every_command).parse_args(argv)
     try:

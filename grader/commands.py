@@ -1,4 +1,4 @@
-"""The student's commands: list, check, hint, watch, reset."""
+"""The student's commands: list, check, hint, watch, reset, notebook build."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from grader.engine.cluster import Cluster, ClusterError
 from grader.grading import ExerciseFiles
 from grader.grading_engines import EngineContext, Grades, grade_into, open_check
 from grader.judge.verdict import CheckResult
+from grader.paths import NOTEBOOKS
 from grader.plan import GradingPlan, PlanError
 from grader.progress import Progress
 from grader.report.json_report import STDOUT, write_results
@@ -48,6 +49,11 @@ def _catalog() -> Catalog:
 
 def _exercise_dir(catalog: Catalog, args: argparse.Namespace) -> Path:
     if getattr(args, "solutions", False):
+        if not catalog.solutions_dir.is_dir():
+            raise UsageError(
+                "--solutions: the reference solutions are not part of a student copy of the course; "
+                "`grader check EX` checks your own file"
+            )
         return catalog.solutions_dir
     if getattr(args, "path", None):
         path = Path(args.path)
@@ -263,6 +269,16 @@ def cmd_reset(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     saved = f"; your version is saved as {backup}" if backup else ""
     print(f"restored exercises/{exercise.file}{saved}")
+    return 0
+
+
+def cmd_notebook_build(args: argparse.Namespace) -> int:
+    from grader import notebook_build  # nbformat: loaded only for the command that writes notebooks
+
+    catalog = course_catalog()
+    out = args.out if args.out is not None else catalog.root / NOTEBOOKS  # beside exercises/, where list looks
+    written = notebook_build.build_all(catalog, out)
+    print(f"{len(written)} notebook(s) written to {out}; open them with `jupyter lab {out}`")
     return 0
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from grader.catalog import Catalog, CatalogError, course_catalog
 from grader.engine import Engine, EngineError, Job, RunResult, open_engine
 from grader.engine.platforms import IS_LINUX, LauncherError, chosen_launcher
-from grader.paths import CourseNotFound
+from grader.paths import CourseNotFound, ships
 from grader.report.terminal import Terminal
 
 DISTRIBUTION = "ddp-course"
@@ -399,7 +399,7 @@ def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[
         launcher_finding(),
         temp_finding(),
         loopback_finding(),
-        sandbox_finding(),
+        *([sandbox_finding()] if ships("sandbox") else []),  # a student copy has none
     ]
     if findings[1].status == "FAIL" or findings[2].status == "FAIL":
         return findings  # no rank can start

@@ -1,6 +1,6 @@
 """Notebooks read back as modules: a notebook's exercise cells joined into the exercise's file, and where
 each of its lines came from. What the student side (`grader check x.ipynb`, the notebook check) and the
-instructor's batch both read, so it sits below both; building notebooks is grader/instructor/notebook_build.py.
+instructor's batch both read, so it sits below both; building notebooks is grader/notebook_build.py.
 
 A notebook's functions cannot be graded where they are defined: the ranks are separate processes,
 and a function defined in a notebook cell cannot be pickled to them by reference. So the cells the

@@ -39,3 +39,9 @@ def course_root(start: Path | None = None) -> Path:
         f"no course found: no {CATALOG} in {here} or its parents; run grader inside the course "
         "directory or set GRADER_COURSE"
     )
+
+
+def ships(part: str) -> bool:
+    """Whether `part` (a module or package of grader/, by file name) is in this grader: a student copy leaves the
+    instructor's parts out. Asked of the files, not of the import system, which may find an editable install's."""
+    return (Path(__file__).parent / part).exists()

@@ -325,8 +325,8 @@ def test_a_students_command_loads_no_instructor_code():
         [sys.executable, "-m", "grader", "--help"], capture_output=True, text=True, env=wide, check=True
     ).stdout
     assert re.findall(r"^    (\S+)", listed, re.M) == [
-        *("list", "check", "hint", "watch", "reset", "node", "quiz", "grade", "gradebook", "report"),
-        *("gradescope", "slurm", "release", "lint-course", "notebook", "doctor"),
+        *("list", "check", "hint", "watch", "reset", "node", "notebook", "doctor", "quiz"),
+        *("grade", "gradebook", "report", "gradescope", "slurm", "release", "lint-course", "new-exercise"),
     ]
 
 

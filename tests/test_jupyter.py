@@ -18,9 +18,8 @@ import nbformat
 import pytest
 from conftest import REPO
 
-from grader import notebook_source
+from grader import notebook_build, notebook_source
 from grader.catalog import load_catalog
-from grader.instructor import notebook_build
 
 if TYPE_CHECKING:
     from nbclient import NotebookClient

@@ -203,8 +203,8 @@ def test_the_release_leaves_out_the_files_the_manifest_calls_secret(tmp_path: Pa
     assert {p.name for p in shipped.iterdir()} == {"__init__.py", MANIFEST, "checks.py", "notes.toml", "workers.py"}
     copy = load_manifest(shipped)
     assert (copy.rank, copy.judge, copy.secret) == (("workers.py",), ("checks.py", "notes.toml"), ())
-    ex10 = load_manifest(out / "grader" / "checks" / "ex10_scaling")  # its answers stay; their public values ship
-    assert "expected.json" in ex10.judge and ex10.secret == ()
+    ex10 = load_manifest(out / "grader" / "checks" / "ex10_scaling")  # its answers stay, and no value of theirs ships
+    assert ex10.judge == ("checks.py", "properties.py", "plots.py") and ex10.secret == ()
     assert not (out / "grader" / "checks" / "ex10_scaling" / "answers.py").exists()
 
 

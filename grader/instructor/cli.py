@@ -1,5 +1,5 @@
 """The instructor's commands: `grader grade`, `gradebook merge`, `report`, `gradescope`, `slurm`,
-`release`, `notebook build`."""
+`release`, `lint-course`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from grader.instructor import (
     gradescope,
     gradescope_bundle,
     manifest,
-    notebook_build,
     shard,
     slurm,
 )
@@ -31,7 +30,7 @@ from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.submissions import name_of
 from grader.instructor.templating import UnsafeValue
 from grader.notebook_source import NotebookError
-from grader.paths import NOTEBOOKS, course_root
+from grader.paths import course_root
 from grader.plan import GradingPlan, check_counts
 from grader.report.inert import file_name, one_line
 from grader.report.sink import Sink, closing
@@ -271,14 +270,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     maker.add_argument("name", metavar="NAME", help="lower-case words joined by '_' (the id becomes exNN_NAME)")
     maker.add_argument("--title", metavar="TEXT", help="the title students see (default: from the name)")
     maker.set_defaults(func=cmd_new_exercise)
-
-    notebook = commands.add_parser("notebook", help="Jupyter notebooks built from the exercises")
-    sub = notebook.add_subparsers(dest="notebook_command", metavar="NOTEBOOK_COMMAND", required=True)
-    build = sub.add_parser("build", help="one notebook per exercise")
-    build.add_argument(
-        "--out", type=Path, metavar="DIR", help=f"where to write them (default: {NOTEBOOKS}/ in the course)"
-    )
-    build.set_defaults(func=cmd_notebook_build)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -551,14 +542,6 @@ def cmd_new_exercise(args: argparse.Namespace) -> int:
         f"next: `grader lint-course`, `grader check --solutions {made.exercise_id}`, then make it your own "
         '(docs/INSTRUCTORS.md, "A new exercise")'
     )
-    return 0
-
-
-def cmd_notebook_build(args: argparse.Namespace) -> int:
-    catalog = course_catalog()
-    out = args.out if args.out is not None else catalog.root / NOTEBOOKS  # beside exercises/, where list looks
-    written = notebook_build.build_all(catalog, out)
-    print(f"{len(written)} notebook(s) written to {out}")
     return 0
 
 

@@ -1,22 +1,22 @@
 """`grader release`: the student copy of the course.
 
-Shipped: the exercise stubs, the catalog without hidden checks, the grader package without its
-secrets (of each exercise package, only the rank and judge files its manifest.toml lists: not the
-`secret` ones, `hidden.py`, the hidden checks, and `answers.py`, closed forms and reference values;
-see grader/checks/manifest.py) and with manifests that name what the copy holds, a README written
-for students (the instructor's one runs commands the copy cannot), pyproject and docs meant for
-students (not the instructors' nor the maintainers' notes), and the practice pool: as rendered
-sheets and as one bank, `quizzes/practice.toml`, which `grader quiz practice` asks from and answers
-with feedback. Where an exercise's public checks need the answers, the release writes their values
-on the public checks' own inputs (`expected.json`), never the formulas.
-Not shipped: solutions/, tests/, the secrets, and every exam-pool question with its answer: the
-instructor's banks never leave the course, only the practice questions copied out of them.
+Shipped: the exercise stubs, the catalog without hidden checks, the grader package without the
+instructor's code (INSTRUCTOR_CODE: its commands, the sandbox, the course lint, quiz authoring; the copy's `grader` then
+has the student commands only) and without its secrets (of each exercise package, only the rank and judge
+files its manifest.toml lists: not the `secret` ones, `hidden.py`, the hidden checks, and `answers.py`,
+closed forms and reference values; see grader/checks/manifest.py) and with manifests that name what the copy
+holds, a README and a pyproject written for students (the instructor's run commands and name extras the copy
+cannot), and the practice pool: as rendered sheets and as one bank, `quizzes/practice.toml`, which
+`grader quiz practice` asks from and answers with feedback. No expected value ships: where the closed forms
+are a secret, a copy's public checks judge the laws the formulas obey (grader/checks/ex10_scaling/properties.py).
+Not shipped: solutions/, tests/, docs/ (how to grade, the sandbox, the maintainers' notes: all the
+instructor's), the secrets, and every exam-pool question with its answer: the instructor's banks never leave
+the course, only the practice questions copied out of them.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import shutil
 import tomllib
@@ -31,10 +31,31 @@ from grader.quiz.bank import BankNotFound, load_banks
 from grader.quiz.render import VERSION_FORMATS
 from grader.quiz.versions import draw_all, select
 
-# README.md is not copied: the instructor's one runs the solutions and the tests, which do not ship
-TOP_LEVEL_FILES = ("pyproject.toml", ".gitignore")
-# how to grade, how to write banks, and the maintainers' notes (design, the diagnoses' signatures): not for students
-INSTRUCTOR_DOCS = ("INSTRUCTORS.md", "QUIZZES.md", "maintainers")
+# Of the grader package (relative to it), what only the instructor runs: left out of the copy, whose `grader`
+# then registers the student commands only (grader/cli.py)
+INSTRUCTOR_CODE = (
+    "instructor",
+    "course_lint.py",
+    "course_lint_names.py",
+    "judge/causes.toml",  # the course's vocabulary of causes: read by the lint, never at grading
+    "sandbox",
+    "quiz/authoring.py",
+    "quiz/lint.py",
+    "quiz/cues.py",
+    "quiz/duplicates.py",
+    "quiz/render.py",
+    "quiz/markdown.py",
+    "quiz/export_gift.py",
+    "quiz/export_moodle.py",
+    "quiz/export_qti.py",
+    "quiz/templates",
+)
+# what the copy's pyproject leaves out of the course's: the extras of the tests and the lint, which do not ship,
+# and jinja2, which only the instructor's templates and quiz rendering use
+INSTRUCTOR_EXTRAS = ("test", "lint")
+INSTRUCTOR_DEPENDENCIES = ("jinja2",)
+EDITION = "student"  # [tool.grader] edition in the copy's pyproject: what makes the release refuse to run there
+STUDENT_GITIGNORE = "*.egg-info/\n.grader/\n.venv/\n__pycache__/\n.ipynb_checkpoints/\n"
 SHEET_FORMATS = ("md", "html")
 PRACTICE_BANK = "practice.toml"
 PRACTICE_HEADER = """\
@@ -101,34 +122,28 @@ def _copy_grader(grader_package: Path, out: Path, manifests: dict[Path, Manifest
         for package, manifest in manifests.items()
     }
 
+    instructor = {grader_package / path for path in INSTRUCTOR_CODE}
+
     def ignore(folder: str, names: list[str]) -> set[str]:
         kept = shipped.get(Path(folder))
-        return {n for n in names if n == "__pycache__" or n.endswith(".pyc") or (kept is not None and n not in kept)}
+        return {
+            n
+            for n in names
+            if n == "__pycache__"
+            or n.endswith(".pyc")
+            or (kept is not None and n not in kept)
+            or Path(folder, n) in instructor
+        }
 
     shutil.copytree(grader_package, out, ignore=ignore)
 
 
-def _public_tables(catalog: Catalog, package_out: Path) -> list[Path]:
-    """For each exercise whose answers are a secret, their values on the public inputs only; returns the files."""
-    written = []
-    for exercise in catalog.exercises:
-        answers = f"{exercise.checks_package}.answers"
-        if importlib.util.find_spec(answers) is None:
-            continue
-        table = importlib.import_module(answers).public_table()
-        folder = package_out.joinpath(*exercise.checks_package.split(".")[1:])
-        (folder / "expected.json").write_text(json.dumps(table))
-        written.append(folder / "expected.json")
-    return written
-
-
-def _student_manifests(package_out: Path, manifests: dict[Path, Manifest], tables: list[Path]) -> None:
-    """The copy's manifests name what it holds: no secret, and the public tables as judge files (their checks
-    read them)."""
+def _student_manifests(package_out: Path, manifests: dict[Path, Manifest]) -> None:
+    """The copy's manifests name what it holds: no secret."""
     for package, manifest in manifests.items():
-        folder = package_out / package
-        added = tuple(path.name for path in tables if path.parent == folder)
-        (folder / MANIFEST).write_text(Manifest(manifest.rank, manifest.judge + added, ()).text(), encoding="utf-8")
+        (package_out / package / MANIFEST).write_text(
+            Manifest(manifest.rank, manifest.judge, ()).text(), encoding="utf-8"
+        )
 
 
 def _without_comments(lines: list[str]) -> str:
@@ -179,14 +194,40 @@ def _practice_bank(catalog: Catalog, out: Path) -> Path | None:
     return path
 
 
+def _student_pyproject(root: Path, out: Path) -> Path:
+    """The copy's pyproject: the course's dependencies and the extras a student can use (notebooks, plots), no
+    test or lint extra and no pytest settings (tests/ does not ship), and its edition marked."""
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    dependencies = [d for d in project["dependencies"] if not d.startswith(INSTRUCTOR_DEPENDENCIES)]
+    extras = {k: v for k, v in project.get("optional-dependencies", {}).items() if k not in INSTRUCTOR_EXTRAS}
+    text = render(
+        "student_pyproject.toml.j2",
+        project=project,
+        dependencies=dependencies,
+        extras=extras,
+        edition=EDITION,
+        quote=json.dumps,  # a JSON string of plain text is a TOML basic string
+    )
+    path = out / "pyproject.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def is_student_copy(root: Path) -> bool:
+    """Whether the course at `root` is a student copy (its pyproject says so): its stubs are a student's work."""
+    try:
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return bool(pyproject.get("tool", {}).get("grader", {}).get("edition") == EDITION)
+
+
 def _student_readme(catalog: Catalog, out: Path) -> Path:
     """The README of the copy: student commands only, and links only to what ships."""
-    docs = sorted(p.relative_to(out).as_posix() for p in out.glob("docs/**/*.md"))
     sheets = sorted(p.relative_to(out).as_posix() for p in (out / "quizzes").glob("practice-quiz.*"))
     text = render(
         "student_readme.md.j2",
         exercises=catalog.exercises,
-        docs=docs,
         sheets=sheets,
         practice=(out / "quizzes" / PRACTICE_BANK).is_file(),
         stubs=STUBS,
@@ -224,6 +265,11 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         raise ReleaseError(f"{out} is not empty: release into a new directory")
     if out.resolve().is_relative_to(catalog.root.resolve()):
         raise ReleaseError(f"{out} is inside the course itself: release outside it")
+    if is_student_copy(catalog.root):
+        raise ReleaseError(
+            f"{catalog.root} is a student copy of the course (its exercises are a student's work, not the stubs): "
+            "release from the instructor's course"
+        )
     _refuse_leaks(catalog)
     manifests = _manifests(grader_package)
     root = catalog.root
@@ -232,17 +278,9 @@ def release(catalog: Catalog, out: Path, grader_package: Path) -> list[Path]:
         shutil.copyfile(catalog.stub_path(exercise), out / STUBS / exercise.file)
     (out / CATALOG).write_text(public_catalog((root / CATALOG).read_text()))
     _copy_grader(grader_package, out / "grader", manifests)
-    _student_manifests(out / "grader", manifests, _public_tables(catalog, out / "grader"))
-    for name in TOP_LEVEL_FILES:
-        if (root / name).is_file():
-            shutil.copyfile(root / name, out / name)
-    if (root / "docs").is_dir():
-        docs = root / "docs"
-
-        def not_for_students(folder: str, names: list[str]) -> set[str]:
-            return set(INSTRUCTOR_DOCS) & set(names) if Path(folder) == docs else set()
-
-        shutil.copytree(docs, out / "docs", ignore=not_for_students)
+    _student_manifests(out / "grader", manifests)
+    _student_pyproject(root, out)
+    (out / ".gitignore").write_text(STUDENT_GITIGNORE, encoding="utf-8")
     _quiz_sheets(catalog, out / "quizzes")
     _practice_bank(catalog, out / "quizzes")
     _student_readme(catalog, out)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import nbformat
 
-from grader import notebook_source
+from grader import notebook_build, notebook_source
 from grader.catalog import Catalog
-from grader.instructor import notebook_build, sample_submissions
+from grader.instructor import sample_submissions
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO / "solutions"

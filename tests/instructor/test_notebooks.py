@@ -8,10 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import notebook_source, student_files
+from grader import notebook_build, notebook_source, student_files
 from grader.catalog import load_catalog
 from grader.cli import main
-from grader.instructor import notebook_build
 from grader.judge.runner import CheckResult
 
 from . import support

@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader import notebook_build
 from grader.catalog import load_catalog
-from grader.instructor import notebook_build
 from grader.instructor.batch import grade_batch
 from grader.instructor.gradebook import Gradebook
 from grader.instructor.submissions import SubmissionError, prepare

@@ -1,12 +1,11 @@
 """Exercise 10's closed forms: the answers themselves. A secret (grader/checks/__init__.py): never
-in a sandbox, never in a student copy. A release ships only their values on the public probes
-(`public_table`), which the public checks read instead."""
+in a sandbox, never in a student copy, nor any value of theirs: a copy's public checks judge the laws the
+formulas obey (properties.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from grader.checks.ex10_scaling.probes import PROBES
 from grader.judge.slips import Formula
 
 
@@ -32,8 +31,3 @@ CLOSED_FORMS: dict[str, Callable[..., float]] = {
     "allreduce_seconds": Formula(("m", "w", "bandwidth"), "2 * (w - 1) / w * m / bandwidth"),
     "zero_memory_per_gpu": zero_memory,
 }
-
-
-def public_table() -> dict[str, list[list[float]]]:
-    """Per function, [*arguments, value] on the public probes: what a student copy may know."""
-    return {name: [[*args, float(CLOSED_FORMS[name](*args))] for args in PROBES[name]] for name in PROBES}
