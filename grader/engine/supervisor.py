@@ -66,12 +66,13 @@ class _Live:
     report of at most wire.MAX_REPORT_BYTES (wire.FrameReader); the rest is read and let go."""
 
     outcome: RankOutcome
+    trusted: bool = False  # the job loads no student code (wire.report_reader)
     output: CappedOutput = field(default_factory=CappedOutput)
     stack: bytearray = field(default_factory=bytearray)
     report: wire.FrameReader = field(init=False)
 
     def __post_init__(self) -> None:
-        self.report = wire.FrameReader(f"rank {self.outcome.rank}'s report")
+        self.report = wire.report_reader(f"rank {self.outcome.rank}'s report", self.trusted)
 
     @property
     def failed(self) -> bool:
@@ -331,7 +332,8 @@ class Engine:
         for fd in streams.to_pass:
             os.close(fd)
         streams.to_pass.clear()
-        return _RunState(run_id, [_Live(RankOutcome(rank)) for rank in range(job.world_size)]), streams
+        trusted = job.student_file is None
+        return _RunState(run_id, [_Live(RankOutcome(rank), trusted) for rank in range(job.world_size)]), streams
 
     def _await_start(self, state: _RunState) -> None:
         while True:

@@ -208,7 +208,8 @@ class TorchrunEngine:
         with open(run_dir / "torchrun.log", "wb") as log:
             launcher = start_agent(torchrun_args, nproc, spec_file, 0, log)
             timed_out = self._wait(launcher, job, run_dir, name)
-        ranks = [self._outcome(rank, run_dir, timed_out) for rank in range(job.world_size)]
+        trusted = job.student_file is None
+        ranks = [self._outcome(rank, run_dir, timed_out, trusted) for rank in range(job.world_size)]
         log_text = read_tail(run_dir / "torchrun.log", 16000).decode(errors="replace")[-4000:]
         if not any(r.report for r in ranks) and not timed_out and launcher.returncode != 0:
             raise EngineError(f"torchrun failed (exit {launcher.returncode}) before any rank reported:\n{log_text}")
@@ -266,12 +267,12 @@ class TorchrunEngine:
         return False
 
     @staticmethod
-    def _outcome(rank: int, run_dir: Path, timed_out: bool) -> RankOutcome:
+    def _outcome(rank: int, run_dir: Path, timed_out: bool, trusted: bool) -> RankOutcome:
         outcome = RankOutcome(rank)
         report = run_dir / f"rank{rank}.report"
         if _written(report):
             try:
-                outcome.report = _read_report(report, rank)
+                outcome.report = _read_report(report, rank, trusted)
                 outcome.status = 0
             except wire.WireError as exc:
                 outcome.report_problem = str(exc)
@@ -289,10 +290,10 @@ class TorchrunEngine:
         return outcome
 
 
-def _read_report(path: Path, rank: int) -> Any:
+def _read_report(path: Path, rank: int, trusted: bool) -> Any:
     """A rank's report file, read as the zygote's pipe is (wire.FrameReader): never more than the frame
     and one chunk past it, refused from its header when that announces more than the grader's limit."""
-    reader = wire.FrameReader(f"rank {rank}'s report")
+    reader = wire.report_reader(f"rank {rank}'s report", trusted)
     with open(path, "rb") as file:
         while not reader.complete and (chunk := file.read(1 << 16)):
             reader.add(chunk)

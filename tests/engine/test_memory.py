@@ -93,7 +93,7 @@ def test_torchrun_rank_files_are_read_within_the_same_bounds(tmp_path):
             flood.write(b"\nend\n")
     tracemalloc.start()
     try:
-        outcome = TorchrunEngine._outcome(0, tmp_path, timed_out=False)
+        outcome = TorchrunEngine._outcome(0, tmp_path, timed_out=False, trusted=False)
         held = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -216,3 +216,18 @@ def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, t
     assert all(r.message == f"{ENGINE_FAILURE}: the rank launcher is gone" for r in results)
     assert _engine_failed(results) and "engine_failed" not in results[0].to_json()
     assert not _engine_failed([replace(results[0], engine_failed=False)])
+
+
+def test_a_trusted_workers_report_may_be_larger_than_a_ranks() -> None:
+    """ex13's replays of every hypothesis are 2.4 MB at W=2: a job that loads no student code is read within
+    TRUSTED_REPORT_BYTES, while a rank beside student code stays within MAX_REPORT_BYTES."""
+    frame = wire.encode({"replays": [np.zeros(1 << 17, dtype=np.float32) for _ in range(6)]})  # about 4 MB
+    assert len(frame) > 3 * wire.MAX_REPORT_BYTES
+    for trusted, accepted in ((True, True), (False, False)):
+        reader = wire.report_reader("rank 0's report", trusted)
+        reader.add(frame)
+        if accepted:
+            assert len(reader.decode()["replays"]) == 6
+        else:
+            with pytest.raises(wire.WireError, match="over the grader's limit of 1 MB"):
+                reader.decode()
