@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import operator
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -21,6 +22,8 @@ import numpy as np
 
 from grader.judge.names import Cause, HintName
 
+# a run's recorded steps as a check hands them over: its typed facts (a TypedDict per step) or plain dicts
+Steps = Sequence[Mapping[str, Any]]
 FIT = "fit"  # a knob's value fitted from the student's numbers (grader.judge.trajectory's Observation.fits)
 # the knobs of grader.rank.training.MISTAKE_KNOBS (the rank side, which the judge does not import)
 KNOBS = frozenset(
@@ -187,7 +190,7 @@ def _scales(steps: list[dict]) -> dict[str, float]:
     return scales
 
 
-def _updates(steps: list[dict], start: dict) -> list[dict]:
+def _updates(steps: Steps, start: dict) -> list[dict]:
     before, updates = start, []
     for step in steps:
         updates.append({name: step["params"][name] - before[name] for name in step["params"] if name in before})
@@ -195,7 +198,7 @@ def _updates(steps: list[dict], start: dict) -> list[dict]:
     return updates
 
 
-def reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool:
+def reproduces(observed: Steps, replayed: list[dict], start: dict) -> bool:
     """Whether a replay from the same `start` equals the run at every recorded step: the gradient each step
     used and the update it made."""
     if len(observed) != len(replayed) or not observed:
@@ -221,7 +224,7 @@ class Proof:
 
 
 def prove(
-    observed: list[dict],
+    observed: Steps,
     start: dict,
     hypotheses: tuple[Hypothesis, ...],
     numbers: dict[str, float],

@@ -19,7 +19,7 @@ import numpy as np
 
 from grader.judge.compare import Arrays, first_difference, scale_of
 from grader.judge.names import Cause, HintName, MaybeCause
-from grader.judge.replay import Hypothesis, prove
+from grader.judge.replay import Hypothesis, Steps, prove
 from grader.judge.tolerance import close
 
 
@@ -109,7 +109,7 @@ class Observation:
 
 class _Locator:
     def __init__(
-        self, steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
+        self, steps: Steps, start: Arrays, reference: Steps, reference_start: Arrays, setting: Setting
     ) -> None:
         self.steps, self.start = steps, start
         self.reference, self.reference_start = reference, reference_start
@@ -269,7 +269,7 @@ class _Locator:
 
 
 def locate(
-    steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
+    steps: Steps, start: Arrays, reference: Steps, reference_start: Arrays, setting: Setting
 ) -> Observation | None:
     """The first step, and phase within it, where `steps` leaves `reference`; None if every common step
     matches. Step counts are the caller's to compare first."""
@@ -283,7 +283,7 @@ def locate(
 
 
 def diagnose(
-    steps: list[dict], start: Arrays, reference: list[dict], reference_start: Arrays, setting: Setting
+    steps: Steps, start: Arrays, reference: Steps, reference_start: Arrays, setting: Setting
 ) -> Finding | None:
     """None if every common step matches; else what was measured where the run first leaves the
     reference, naming a cause only when exactly one hypothesis' replay reproduces every step."""

@@ -9,11 +9,12 @@ that is there now.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Events = list[dict[str, Any]]
+Events = Sequence[Mapping[str, Any]]  # one rank's events: its typed facts or plain dicts
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def _landing_time(events: Events, index: int) -> float:
     return landed
 
 
-def _lands_at(event: dict[str, Any], path: str) -> bool:
+def _lands_at(event: Mapping[str, Any], path: str) -> bool:
     if event["op"] == "save":
         return event["into"] == "path" and event["path"] == path
     if event["op"] == "write":
@@ -48,7 +49,7 @@ def _lands_at(event: dict[str, Any], path: str) -> bool:
     return event["op"] in ("rename", "link") and event.get("to") == path
 
 
-def landings(ranks_events: list[Events], path: str) -> list[Landing]:
+def landings(ranks_events: Sequence[Events], path: str) -> list[Landing]:
     """Every time a rank put a file at `path`, in time order."""
     found = [
         Landing(rank, _landing_time(events, i))
@@ -59,7 +60,7 @@ def landings(ranks_events: list[Events], path: str) -> list[Landing]:
     return sorted(found, key=lambda landing: landing.time)
 
 
-def landed_at(ranks_events: list[Events], path: str) -> float | None:
+def landed_at(ranks_events: Sequence[Events], path: str) -> float | None:
     """When the file now at `path` was complete there, or None if no rank put one there."""
     found = landings(ranks_events, path)
     return found[-1].time if found else None
@@ -69,7 +70,7 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
-def writers_problem(ranks_events: list[Events], path: str, exists: bool, once: bool) -> str:
+def writers_problem(ranks_events: Sequence[Events], path: str, exists: bool, once: bool) -> str:
     """What is wrong with who wrote the checkpoint at `path`, or "" when rank 0 alone wrote it (and
     only once, if `once`). `exists`: whether a file is at the path now."""
     name = Path(path).name
@@ -117,7 +118,7 @@ def writers_problem(ranks_events: list[Events], path: str, exists: bool, once: b
     return ""
 
 
-def went_on_early(ranks_events: list[Events], path: str, hosts: list[str], moments: list[list[float]]) -> list[int]:
+def went_on_early(ranks_events: Sequence[Events], path: str, hosts: list[str], moments: list[list[float]]) -> list[int]:
     """The ranks that went on (returned, loaded) before the file at `path` landed: those a held save
     of rank 0 saw move on before it began (causal proof), and those whose clock shows one of their
     `moments` before the landing, when they ran on the host that wrote it (other clocks may be skewed)."""
@@ -133,7 +134,7 @@ def went_on_early(ranks_events: list[Events], path: str, hosts: list[str], momen
     return sorted(early)
 
 
-def barrier_callers(ranks_events: list[Events], early: list[int]) -> str:
+def barrier_callers(ranks_events: Sequence[Events], early: list[int]) -> str:
     """Who called a barrier, when that is why ranks in `early` went on before the checkpoint landed
     (some ranks called one, these did not: a barrier only some ranks reach, such as one inside
     `if rank == 0:`); "" otherwise. Other ways to wait (an all_reduce, store.wait) are not barriers:

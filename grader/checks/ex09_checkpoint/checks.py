@@ -3,8 +3,7 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, RESUME, Checkpoint, Reference, Resumed
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -25,9 +24,14 @@ def _path(ctx: CheckContext) -> str:
     return str(ctx.scratch / f"checkpoint-w{ctx.world_size}.pt")
 
 
-def _early_load(result: RunResult, path: str) -> str:
+def _checkpoint(ctx: CheckContext) -> Checkpoint:
+    """The file at the checkpoint path, described by the trusted reader (it holds what a rank wrote)."""
+    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_path(ctx)), Checkpoint, 0)
+
+
+def _early_load(ctx: CheckContext, result: RunResult, path: str) -> str:
     """'rank r ...' if some rank read the checkpoint before the file rank 0 wrote had landed."""
-    facts = [outcome.facts for outcome in result.ranks]
+    facts = [ctx.conform(outcome.facts, Resumed, outcome.rank, complete=False) for outcome in result.ranks]
     loads = [[e["start"] for e in f.get("writes", []) if e["op"] == "load"] for f in facts]
     early = went_on_early([f.get("writes", []) for f in facts], path, [f.get("host", "") for f in facts], loads)
     missing = [o.rank for o in result.ranks if "FileNotFoundError" in error_types(o.error) and loads[o.rank]]
@@ -43,7 +47,7 @@ def _early_load(result: RunResult, path: str) -> str:
 def _run(ctx: CheckContext) -> RunResult:
     """The shared run; a load that raced the save is named before anything else."""
     result = ctx.run(
-        "resume",
+        RESUME.name,
         size=SIZE,
         batch_size=BATCH,
         steps_before=STEPS_BEFORE,
@@ -53,7 +57,7 @@ def _run(ctx: CheckContext) -> RunResult:
         **ctx.seeds("data", "model"),
     )
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
-    race = "" if stub else _early_load(result, _path(ctx))
+    race = "" if stub else _early_load(ctx, result, _path(ctx))
     if race.startswith("only "):  # some ranks called a barrier: said as measured, not as "no barrier"
         raise ctx.fail(
             f"{race} (the grader holds rank 0's save until the other ranks wait for it or move on). A barrier "
@@ -70,18 +74,18 @@ def _run(ctx: CheckContext) -> RunResult:
     return result
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    return ctx.require(_run(ctx))
+def _ranks(ctx: CheckContext) -> list[Resumed]:
+    return ctx.require(_run(ctx), schema=Resumed)
 
 
 @check("saves_once_rank0")
 def saves_once_rank0(ctx: CheckContext) -> None:
     """Judged as soon as every rank has returned from save_checkpoint, whatever happened after."""
     result = _run(ctx)
-    ranks = [outcome.facts for outcome in result.ranks]
-    if not all("save_returned_at" in facts for facts in ranks):
-        ranks = ctx.require(result)
-    exists = ctx.inspect("inspect_checkpoint", path=_path(ctx))["exists"]
+    ranks = [ctx.conform(outcome.facts, Resumed, outcome.rank, complete=False) for outcome in result.ranks]
+    if not all("save_returned_at" in facts and "writes" in facts for facts in ranks):
+        ranks = ctx.require(result, schema=Resumed)
+    exists = _checkpoint(ctx)["exists"]
     problem = writers_problem([facts["writes"] for facts in ranks], _path(ctx), exists, once=True)
     if problem:
         raise ctx.fail(problem, hint=HintName("rank0_saves"))
@@ -102,7 +106,7 @@ def waits_for_save(ctx: CheckContext) -> None:
 @check("checkpoint_contents")
 def checkpoint_contents(ctx: CheckContext) -> None:
     result = _run(ctx)
-    saved = ctx.inspect("inspect_checkpoint", path=_path(ctx))
+    saved = _checkpoint(ctx)
     if not saved["exists"]:
         ctx.require(result)
         raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint=HintName("rank0_saves"))
@@ -139,7 +143,7 @@ def checkpoint_contents(ctx: CheckContext) -> None:
             f"integers are {saved['integers'] or 'none'}",
             hint=HintName("load_checkpoint"),
         )
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=Resumed)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
     if difference:
         raise ctx.fail(f"the saved weights are not the model's at the time of saving: {difference}")
@@ -148,15 +152,19 @@ def checkpoint_contents(ctx: CheckContext) -> None:
 @check("resume_matches")
 def resume_matches(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = ctx.reference(
-        "reference",
-        world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        steps_before=STEPS_BEFORE,
-        steps_after=STEPS_AFTER,
-        lr=LR,
-        **ctx.seeds("data", "model"),
+    reference: Reference = ctx.conform(
+        ctx.reference(
+            REFERENCE.name,
+            world_size=ctx.world_size,
+            size=SIZE,
+            batch_size=BATCH,
+            steps_before=STEPS_BEFORE,
+            steps_after=STEPS_AFTER,
+            lr=LR,
+            **ctx.seeds("data", "model"),
+        ),
+        Reference,
+        0,
     )
     for rank, facts in enumerate(ranks):
         difference = first_difference(facts["loaded_state"], facts["saved_state"])

@@ -17,11 +17,11 @@ import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from grader.checks.ex10_scaling import properties
+from grader.checks.ex10_scaling.facts import EVALUATE, Evaluated, Value
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PARAMS, PROBES, random_probes
-from grader.judge.api import CheckContext, check
+from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.names import Cause, HintName
 from grader.judge.slips import Function, Slip, find_slip, on_argument, scaled
 from grader.judge.tolerance import close_either_way
@@ -39,19 +39,40 @@ def expected(name: str, *args: float) -> float:
     return CLOSED_FORMS[name](*args)
 
 
-def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str, dict[tuple, Any]]:
-    """Per function, {arguments: value} on the grader's probes (the fixed grid, or seed's random ones)."""
-    [facts] = ctx.facts("evaluate", nprocs=1, names=list(names), seed=seed)
+def _evaluated(ctx: CheckContext, names: tuple[str, ...], seed: int | None = None) -> Evaluated:
+    """The student's values of `names` on the grader's probes (the fixed grid, or seed's random ones)."""
+    [facts] = ctx.facts(EVALUATE, nprocs=1, names=list(names), seed=seed)
+    return facts
+
+
+def _unjudgeable(ctx: CheckContext, what: str, values: list[Value] | None, inputs: int) -> CheckFailed:
+    """A report with another number of values than inputs probed: judging fewer would pass untested inputs."""
+    count = "no values" if values is None else f"{len(values)} values"
+    return ctx.fail(f"rank 0 reported facts the grader cannot judge: {count} of {what} for its {inputs} inputs")
+
+
+def _tables(
+    ctx: CheckContext, facts: Evaluated, names: tuple[str, ...], seed: int | None = None
+) -> dict[str, dict[tuple, float]]:
+    """Per function, {arguments: value}; fails at the first value that is not a finite number."""
     probes = PROBES if seed is None else random_probes(seed)
-    values = {name: dict(zip(probes[name], facts[name])) for name in names}
-    for name, table in values.items():
-        for args, value in table.items():
+    tables: dict[str, dict[tuple, float]] = {}
+    for name in names:
+        reported = facts["values"].get(name)
+        if reported is None or len(reported) != len(probes[name]):
+            raise _unjudgeable(ctx, name, reported, len(probes[name]))
+        tables[name] = {}
+        for args, value in zip(probes[name], reported):
             if not isinstance(value, float) or not math.isfinite(value):
                 shown = value["raised"] if isinstance(value, dict) else f"returned {value}"
                 raise ctx.fail(f"{name}{args}: {shown}; a finite number was expected")
-    if "bad_stage" in facts:
-        values["bad_stage"] = {(stage,): outcome for stage, outcome in zip(BAD_ZERO_STAGES, facts["bad_stage"])}
-    return values
+            tables[name][args] = value
+    return tables
+
+
+def _values(ctx: CheckContext, *names: str, seed: int | None = None) -> dict[str, dict[tuple, float]]:
+    """Per function, {arguments: value} on the grader's probes (the fixed grid, or seed's random ones)."""
+    return _tables(ctx, _evaluated(ctx, names, seed), names, seed)
 
 
 def reference(name: str) -> Function:
@@ -457,10 +478,14 @@ def _sharded(divided: tuple[bool, ...]) -> str:
 
 @check("zero_memory")
 def zero_memory(ctx: CheckContext) -> None:
-    values = _values(ctx, "zero_memory_per_gpu")
+    facts = _evaluated(ctx, ("zero_memory_per_gpu",))
+    table = _tables(ctx, facts, ("zero_memory_per_gpu",))["zero_memory_per_gpu"]
+    bad = facts.get("bad_stage")
+    if bad is None or len(bad) != len(BAD_ZERO_STAGES):
+        raise _unjudgeable(ctx, "zero_memory_per_gpu at an unknown stage", bad, len(BAD_ZERO_STAGES))
     if not CLOSED:
-        return properties.judge(ctx, values)
-    table, bad = values["zero_memory_per_gpu"], values["bad_stage"]
+        outcomes = {(stage,): outcome for stage, outcome in zip(BAD_ZERO_STAGES, bad)}
+        return properties.judge(ctx, {"zero_memory_per_gpu": table, "bad_stage": outcomes})
     name, hint = "zero_memory_per_gpu", HintName("zero_memory")
     judge_values(ctx, name, table, hint, only_if_slip=True)  # a slip of the whole function, every stage alike
     for stage in ZERO_STAGES:
@@ -477,7 +502,7 @@ def zero_memory(ctx: CheckContext) -> None:
                 f"{expected(name, *wrong[0]) / 1e9:.4g} GB",
                 hint=hint,
             )
-    for (stage,), outcome in bad.items():
+    for stage, outcome in zip(BAD_ZERO_STAGES, bad):
         if not (isinstance(outcome, dict) and outcome["raised"].startswith("ValueError")):
             shown = outcome["raised"] if isinstance(outcome, dict) else f"returned {outcome}"
             raise ctx.fail(

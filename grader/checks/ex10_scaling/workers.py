@@ -9,11 +9,12 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from grader.checks.ex10_scaling.facts import Value
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES, random_probes
 from grader.engine.rank_runtime import RankContext
 
 
-def _call(function: Any, args: tuple) -> Any:
+def _call(function: Any, args: tuple) -> Value:
     try:
         value = function(*args)
     except NotImplementedError:
@@ -23,7 +24,7 @@ def _call(function: Any, args: tuple) -> Any:
     return _recorded(value)
 
 
-def _recorded(value: Any) -> Any:
+def _recorded(value: Any) -> float | str:
     """A real number as a float, anything else as its (short) repr: never an error of the grader's own, even
     for an int too large for a float or an object whose repr raises."""
     try:
@@ -39,9 +40,11 @@ def evaluate(ctx: RankContext, names: list[str], seed: int | None = None) -> dic
     `seed` (one check's functions only, so a function not written yet fails only the checks that
     need it)."""
     probes = PROBES if seed is None else random_probes(seed)
+    values: dict[str, list[Value]] = {}
+    ctx.facts["values"] = values
     for name in names:
         function = ctx.student(name)
-        ctx.facts[name] = [_call(function, args) for args in probes[name]]
+        values[name] = [_call(function, args) for args in probes[name]]
     if "zero_memory_per_gpu" in names:
         zero = ctx.student("zero_memory_per_gpu")
         ctx.facts["bad_stage"] = [_call(zero, (1e9, 8, stage)) for stage in BAD_ZERO_STAGES]

@@ -3,10 +3,9 @@ through a branch whose parameters are unused every other step."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from grader.checks.ex11_syncbn_unused.facts import REFERENCE, TRAIN, Arrays, Reference, Trained
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -19,12 +18,12 @@ STATISTICS = ("norm.running_mean", "norm.running_var")
 
 
 def _run(ctx: CheckContext) -> RunResult:
-    return ctx.run("train", size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.run(TRAIN.name, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR, **ctx.seeds("data", "model"))
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference",
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name,
         world_size=ctx.world_size,
         size=SIZE,
         batch_size=BATCH,
@@ -32,6 +31,14 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
         lr=LR,
         **ctx.seeds("data", "model"),
     )
+    return ctx.conform(facts, Reference, 0)
+
+
+def _reported(ctx: CheckContext, result: RunResult) -> list[tuple[int, Trained]]:
+    """Each rank's facts as far as it got (a rank may crash after preparing its model), held to the schema."""
+    return [
+        (outcome.rank, ctx.conform(outcome.facts, Trained, outcome.rank, complete=False)) for outcome in result.ranks
+    ]
 
 
 def _unused_parameter_error(result: RunResult) -> str:
@@ -45,11 +52,7 @@ def _unused_parameter_error(result: RunResult) -> str:
 def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
     """The ranks must convert alike: a SyncBatchNorm on some ranks all-reduces with peers that never
     join, and the run then dies in mismatched collectives."""
-    layers = [
-        (outcome.rank, outcome.facts["norm_layers"])
-        for outcome in result.ranks
-        if outcome.facts.get("norm_layers") is not None
-    ]
+    layers = [(rank, facts["norm_layers"]) for rank, facts in _reported(ctx, result) if "norm_layers" in facts]
     for rank, mine in layers[1:]:
         if mine != layers[0][1]:
             raise ctx.fail(
@@ -60,12 +63,12 @@ def _same_layers_everywhere(ctx: CheckContext, result: RunResult) -> None:
             )
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+def _ranks(ctx: CheckContext) -> list[Trained]:
     """Every rank's facts after the full training; DDP's unused-parameter error is named here."""
     result = _run(ctx)
     _same_layers_everywhere(ctx, result)
     rank = _unused_parameter_error(result)
-    if rank and any(outcome.facts.get("static_graph") for outcome in result.ranks):
+    if rank and any(facts.get("static_graph") for _, facts in _reported(ctx, result)):
         raise ctx.fail(
             "static_graph=True on a graph that changes: the aux head is used on even steps only, so the "
             f"set of unused parameters changes from step to step, and {rank} failed at the next step "
@@ -81,12 +84,24 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             "find_unused_parameters=True to DistributedDataParallel",
             hint=HintName("find_unused_parameters"),
         )
-    ranks = ctx.require(result)
-    if ranks[0]["returned"] != "DistributedDataParallel":
-        raise ctx.fail(
-            f"prepare_model returned a {ranks[0]['returned']}, not the DistributedDataParallel model",
-            hint=HintName("return_ddp"),
-        )
+    ranks = ctx.require(result, schema=Trained)
+    for number, facts in enumerate(ranks):
+        on = f" on rank {number}" if number else ""
+        if facts["returned"] != "DistributedDataParallel":
+            raise ctx.fail(
+                f"prepare_model returned a {facts['returned']}{on}, not the DistributedDataParallel model",
+                hint=HintName("return_ddp"),
+            )
+        if "steps" not in facts:  # a class of that name, not torch's: the grader's loop never ran
+            raise ctx.fail(
+                f"prepare_model returned a DistributedDataParallel{on} that is not torch's "
+                "(torch.nn.parallel.DistributedDataParallel)",
+                hint=HintName("return_ddp"),
+            )
+        if len(facts["steps"]) != STEPS:
+            raise ctx.fail(
+                f"rank {number} reported facts the grader cannot judge: {len(facts['steps'])} steps, not {STEPS}"
+            )
     return ranks
 
 
@@ -95,13 +110,9 @@ def converts_batchnorm(ctx: CheckContext) -> None:
     """Judged from every rank that got as far as preparing its model (a rank may crash later)."""
     result = _run(ctx)
     _same_layers_everywhere(ctx, result)
-    prepared = [
-        (outcome.rank, outcome.facts["norm_layers"])
-        for outcome in result.ranks
-        if outcome.facts.get("norm_layers") is not None
-    ]
+    prepared = [(rank, facts["norm_layers"]) for rank, facts in _reported(ctx, result) if "norm_layers" in facts]
     if not prepared:
-        ctx.require(result)
+        ctx.require(result, schema=Trained)
     for rank, layers in prepared:
         on = f" on rank {rank}" if len(prepared) < ctx.world_size else ""
         plain = [name for name, kind in layers.items() if kind != "SyncBatchNorm"]
@@ -125,7 +136,7 @@ def converts_batchnorm(ctx: CheckContext) -> None:
             )
 
 
-def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict[str, str]) -> str:
+def _statistics_mistake(got: Arrays, local: Arrays, layers: dict[str, str]) -> str:
     """Why a rank's running statistics are not the global batch's, from what they equal instead."""
     mean, var = (np.asarray(got[name]) for name in STATISTICS)
     if np.all(mean == 0.0) and np.all(var == 1.0):
@@ -146,7 +157,7 @@ def _statistics_mistake(got: dict[str, Any], local: dict[str, Any], layers: dict
     return "they are neither the global batch's nor this rank's own batch's"
 
 
-def _wrapped_inside(state: dict[str, Any], name: str) -> str:
+def _wrapped_inside(state: Arrays, name: str) -> str:
     """Why a name the model has is missing from what DDP wraps: a wrapper inside DDP, or no such layer."""
     nested = next((key for key in state if key.endswith("." + name)), "")
     if nested:

@@ -5,8 +5,8 @@ hooks registered on the tied weight and the frozen parameter's .grad."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from grader.checks.ex12_overlap_ddp.facts import REFERENCE, TRAIN, Arrays, Call, Comm, Reference, Trained
+from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -19,33 +19,33 @@ TIED, TIED_ALSO, FROZEN = "shared.weight", "shared_again.weight", "frozen.weight
 _HYPOTHESES = replay.load(__package__ or "")
 
 
-def _tensor_hooks(facts: dict[str, Any]) -> int:
+def _tensor_hooks(facts: Trained) -> int:
     """How many trained parameters got a tensor hook (register_hook) and no post-accumulate-grad hook."""
-    registered = facts.get("comm", {}).get("registered", {})
+    comm = facts.get("comm")
+    registered = comm["registered"] if comm is not None else {}
     return sum(1 for counts in registered.values() if counts["tensor"] and not counts["post_accumulate"])
 
 
-def _short_tail(facts: dict[str, Any], step: int) -> int:
+def _short_tail(comm: Comm, step: int) -> int:
     """The elements missing from `step`'s all-reduces when they are exactly the last gradients to be
     ready (the last bucket, never launched); 0 otherwise."""
-    comm = facts.get("comm")
-    if not comm or len(comm["order"]) < step:
+    if len(comm["order"]) < step:
         return 0
-    calls = _gradient_calls(facts, step)
-    missing = _trained_elements(facts) - sum(c["numel"] for c in calls)
+    calls = _gradient_calls(comm, step)
+    missing = _trained_elements(comm) - sum(c["numel"] for c in calls)
     order = list(dict.fromkeys(comm["order"][step - 1]))
     tails = {sum(comm["sizes"][n] for n in order[-k:]) // 4 for k in range(1, len(order))}
     return missing if calls and missing > 0 and missing in tails else 0
 
 
-def _explained(ctx: CheckContext, result: Any) -> None:
+def _explained(ctx: CheckContext, result: RunResult) -> None:
     """A run that failed with what the grader measured before the error, when that names its cause."""
     verdict = failure_verdict(result, ctx.student_file)
     if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    facts = [r.facts for r in result.ranks]
+    facts = [ctx.conform(r.facts, Trained, r.rank, complete=False) for r in result.ranks]
     none_grad = any("NoneType" in str((r.error or {}).get("message", "")) for r in result.ranks)
-    hooked = _tensor_hooks(facts[0]) if facts[0] else 0
+    hooked = _tensor_hooks(facts[0])
     if none_grad and hooked:
         raise ctx.fail(
             f"tensor hooks, not post-accumulate-grad hooks: rank 0 registered p.register_hook on {hooked} "
@@ -55,32 +55,35 @@ def _explained(ctx: CheckContext, result: Any) -> None:
             hint=HintName("post_accumulate_hook"),
             cause=Cause("tensor_hook"),
         )
-    missing = _short_tail(facts[0], 1) if facts[0] and facts[0].get("comm") else 0
+    comm = facts[0].get("comm")
+    if comm is None:  # rank 0 failed before the watch on its all-reduces closed: nothing measured
+        return
+    missing = _short_tail(comm, 1)
     if missing:
         raise ctx.fail(
-            f"step 1, rank 0 all-reduced {_trained_elements(facts[0]) - missing} of the "
-            f"{_trained_elements(facts[0])} trained gradient elements; the {missing} missing are those of the last "
+            f"step 1, rank 0 all-reduced {_trained_elements(comm) - missing} of the "
+            f"{_trained_elements(comm)} trained gradient elements; the {missing} missing are those of the last "
             "gradients to be ready: the last, partly filled bucket was never launched, and was still open when the "
             f"next step began. {verdict.message}",
             hint=HintName("flush_last_bucket"),
             cause=Cause("last_bucket_not_launched"),
         )
-    sent = sum(c["numel"] for c in _gradient_calls(facts[0], 1)) if facts[0] and facts[0].get("comm") else 0
-    if sent > _trained_elements(facts[0]) > 0:
+    sent = sum(c["numel"] for c in _gradient_calls(comm, 1))
+    if sent > _trained_elements(comm) > 0:
         raise ctx.fail(
             f"before the error, step 1 on rank 0 all-reduced {sent} elements where the trained gradients hold "
-            f"{_trained_elements(facts[0])}: some gradients were sent more than once (a bucket still holding "
+            f"{_trained_elements(comm)}: some gradients were sent more than once (a bucket still holding "
             f"gradients already launched?). {verdict.message}",
             hint=HintName("async_buckets"),
         )
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+def _ranks(ctx: CheckContext) -> list[Trained]:
     result = ctx.run(
-        "train", steps=STEPS, batch_size=BATCH, lr=LR, bucket_bytes=BUCKET_BYTES, **ctx.seeds("data", "model")
+        TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, bucket_bytes=BUCKET_BYTES, **ctx.seeds("data", "model")
     )
     _explained(ctx, result)
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=Trained)
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(
@@ -97,10 +100,11 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
     )
+    return ctx.conform(facts, Reference, 0)
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
@@ -108,22 +112,21 @@ def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
     return ctx.fail(prefix + finding.message, hint=finding.hint or HintName("wait_then_average"), cause=proven)
 
 
-def _same(a: dict, b: dict) -> bool:
+def _same(a: Arrays, b: Arrays) -> bool:
     return first_difference(a, b, rtol=1e-6, atol=1e-7) is None
 
 
-def _gradient_calls(facts: dict[str, Any], step: int) -> list[dict[str, Any]]:
+def _gradient_calls(comm: Comm, step: int) -> list[Call]:
     """The all-reduces of `step` (from 1) issued once its backward had started."""
-    return [c for c in facts["comm"]["calls"] if c["step"] == step and (c["backward"] or c["after_backward"])]
+    return [c for c in comm["calls"] if c["step"] == step and (c["backward"] or c["after_backward"])]
 
 
-def _trained_elements(facts: dict[str, Any]) -> int:
-    comm = facts["comm"]
+def _trained_elements(comm: Comm) -> int:
     sizes = comm["sizes"]
     return sum(sizes[name] for name in comm["trained"]) // 4  # fp32 elements
 
 
-def _sources(ranks: list[dict[str, Any]]) -> tuple[str, MaybeCause] | None:
+def _sources(ranks: list[Trained]) -> tuple[str, MaybeCause] | None:
     """Whose initial weights the ranks started from, when they did not all start from rank 0's: the
     measurement, and the cause it proves ("" where it proves none)."""
     starts = [f["start"] for f in ranks]
@@ -212,7 +215,7 @@ def overlaps_backward(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):
         total = len(facts["comm"]["trained"])
         for step in range(1, STEPS + 1):
-            calls = _gradient_calls(facts, step)
+            calls = _gradient_calls(facts["comm"], step)
             if not calls:
                 raise ctx.fail(
                     f"step {step}, rank {rank}: no dist.all_reduce once backward had started, so nothing "
@@ -271,10 +274,9 @@ def _pack(order: list[str], sizes: dict[str, int], cap: int, before: bool) -> tu
     return tuple(sorted(size // 4 for size in [*buckets, *([filled] if filled else [])]))
 
 
-def _accepted(facts: dict[str, Any], step: int) -> set[tuple[int, ...]]:
+def _accepted(comm: Comm, step: int) -> set[tuple[int, ...]]:
     """The buckets' elements the packing rules the stub accepts give: the order the gradients became
     ready, the parameters' order or its reverse; closed at bucket_bytes, or just before passing it."""
-    comm = facts["comm"]
     orders = [comm["trained"], comm["trained"][::-1]]
     if len(comm["order"]) >= step:
         orders.append(list(dict.fromkeys(comm["order"][step - 1])))
@@ -285,15 +287,16 @@ def _accepted(facts: dict[str, Any], step: int) -> set[tuple[int, ...]]:
 def buckets_by_size(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
-        total = _trained_elements(facts)
-        sizes = facts["comm"]["sizes"]
-        trained = facts["comm"]["trained"]
+        comm = facts["comm"]
+        total = _trained_elements(comm)
+        sizes = comm["sizes"]
+        trained = comm["trained"]
         for step in range(1, STEPS + 1):
-            calls = _gradient_calls(facts, step)
+            calls = _gradient_calls(comm, step)
             elements = sum(c["numel"] for c in calls)
             at = f"step {step}, rank {rank}"
             if elements < total:
-                if _short_tail(facts, step):
+                if _short_tail(comm, step):
                     raise ctx.fail(
                         f"{at}: {elements} of the {total} trained gradient elements were all-reduced; the "
                         f"{total - elements} missing are those of the last gradients to be ready: the last, "
@@ -313,7 +316,7 @@ def buckets_by_size(ctx: CheckContext) -> None:
                     "step before)",
                     hint=HintName("tied_and_frozen"),
                 )
-            accepted = _accepted(facts, step)
+            accepted = _accepted(comm, step)
             numels = tuple(sorted(c["numel"] for c in calls))
             if numels in accepted:
                 continue
@@ -345,11 +348,11 @@ def tied_and_frozen(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     for rank, facts in enumerate(ranks):
         comm = facts["comm"]
-        hooks = comm["registered"].get(TIED, {})
-        total = _trained_elements(facts)
+        hooks = comm["registered"].get(TIED)
+        total = _trained_elements(comm)
         tied = comm["sizes"][TIED] // 4
-        extra = [sum(c["numel"] for c in _gradient_calls(facts, s)) - total for s in range(1, STEPS + 1)]
-        registered = hooks.get("post_accumulate", 0) + hooks.get("tensor", 0)
+        extra = [sum(c["numel"] for c in _gradient_calls(comm, s)) - total for s in range(1, STEPS + 1)]
+        registered = hooks["post_accumulate"] + hooks["tensor"] if hooks is not None else 0
         if registered > 1:
             measured = (
                 f"all-reduced {extra[0]} elements more than the trained gradients hold at step 1"

@@ -13,6 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.ex13_zero1.facts import (
+    REFERENCE,
+    REPLAYS,
+    TRAIN,
+    Arrays,
+    Partition,
+    Reference,
+    ReferenceStep,
+    Replays,
+    Trained,
+    Training,
+)
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
@@ -100,9 +112,10 @@ def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
     return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **_inputs(ctx), **ctx.seeds("sizes")}
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    ranks = ctx.facts("train", **_run_kwargs(ctx))
-    if any(f.get("partitions_differ") for f in ranks):
+def _ranks(ctx: CheckContext) -> list[Training]:
+    """Each rank's training, once every rank ran train_zero1."""
+    reports = ctx.facts(TRAIN, **_run_kwargs(ctx))
+    if any(f.get("partitions_differ") for f in reports):
         raise ctx.fail(
             "partition differs between ranks: partition_parameters returned different partitions on different "
             "ranks for the same sizes (balanced_partition shows them), so train_zero1 was not run: ranks that "
@@ -110,31 +123,38 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
             hint=HintName("partition"),
             cause=Cause("partition_differs"),
         )
+    ranks = []
+    for rank, facts in enumerate(reports):
+        training = facts.get("training")
+        if training is None:  # a rank whose partitions agreed always trains: not the grader's worker
+            raise ctx.fail(f"rank {rank} reported facts the grader cannot judge: the facts lack 'training'")
+        ranks.append(training)
     return ranks
 
 
-def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> dict[str, Any]:
-    return ctx.reference("reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> Reference:
+    facts = ctx.reference(REFERENCE.name, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+    return ctx.conform(facts, Reference, 0)
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
+def _reference(ctx: CheckContext) -> Reference:
     return _reference_of(ctx, _inputs(ctx))
 
 
-def _sizes(ranks: list[dict[str, Any]]) -> dict[str, int]:
+def _sizes(ranks: list[Training]) -> dict[str, int]:
     return {name: int(n) for name, n in ranks[0]["sizes"].items()}
 
 
 _FOREIGN = "another tensor"  # what the rank side calls a tensor an optimizer holds that is no model parameter
 
 
-def _held(facts: dict[str, Any]) -> list[str]:
+def _held(facts: Training) -> list[str]:
     """The parameters this rank's optimizers hold, in the model's order."""
     held = {name for optimizer in facts["optimizers"] for name in optimizer["params"]}
     return [name for name in facts["sizes"] if name in held]
 
 
-def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
+def _steps_taken(ctx: CheckContext, ranks: list[Training]) -> None:
     counts = [len(f["snapshots"]) - 1 for f in ranks]
     if counts != [STEPS] * len(ranks):
         raise ctx.fail(
@@ -151,7 +171,7 @@ def _steps_taken(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
 # --- matches_adamw ---------------------------------------------------------------------------------
 
 
-def _within(got: dict, want: dict) -> bool:
+def _within(got: Arrays, want: Arrays) -> bool:
     for name, expected in want.items():
         if name not in got or np.shape(got[name]) != np.shape(expected):
             return False
@@ -161,7 +181,7 @@ def _within(got: dict, want: dict) -> bool:
     return True
 
 
-def _observed(facts: dict[str, Any]) -> list[dict[str, Any]]:
+def _observed(facts: Training) -> list[dict[str, Any]]:
     """Per step, the gradient the rank's first optimizer step saw (absent on a rank that stepped nothing)
     and the weights after the exchange."""
     return [
@@ -170,7 +190,7 @@ def _observed(facts: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool:
+def _reproduces(observed: list[dict[str, Any]], replayed: list[ReferenceStep], start: Arrays) -> bool:
     if len(observed) != len(replayed):
         return False
     before_got, before_want = start, start
@@ -185,15 +205,15 @@ def _reproduces(observed: list[dict], replayed: list[dict], start: dict) -> bool
     return True
 
 
-def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[Cause, str]]:
+def _proven(ctx: CheckContext, ranks: list[Training]) -> list[tuple[Cause, str]]:
     """The hypotheses whose replay reproduces every step on every rank, each with its sentence."""
     numbers = {"W": ctx.world_size}
     knobs = {
         name: {k: (numbers[v] if isinstance(v, str) and v in numbers else v) for k, v in h["knobs"].items()}
         for name, h in HYPOTHESES.items()
     }
-    replays = ctx.reference(
-        "replays",
+    facts = ctx.reference(
+        REPLAYS.name,
         world_size=ctx.world_size,
         steps=STEPS,
         batch_size=BATCH,
@@ -202,6 +222,7 @@ def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[Cause,
         hypotheses=knobs,
         **_inputs(ctx),
     )
+    replays = ctx.conform(facts, Replays, 0)["replays"]
     start = ranks[0]["snapshots"][0]
     return [
         (name, HYPOTHESES[name]["says"].format(W=ctx.world_size))
@@ -210,9 +231,7 @@ def _proven(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[Cause,
     ]
 
 
-def _first_difference(
-    ranks: list[dict[str, Any]], reference: dict[str, Any]
-) -> tuple[int, int, str, str, float] | None:
+def _first_difference(ranks: list[Training], reference: Reference) -> tuple[int, int, str, str, float] | None:
     """(step, rank, parameter, phase, largest difference) of the first step that leaves the reference. Only the
     gradients of the parameters a rank's optimizer steps are its business: after a reduce-scatter, the others
     hold that rank's own gradient, which nothing uses."""
@@ -369,14 +388,14 @@ def state_is_sharded(ctx: CheckContext) -> None:
 # --- balanced_partition ----------------------------------------------------------------------------
 
 
-def _partitions(ctx: CheckContext) -> list[list[dict[str, Any]]]:
+def _partitions(ctx: CheckContext) -> list[list[Partition]]:
     """Per rank, what partition_parameters returned; read from the shared run even when training failed
     after it, so that a partition is judged on its own."""
-    result = ctx.run("train", **_run_kwargs(ctx))
-    facts = [outcome.facts for outcome in result.ranks]
-    if all(f.get("partitions_done") for f in facts):
+    result = ctx.run(TRAIN.name, **_run_kwargs(ctx))
+    facts = [ctx.conform(outcome.facts, Trained, outcome.rank, complete=False) for outcome in result.ranks]
+    if all(f.get("partitions_done") and "partitions" in f for f in facts):
         return [f["partitions"] for f in facts]
-    return [f["partitions"] for f in ctx.require(result)]
+    return [f["partitions"] for f in ctx.require(result, schema=Trained)]
 
 
 def _loads(shards: list[list[int]], sizes: list[int]) -> list[int]:
@@ -392,10 +411,10 @@ def balanced_partition(ctx: CheckContext) -> None:
         sizes = first["sizes"]
         asked = f"partition_parameters({sizes}, {world})"
         for rank, calls in enumerate(per_rank):
-            if "other" in calls[number]:
+            if "shards" not in calls[number]:
+                shown = calls[number].get("other", "nothing the grader recorded")
                 raise ctx.fail(
-                    f"{asked} returned {calls[number]['other']} on rank {rank}; expected a list of {world} lists of "
-                    "parameter indices",
+                    f"{asked} returned {shown} on rank {rank}; expected a list of {world} lists of parameter indices",
                     hint=HintName("partition"),
                 )
         outputs = [calls[number]["shards"] for calls in per_rank]

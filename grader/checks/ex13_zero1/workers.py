@@ -232,7 +232,7 @@ def train(
         return {}
     train_zero1 = ctx.student("train_zero1")
     model = make_zero_model(seed=model_seed + ctx.rank)  # different on purpose: the initial broadcast aligns them
-    ctx.facts["initial"] = state(model)
+    initial = state(model)
     data = make_regression(ctx.world_size * steps * batch_size, data_seed)
     rows = rank_indices(ctx.world_size, ctx.rank, steps, batch_size)
     dataset = TensorDataset(data.tensors[0][rows], data.tensors[1][rows])
@@ -241,14 +241,17 @@ def train(
         train_zero1(ctx.rank, ctx.world_size, model, dataset, steps, batch_size, lr)
     finally:
         recorder.close()
-    ctx.facts["snapshots"] = [*recorder.snapshots, state_of(model)]
-    ctx.facts["grads"] = {str(k): v for k, v in recorder.grads.items()}
-    ctx.facts["no_grad"] = {str(k): v for k, v in recorder.no_grad.items()}
-    ctx.facts["owned"] = {str(k): v for k, v in recorder.owned.items()}
-    ctx.facts["optimizers"] = recorder.optimizer_facts()
-    ctx.facts["optimizer_steps"] = recorder.steps
-    ctx.facts["comm"] = recorder.comm
-    ctx.facts["sizes"] = {name: p.numel() for name, p in model.named_parameters()}
+    ctx.facts["training"] = {
+        "initial": initial,
+        "snapshots": [*recorder.snapshots, state_of(model)],
+        "grads": {str(k): v for k, v in recorder.grads.items()},
+        "no_grad": {str(k): v for k, v in recorder.no_grad.items()},
+        "owned": {str(k): v for k, v in recorder.owned.items()},
+        "optimizers": recorder.optimizer_facts(),
+        "optimizer_steps": recorder.steps,
+        "comm": recorder.comm,
+        "sizes": {name: p.numel() for name, p in model.named_parameters()},
+    }
     return {}
 
 
@@ -360,6 +363,8 @@ def replays(
     """Trusted: each hypothesis of the judge (knobs of REPLAY_KNOBS) simulated from rank 0's initial weights
     on the same samples, with the ownership the run showed."""
     return {
-        name: simulate(world_size, steps, batch_size, lr, data_seed, model_seed, owned, knobs)
-        for name, knobs in hypotheses.items()
+        "replays": {
+            name: simulate(world_size, steps, batch_size, lr, data_seed, model_seed, owned, knobs)
+            for name, knobs in hypotheses.items()
+        }
     }
