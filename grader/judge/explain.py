@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,12 +63,13 @@ def parse(text: str) -> list[KnownError]:
     return entries
 
 
-def error_chain(error: dict[str, Any] | None) -> list[dict[str, str]]:
+def error_chain(error: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """Type and message of a reported error and of every error it was raised from or while
     handling (the rank's `chain`), outermost first; the error alone where the report has no chain."""
-    if not isinstance(error, dict):
+    if not isinstance(error, Mapping):
         return []
     chain = error.get("chain")
+    links: list[Mapping[str, Any]]
     if isinstance(chain, list) and chain:
         links = [e for e in chain if isinstance(e, dict)]
     else:
@@ -75,7 +77,7 @@ def error_chain(error: dict[str, Any] | None) -> list[dict[str, str]]:
     return [{"type": str(e.get("type", "")), "message": str(e.get("message", ""))} for e in links]
 
 
-def error_messages(error: dict[str, Any] | None) -> str:
+def error_messages(error: Mapping[str, Any] | None) -> str:
     """Every message in a reported error's chain, one per line: what a check searches for a known text."""
     return "\n".join(e["message"] for e in error_chain(error))
 

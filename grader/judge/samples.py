@@ -10,7 +10,9 @@ already show, never a failure by itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from grader.judge.names import Cause
 from grader.judge.trajectory import Finding
@@ -57,7 +59,7 @@ def trained_batches(forwards: list[dict]) -> Batches:
     return [call["samples"] for call in forwards if _trains(call)]
 
 
-def step_batches(facts: dict) -> list[Batches]:
+def step_batches(facts: Mapping[str, Any]) -> list[Batches]:
     """Per optimizer step, the samples of the gradient-producing forward passes since the step before."""
     forwards, done, per_step = facts["forwards"], 0, []
     for step in facts["steps"]:

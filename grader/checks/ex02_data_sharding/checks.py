@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any
 
+from grader.checks.ex02_data_sharding.facts import EPOCH_INDICES, PERMUTATIONS, EpochIndices, Permutations
+from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
@@ -30,7 +31,7 @@ def sampler_seed(ctx: CheckContext) -> int:
     return ctx.draw("sampler").randrange(2**31 - 100)
 
 
-def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
+def _sampler_error(ctx: CheckContext, ranks: list[RankOutcome]) -> None:
     """Errors DistributedSampler and DataLoader raise themselves, named from what they say."""
     for outcome in ranks:
         message = error_messages(outcome.error)
@@ -56,7 +57,7 @@ def _sampler_error(ctx: CheckContext, ranks: list[Any]) -> None:
             )
 
 
-def require_loader(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
+def require_loader(ctx: CheckContext, ranks: list[EpochIndices]) -> None:
     """Fails with what make_loader returned, or its loader yielded, where that was no loader of the
     dataset's batches (the rank's worker says so instead of tripping over it)."""
     for rank, facts in enumerate(ranks):
@@ -66,9 +67,9 @@ def require_loader(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
 
 def _epochs(ctx: CheckContext) -> list[Shards]:
     """epochs[e][r]: the indices rank r saw in epoch e. Mistakes that spoil every claim are named first."""
-    result = ctx.run("epoch_indices", size=SIZE, batch_size=BATCH, epochs=EPOCHS, seed=sampler_seed(ctx))
+    result = ctx.run(EPOCH_INDICES.name, size=SIZE, batch_size=BATCH, epochs=EPOCHS, seed=sampler_seed(ctx))
     _sampler_error(ctx, result.ranks)
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=EpochIndices)
     require_loader(ctx, ranks)
     padded = math.ceil(SIZE / ctx.world_size)
     for rank, facts in enumerate(ranks):
@@ -91,7 +92,7 @@ def _orders(ctx: CheckContext) -> dict[int, list[int]]:
     """DistributedSampler's permutation for each seed the diagnoses may need (seed + epoch + rank)."""
     seed = sampler_seed(ctx)
     seeds = list(range(seed, seed + EPOCHS + ctx.world_size))
-    orders = ctx.reference("permutations", size=SIZE, seeds=seeds)["orders"]
+    orders = ctx.conform(ctx.reference(PERMUTATIONS.name, size=SIZE, seeds=seeds), Permutations, 0)["orders"]
     return {int(key): order for key, order in orders.items()}
 
 

@@ -3,11 +3,12 @@ checkpoint: who wrote it, whether the others waited for it, what it holds."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+from grader.checks.ex03_train_ddp.facts import INSPECT_CHECKPOINT, REFERENCE, TRAIN, Checkpoint, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
-from grader.judge.compare import first_difference
+from grader.judge.compare import Arrays, first_difference
 from grader.judge.diagnose import where
 from grader.judge.names import Cause, HintName
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
@@ -63,9 +64,9 @@ def _checkpoint_path(ctx: CheckContext) -> str:
     return str(ctx.scratch / f"checkpoint-w{ctx.world_size}.pt")
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
+def _ranks(ctx: CheckContext) -> list[Train]:
     ranks = ctx.facts(
-        "train",
+        TRAIN,
         size=SIZE,
         epochs=EPOCHS,
         batch_size=BATCH,
@@ -84,9 +85,9 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference",
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name,
         world_size=ctx.world_size,
         size=SIZE,
         epochs=EPOCHS,
@@ -94,6 +95,11 @@ def _reference(ctx: CheckContext) -> dict[str, Any]:
         lr=LR,
         **ctx.seeds("data", "model"),
     )
+    return ctx.conform(facts, Reference, 0)
+
+
+def _checkpoint(ctx: CheckContext) -> Checkpoint:
+    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_checkpoint_path(ctx)), Checkpoint, 0)
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
@@ -101,7 +107,7 @@ def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
     return ctx.fail(prefix + finding.message, hint=finding.hint or _HINTS.get(finding.cause), cause=proven)
 
 
-def _differs(a: dict, b: dict) -> bool:
+def _differs(a: Arrays, b: Arrays) -> bool:
     return first_difference(a, b, rtol=1e-6, atol=1e-7) is not None
 
 
@@ -152,7 +158,7 @@ def ranks_stay_in_sync(ctx: CheckContext) -> None:
             )
 
 
-def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
+def _setting(ctx: CheckContext, reference: Reference) -> Setting:
     per_epoch = len(reference["batches"][0]) // EPOCHS
     # steps count from 1 (the first update is step 1); epochs from 0, as set_epoch(epoch) counts them
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
@@ -177,7 +183,7 @@ def _setting(ctx: CheckContext, reference: dict[str, Any]) -> Setting:
     )
 
 
-def _pipeline(reference: dict[str, Any]) -> Pipeline:
+def _pipeline(reference: Reference) -> Pipeline:
     return Pipeline(
         SIZE,
         BATCH,
@@ -188,7 +194,7 @@ def _pipeline(reference: dict[str, Any]) -> Pipeline:
     )
 
 
-def _data_before(ranks: list[dict[str, Any]], reference: dict[str, Any], steps: int) -> Finding | None:
+def _data_before(ranks: list[Train], reference: Reference, steps: int) -> Finding | None:
     """A data mistake, if some rank's first `steps` steps did not train on one expected batch each."""
     pipeline = _pipeline(reference)
     for facts, expected in zip(ranks, pipeline.expected):
@@ -251,8 +257,7 @@ def matches_large_batch(ctx: CheckContext) -> None:
 def checkpoint_rank0_only(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     path = _checkpoint_path(ctx)
-    exists = ctx.inspect("inspect_checkpoint", path=path)["exists"]
-    problem = writers_problem([f["writes"] for f in ranks], path, exists, once=False)
+    problem = writers_problem([f["writes"] for f in ranks], path, _checkpoint(ctx)["exists"], once=False)
     if problem:
         raise ctx.fail(problem, hint=HintName("rank0_saves"))
 
@@ -262,7 +267,7 @@ def _barrier_reached_by_some(ctx: CheckContext) -> None:
     then raises in it, its peers gone): fail with who called the barrier and who went on, measured
     from the facts every rank reported, before the run's failure is reported as a crash."""
     result = ctx.run(  # the shared run of _ranks: same arguments, run once
-        "train",
+        TRAIN.name,
         size=SIZE,
         epochs=EPOCHS,
         batch_size=BATCH,
@@ -273,7 +278,7 @@ def _barrier_reached_by_some(ctx: CheckContext) -> None:
     failed = [outcome for outcome in result.ranks if not outcome.ok]
     if not failed or any((outcome.error or {}).get("not_implemented") for outcome in failed):
         return
-    facts = [outcome.facts for outcome in result.ranks]
+    facts = [ctx.conform(outcome.facts, Train, outcome.rank, complete=outcome.ok) for outcome in result.ranks]
     writes = [f.get("writes", []) for f in facts]
     returns = [[f["returned_at"]] if "returned_at" in f else [] for f in facts]
     early = went_on_early(writes, _checkpoint_path(ctx), [f.get("host", "") for f in facts], returns)
@@ -321,7 +326,7 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
 @check("checkpoint_loads_plain")
 def checkpoint_loads_plain(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    saved = ctx.inspect("inspect_checkpoint", path=_checkpoint_path(ctx))
+    saved = _checkpoint(ctx)
     if not saved["exists"]:
         raise ctx.fail("no checkpoint was written at checkpoint_path", hint=HintName("rank0_saves"))
     if saved.get("problem"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.checks.ex04_launch.facts import LAUNCH_FAILING, LAUNCH_IDENTITY, Identity, LeftBehind, Stall
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
@@ -30,7 +31,7 @@ def _schedule(ctx: CheckContext) -> tuple[list[float], int]:
     return delays, PAYLOAD_CHARS + draw.randrange(PAYLOAD_CHARS // 2)
 
 
-def _stall(stalled: dict[str, Any], size: int) -> str:
+def _stall(stalled: Stall, size: int) -> str:
     at = f" (at {stalled['launcher_at'][0]})" if stalled.get("launcher_at") else ""
     return (
         f"results not drained before joining: the ranks had returned their results ({size / 1e6:.1f} MB each) "
@@ -40,10 +41,10 @@ def _stall(stalled: dict[str, Any], size: int) -> str:
     )
 
 
-def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
+def _identity(ctx: CheckContext) -> tuple[Identity, int]:
     delays, size = _schedule(ctx)
     [facts] = ctx.facts(
-        "launch_identity",
+        LAUNCH_IDENTITY,
         nprocs=1,
         allowance=START_ALLOWANCE_S,
         world_size=ctx.world_size,
@@ -52,8 +53,9 @@ def _identity(ctx: CheckContext) -> tuple[dict[str, Any], int]:
         seed=ctx.seed,
         size=size,
     )
-    if facts.get("stalled"):
-        raise ctx.fail(_stall(facts["stalled"], size), hint=HintName("read_before_join"))
+    stalled = facts["stalled"]
+    if stalled:
+        raise ctx.fail(_stall(stalled, size), hint=HintName("read_before_join"))
     return facts, size
 
 
@@ -124,7 +126,7 @@ def runs_every_rank(ctx: CheckContext) -> None:
         )
 
 
-def _left(left: dict[str, list[int]]) -> str:
+def _left(left: LeftBehind) -> str:
     parts = []
     if left["running"]:
         parts.append(f"the processes of ranks {left['running']} were still running")
@@ -155,7 +157,7 @@ def waits_for_processes(ctx: CheckContext) -> None:
 @check("propagates_errors")
 def propagates_errors(ctx: CheckContext) -> None:
     [facts] = ctx.facts(
-        "launch_failing", nprocs=1, allowance=START_ALLOWANCE_S, world_size=ctx.world_size, start_method=START_METHOD
+        LAUNCH_FAILING, nprocs=1, allowance=START_ALLOWANCE_S, world_size=ctx.world_size, start_method=START_METHOD
     )
     raised, failing = facts["raised"], ctx.world_size - 1
     if facts["seconds_after_raise"] is None:

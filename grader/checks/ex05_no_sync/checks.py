@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from grader.checks.ex05_no_sync.facts import REFERENCE, TRAIN, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -60,8 +61,8 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
 }
 
 
-def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
-    ranks = ctx.facts("train", size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
+def _ranks(ctx: CheckContext, k: int) -> list[Train]:
+    ranks = ctx.facts(TRAIN, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
     if not ranks[0]["ddp_wraps"]:
         raise ctx.fail(
             "no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
@@ -76,13 +77,14 @@ def _ranks(ctx: CheckContext, k: int) -> list[dict[str, Any]]:
     return ranks
 
 
-def _reference(ctx: CheckContext, k: int) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
+def _reference(ctx: CheckContext, k: int) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name, world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
     )
+    return ctx.conform(facts, Reference, 0)
 
 
-def _pipeline(reference: dict[str, Any]) -> Pipeline:
+def _pipeline(reference: Reference) -> Pipeline:
     return Pipeline(
         SIZE,
         BATCH,
@@ -93,7 +95,7 @@ def _pipeline(reference: dict[str, Any]) -> Pipeline:
     )
 
 
-def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: int, steps: int) -> Finding | None:
+def _micro_batches(ranks: list[Train], reference: Reference, k: int, steps: int) -> Finding | None:
     """A mistake in what the first `steps` steps were made of: their samples, or how many micro-batches each."""
     pipeline = _pipeline(reference)
     for facts, expected in zip(ranks, pipeline.expected):
@@ -122,9 +124,7 @@ def _micro_batches(ranks: list[dict[str, Any]], reference: dict[str, Any], k: in
     return None
 
 
-def _step_count(
-    k: int, mine: list[dict[str, Any]], ranks: list[dict[str, Any]], want: dict[str, Any]
-) -> Finding | None:
+def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[Train], want: Reference) -> Finding | None:
     expected, micro = len(want["steps"]), want["micro_batches"]
     if len(mine) == expected:
         return None
@@ -151,7 +151,7 @@ def _step_count(
     return Finding(found.cause, f"{counted}: {found.message}")
 
 
-def _setting(ctx: CheckContext, k: int, want: dict[str, Any]) -> Setting:
+def _setting(ctx: CheckContext, k: int, want: Reference) -> Setting:
     replays = ctx.replayer(
         world_size=ctx.world_size,
         size=SIZE,
@@ -215,7 +215,7 @@ def matches_large_batch(ctx: CheckContext) -> str:
     return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
 
 
-def _why_never_synchronized(facts: dict[str, Any]) -> str:
+def _why_never_synchronized(facts: Train) -> str:
     """Why DDP never all-reduced, from how the forward passes ran."""
     training = [call for call in facts["forwards"] if call["grad"]]
     if any(not call["ddp"] for call in training):

@@ -5,13 +5,13 @@ single-process reference, and rank 0's checkpoint is whole. All four checks judg
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from grader.checks.ex06_fsdp.facts import REFERENCE, TRAIN, Held, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
-from grader.judge.compare import first_difference
+from grader.judge.compare import Arrays, first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
@@ -20,7 +20,7 @@ STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buf
 _HYPOTHESES = replay.load(__package__ or "")
 
 
-def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: dict[str, Any]) -> Finding | None:
+def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) -> Finding | None:
     """The shared diagnosis of the training steps, on the whole tensors joined from every rank's shards;
     None where they cannot be joined (the losses and final weights are compared instead)."""
     shapes = {name: tuple(np.shape(tensor)) for name, tensor in want["initial"].items()}
@@ -47,11 +47,12 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[dict[str, Any]], want: di
     return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+def _ranks(ctx: CheckContext) -> list[Train]:
+    result = ctx.run(TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
     if not result.ok:
         expected = "cuda" if ctx.backend == "nccl" else "cpu"
-        meshes = [m["device_type"] for r in result.ranks for m in (r.facts.get("meshes") or [])]
+        reported = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
+        meshes = [m["device_type"] for facts in reported for m in facts.get("meshes", [])]
         wrong = sorted({device for device in meshes if device != expected})
         if wrong:
             raise ctx.fail(
@@ -59,7 +60,7 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
                 f"init_device_mesh({expected!r}, (world_size,)); the run failed",
                 hint=HintName("mesh_device"),
             )
-        built = [r.facts["meshes"][0].get("size") for r in result.ranks if r.facts.get("meshes")]
+        built = [facts["meshes"][0]["size"] for facts in reported if facts.get("meshes")]
         sizes = [size for size in built if size is not None]  # the first mesh of a rank is the student's own
         if sizes and sizes[0] != ctx.world_size:
             raise ctx.fail(
@@ -68,16 +69,17 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
                 f"(init_device_mesh(device_type, (world_size,))); the run failed",
                 hint=HintName("mesh_and_fully_shard"),
             )
-    return ctx.require(result)
+    return ctx.require(result, schema=Train)
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
     )
+    return ctx.conform(facts, Reference, 0)
 
 
-def _unit_bound(params: list[dict[str, Any]], world: int) -> int:
+def _unit_bound(params: list[Held], world: int) -> int:
     """The most elements of a unit a 1/W shard may hold: each parameter split along its first
     dimension, a whole row at most more per parameter (FSDP2 pads each dim-0 chunk; FSDP1's shard
     of its flat parameter, ceil(n/W), is never more)."""
@@ -93,7 +95,7 @@ def kibibytes(size: int) -> str:
     return f"{size / 1024:.1f} KiB"
 
 
-def _memory(ranks: list[dict[str, Any]]) -> str:
+def _memory(ranks: list[Train]) -> str:
     """The parameter memory each rank holds, against the whole model's."""
     params = [[p for unit in facts["units"] for p in unit["params"]] + facts["loose"] for facts in ranks]
     held = [sum(p["local"] * p["itemsize"] for p in mine) for mine in params]
@@ -227,8 +229,9 @@ def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     want = _reference(ctx)
     facts = ranks[0]
-    if facts.get("gather_error"):
-        raise ctx.fail(f"the grader could not gather the trained weights: {facts['gather_error']}")
+    final = facts.get("final")
+    if final is None:  # the worker reports gather_error instead
+        raise ctx.fail(f"the grader could not gather the trained weights: {facts.get('gather_error')}")
     steps = len(facts["optimizer_steps"])
     if steps != STEPS:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
@@ -236,7 +239,7 @@ def matches_reference(ctx: CheckContext) -> None:
     if finding is not None:
         proven = finding.proven
         raise ctx.fail(finding.message, hint=finding.hint or HintName("optimizer_after_sharding"), cause=proven)
-    if first_difference(facts["final"], want["initial"], rtol=0.0, atol=0.0) is None:
+    if first_difference(final, want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (
             " The optimizer was built before wrapping: it holds the original tensors, which fully_shard replaced "
@@ -260,7 +263,7 @@ def matches_reference(ctx: CheckContext) -> None:
                 "was built after wrapping",
                 hint=HintName("optimizer_after_sharding"),
             )
-    difference = first_difference(facts["final"], want["final"])
+    difference = first_difference(final, want["final"])
     if difference:
         raise ctx.fail(
             f"after {STEPS} steps the weights differ from one process training on all ranks' batches: {difference}",
@@ -286,7 +289,7 @@ def _match_keys(keys: list[str], wanted: list[str]) -> tuple[dict[str, str], str
     return {name: name for name in wanted}, ""
 
 
-def _initial_weights(ctx: CheckContext, facts: dict[str, Any], initial: dict[str, Any]) -> CheckFailed:
+def _initial_weights(ctx: CheckContext, facts: Train, initial: Arrays) -> CheckFailed:
     """The checkpoint equals the initial weights: when it was gathered is proven only by the weights the
     grader gathered itself after training. Where training left them unchanged too, that is
     matches_reference's finding, and nothing here tells when the checkpoint was taken."""

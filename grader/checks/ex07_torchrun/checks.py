@@ -6,10 +6,13 @@ LOCAL_RANK 0, 1, 0. The number of steps is drawn per grading. Signatures: DIAGNO
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from grader.checks.ex07_torchrun.facts import REFERENCE, TORCHRUN, Env, Process, Query, Reference, Start, Torchrun
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
@@ -35,7 +38,7 @@ def _at(error: dict[str, Any]) -> str:
     return f"\n  at {line}" if line else ""
 
 
-def _named_init_mistake(processes: list[dict[str, Any]]) -> str:
+def _named_init_mistake(processes: list[Process]) -> str:
     """A rank, world size or rendezvous of the code's own, read from init_process_group's arguments
     in every process: LOCAL_RANK or LOCAL_WORLD_SIZE where each process passed its own, else a
     value that is not the launcher's."""
@@ -93,7 +96,7 @@ def _named_init_mistake(processes: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
+def _hang(ctx: CheckContext, launch: Torchrun, timeout: float) -> str:
     """Where each process of a launch that did not finish was, from the stacks it dumped."""
     places = []
     for process in launch["processes"]:
@@ -121,13 +124,13 @@ def _hang(ctx: CheckContext, launch: dict[str, Any], timeout: float) -> str:
     )
 
 
-def _launch(ctx: CheckContext) -> tuple[dict[str, Any], float]:
+def _launch(ctx: CheckContext) -> tuple[Torchrun, float]:
     timeout = min(MAX_LAUNCH_S, ctx.deadline - 3.0)
-    [launch] = ctx.facts("torchrun", nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))], timeout=timeout)
+    [launch] = ctx.facts(TORCHRUN, nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))], timeout=timeout)
     return launch, timeout
 
 
-def _telling_first(process: dict[str, Any]) -> tuple[bool, bool]:
+def _telling_first(process: Process) -> tuple[bool, bool]:
     """A process that failed by itself first; then one that lost its connection (another's failure echoed); last
     one stopped by SIGTERM (torch's SignalException: torchrun or the grader stopping it once another process
     failed or time ran out)."""
@@ -135,7 +138,7 @@ def _telling_first(process: dict[str, Any]) -> tuple[bool, bool]:
     return error.get("type") == "SignalException", bool(error_echo_phrase(error))
 
 
-def _processes(ctx: CheckContext) -> list[dict[str, Any]]:
+def _processes(ctx: CheckContext) -> list[Process]:
     """Every process's facts after a launch in which all of them finished without error."""
     launch, timeout = _launch(ctx)
     processes = launch["processes"]
@@ -184,16 +187,22 @@ def joins_from_env(ctx: CheckContext) -> None:
             )
 
 
-def _arrays(values: list[list[float]]) -> dict[str, np.ndarray]:
+def _reference(ctx: CheckContext, start: Start, batch_ranks: list[int], steps: int) -> Reference:
+    """The trusted reference from the weights the processes started from, on the batches of `batch_ranks`."""
+    facts = ctx.reference(REFERENCE.name, start=start, batch_ranks=batch_ranks, steps=steps)
+    return ctx.conform(facts, Reference, 0)
+
+
+def _arrays(values: Sequence[ArrayLike]) -> dict[str, np.ndarray]:
     return {str(i): np.asarray(v) for i, v in enumerate(values)}
 
 
-def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: dict[str, Any]) -> str:
+def _off_reference(ctx: CheckContext, rank0: Process, start: Start, step: int, want: Reference) -> str:
     """Why rank 0's weights after `step` (0-based; every earlier step matched) are not the reference's."""
     got, expected = rank0["steps"][step], want["steps"][step]
     number = step + 1
     if close_each(got["grads"], expected["grads"], rtol=RTOL, atol=ATOL):
-        before = rank0["steps"][step - 1]["params"] if step else rank0["start"]["values"]
+        before = rank0["steps"][step - 1]["params"] if step else start["values"]
         moved = [np.subtract(a, b) for a, b in zip(got["params"], before)]
         meant = [np.subtract(a, b) for a, b in zip(expected["params"], before)]
         ratio = scale_of(_arrays(moved), _arrays(meant))
@@ -218,7 +227,7 @@ def _off_reference(ctx: CheckContext, rank0: dict[str, Any], step: int, want: di
             f"reference, the world size {WORLD}"
         )
     if step == 0:
-        local = ctx.reference("reference", start=rank0["start"], batch_ranks=LOCAL_RANKS, steps=1)
+        local = _reference(ctx, start, LOCAL_RANKS, 1)
         if close_each(got["grads"], local["steps"][0]["grads"], rtol=RTOL, atol=ATOL):
             return (
                 "two nodes trained on the same data: the gradient is the one of the batches make_batch(LOCAL_RANK"
@@ -250,33 +259,34 @@ def trains_in_sync(ctx: CheckContext) -> None:
                     "than rank 0: train the DistributedDataParallel wrapper, not the plain model",
                     hint=HintName("ddp_training"),
                 )
-    shapes = [list(shape) for shape in (rank0["start"] or {}).get("shapes", [])]
-    if shapes != MODEL_SHAPES:
+    start = rank0["start"]
+    shapes = [list(shape) for shape in start["shapes"]] if start else []
+    if start is None or shapes != MODEL_SHAPES:
         raise ctx.fail(
             f"the model trained has parameters of shapes {shapes}; the exercise's nn.Linear({FEATURES}, 1) has "
             f"{MODEL_SHAPES} (a weight and a bias), which the reference trains",
             hint=HintName("ddp_training"),
         )
-    want = ctx.reference("reference", start=rank0["start"], batch_ranks=list(range(WORLD)), steps=steps)
+    want = _reference(ctx, start, list(range(WORLD)), steps)
     for step in range(steps):
         if not close_each(rank0["steps"][step]["params"], want["steps"][step]["params"], rtol=RTOL, atol=ATOL):
-            raise ctx.fail(_off_reference(ctx, rank0, step, want), hint=HintName("ddp_training"))
+            raise ctx.fail(_off_reference(ctx, rank0, start, step, want), hint=HintName("ddp_training"))
 
 
-def _place(env: dict[str, str]) -> str:
+def _place(env: Env) -> str:
     return (
         f"the process with RANK={env['RANK']} (node {env['GROUP_RANK']}, LOCAL_RANK={env['LOCAL_RANK']}, "
         f"{env['LOCAL_WORLD_SIZE']} GPUs on its node)"
     )
 
 
-def _picked(process: dict[str, Any]) -> str:
+def _picked(process: Process) -> str:
     """What pick_device() did in one process, said as a predicate."""
     error = process["error"]
     return f"raised {error['type']}: {error['message']}" if error else f"returned {process['device']}"
 
 
-def _what_each_did(processes: list[dict[str, Any]], wrong: list[dict[str, Any]]) -> str:
+def _what_each_did(processes: list[Process], wrong: list[Process]) -> str:
     """Every process's device, grouped by what it did, then what the wrong ones should have returned."""
     groups: dict[str, list[str]] = {}
     for process in processes:
@@ -293,7 +303,7 @@ def _what_each_did(processes: list[dict[str, Any]], wrong: list[dict[str, Any]])
     return f"pick_device() on nodes with simulated GPUs {said}; expected cuda:LOCAL_RANK: {expected}"
 
 
-def _asked_before_binding(process: dict[str, Any]) -> dict[str, Any] | None:
+def _asked_before_binding(process: Process) -> Query | None:
     """The current_device() question whose answer pick_device() returned, asked before anything was
     bound, if the recorded facts show exactly that; else None."""
     if process["error"]:
