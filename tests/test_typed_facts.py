@@ -27,6 +27,10 @@ class Inner(TypedDict):
     sizes: list[int]
 
 
+class OneOf(RankFacts):
+    x: Inner | list[str] | None
+
+
 class Report(RankFacts):
     losses: list[float]
     weights: dict[str, np.ndarray]
@@ -77,6 +81,18 @@ def test_a_missing_fact_is_said_only_of_a_complete_report() -> None:
     assert problems(facts, Report) == ["the facts lack 'losses'"]
     assert problems(facts, Report, complete=False) == []
     assert problems({}, Report, complete=False) == []
+
+
+def test_a_type_is_said_by_its_short_name() -> None:
+    facts = {**good(), "inner": "x", "weights": {"w": None}, "pair": [1, 2]}
+    assert sorted(problems(facts, Report)) == [  # the facts are a table: in no particular order
+        "fact 'inner' is a str, not a table of Inner",
+        "fact 'pair'[1] is a int, not str",
+        "fact 'weights'['w'] is missing (None), not an array",
+    ]
+    nested: dict[str, Any] = {**good(), "maybe": [1]}
+    assert problems(nested, Report) == ["fact 'maybe' is a list, not int | None"]
+    assert problems({"x": [1]}, OneOf) == ["fact 'x' is a list, not Inner | list[str] | None"]
 
 
 def test_a_flood_of_problems_is_said_in_a_few_lines() -> None:

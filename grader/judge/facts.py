@@ -121,10 +121,16 @@ def _describe(value: object) -> str:
 
 
 def _name(expected: Any) -> str:
+    """A type as a sentence shows it: short names, `an array` for np.ndarray, unions and generics spelled out."""
+    origin, args = get_origin(expected), get_args(expected)
     if expected is type(None):
         return "None"
     if expected is np.ndarray:
         return "an array"
-    if isinstance(expected, type) and get_origin(expected) is None:
-        return expected.__name__
-    return str(expected).replace("typing.", "").replace("numpy.", "np.")
+    if origin in (Union, types.UnionType):
+        return " | ".join(_name(option) for option in args)
+    if origin is Literal:
+        return " | ".join(map(repr, args))
+    if origin is not None and args:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_name(arg) for arg in args)}]"
+    return getattr(expected, "__name__", str(expected))
