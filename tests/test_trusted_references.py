@@ -1,7 +1,7 @@
 """Trusted values never come from a rank: what a check compares against is computed where no student code runs.
 
 A rank's report is composed beside the student's code, so any reference it carries is the student's to
-rewrite. These tests feed the judge of exercises 14 and 17 prepared reports (no ranks started; the trusted
+rewrite. These tests feed the judge of exercises 14 to 18 prepared reports (no ranks started; the trusted
 workers run in this process, as the trusted engine would run them) and check that a report forged from
 what a rank has no longer passes, and that no rank-side schema has room for a reference.
 """
@@ -20,8 +20,10 @@ import torch
 from grader.catalog import load_catalog
 from grader.checks.ex14_tensor_parallel import checks as ex14
 from grader.checks.ex14_tensor_parallel import workers as ex14_workers
+from grader.checks.ex16_mixed_precision import checks as ex16
 from grader.checks.ex17_dcp_reshard import checks as ex17
 from grader.checks.ex17_dcp_reshard import workers as ex17_workers
+from grader.checks.ex18_fsdp_tp_2d import checks as ex18
 from grader.engine import Job, RankOutcome, RunResult, wire
 from grader.engine.facts import Worker
 from grader.judge.api import CheckContext, CheckFailed, RunCache
@@ -30,7 +32,7 @@ from grader.paths import course_root
 Forge = Callable[[Job], list[dict[str, Any]]]  # a run's job -> each rank's report, made from the job alone
 TRUSTED = {"reference", "replays", "inspect_checkpoint"}  # the workers run by ctx.reference / ctx.inspect
 # Words for what a check compares against: none may name a fact a rank reports.
-REFERENCE_WORDS = ("reference", "expected", "unsplit", "replay", "full", "saved", "shapes", "want")
+REFERENCE_WORDS = ("reference", "expected", "unsplit", "replay", "full", "saved_state", "shapes", "want")
 
 
 def _wired(facts: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +95,10 @@ def _keys(schema: Any, seen: set[int] | None = None) -> Iterator[str]:
         yield from _keys(arg, seen)
 
 
-@pytest.mark.parametrize("exercise", ["ex14_tensor_parallel", "ex17_dcp_reshard"])
+@pytest.mark.parametrize(
+    "exercise",
+    ["ex14_tensor_parallel", "ex15_pipeline", "ex16_mixed_precision", "ex17_dcp_reshard", "ex18_fsdp_tp_2d"],
+)
 def test_no_rank_side_schema_holds_a_reference(exercise: str) -> None:
     module = importlib.import_module(f"grader.checks.{exercise}.facts")
     handles = [value for value in vars(module).values() if isinstance(value, Worker)]
@@ -278,3 +283,33 @@ def test_ex17_a_rank_that_reports_the_models_shapes_is_refused() -> None:
     assert message == (
         "rank 0 reported facts the grader cannot judge: the facts hold 'shapes', which Resumed does not have"
     )
+
+
+# --- exercises 16 and 18: the parameters a rank must hold are the trusted model's --------------------------
+
+
+def test_ex16_a_rank_that_reports_no_parameter_stores_nothing() -> None:
+    """The shards' sizes are measured against the trusted model's parameters, not the ones a rank lists: an
+    empty storage (with a unit of no parameters for every block) no longer passes."""
+    report = {
+        "linears": [],
+        "collectives": [],
+        "storage": [],
+        "units": {"": {"params": [], "param_dtype": "bfloat16"}},
+        "steps": ex16.STEPS,
+        "saved": {},
+        "optimizer": {"held": 0, "current": 0, "dtypes": ["float32"]},
+        "grads": {},
+        "losses": [],
+        "returned": "NoneType",
+        "final": {},
+    }
+    message = _fails(ex16.shards_fp32_master, _context("ex16", 2, lambda job: [report] * job.world_size))
+    assert message.startswith("rank 0 stores 0 parameters, not the model's ")
+
+
+def test_ex18_a_rank_that_reports_no_parameter_holds_nothing() -> None:
+    """Placements are judged for every parameter of the trusted model: an empty list no longer passes."""
+    report = {"rows": [], "losses": [], "steps": 3, "parameters": [], "units": {}, "returned": "NoneType"}
+    message = _fails(ex18.placements_2d, _context("ex18", 4, lambda job: [report | {"final": {}}] * job.world_size))
+    assert message.startswith("rank 0 holds 0 parameters, not the model's ")
