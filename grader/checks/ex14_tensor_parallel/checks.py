@@ -1,6 +1,8 @@
 """Judging exercise 14: a tensor-parallel MLP block, by hand and with parallelize_module, against the
-unsplit block computed by the grader's own code on each rank; which slice of each weight each rank
-holds (by value); the collectives of forward and of backward, counted by the grader's dispatch mode.
+unsplit block computed by the grader's trusted `reference` worker (a process that never loads student
+code, from the ranks' seed); which slice of each weight each rank holds (by value); the collectives of
+forward and of backward, counted by the grader's dispatch mode. The ranks report only what the student's
+code produced: a rank that copies a reference into its outputs has no reference to copy.
 
 A cause is named only where it is measured directly (the shard equals another slice of the full
 weight; the instrumentation saw the collective) or where a replay of it (`simulate` in workers.py:
@@ -10,10 +12,23 @@ every shard's gradient on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from grader.checks.ex14_tensor_parallel.facts import (
+    BY_HAND,
+    PARALLELIZED,
+    REFERENCE,
+    ByHand,
+    Collective,
+    Parallelized,
+    Passes,
+    Reference,
+    Replay,
+    TensorFacts,
+)
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
@@ -31,8 +46,8 @@ EXPECTED_PLACEMENTS = {
     "fc2.bias": "Replicate()",
 }
 
-# The causes the numbers can name: one change each to the correct column-then-row split, replayed on the
-# rank side by the grader's own simulation of the W ranks (knobs of workers.simulate).
+# The causes the numbers can name: one change each to the correct column-then-row split, replayed by the
+# trusted `reference` worker, which simulates the W ranks in one process (knobs of workers.simulate).
 HYPOTHESES: dict[Cause, dict[str, Any]] = {
     Cause("no_backward_all_reduce"): {
         "knobs": {"f_backward": "identity"},
@@ -110,8 +125,8 @@ def _says(name: Cause, world_size: int) -> str:
 # --- the facts -----------------------------------------------------------------------------------
 
 
-def _value(facts: Any) -> np.ndarray | None:
-    return np.asarray(facts["value"]) if isinstance(facts, dict) and "value" in facts else None
+def _value(facts: TensorFacts | None) -> np.ndarray | None:
+    return facts.get("value") if facts is not None else None
 
 
 def _apart(got: np.ndarray, want: np.ndarray) -> str:
@@ -121,15 +136,15 @@ def _apart(got: np.ndarray, want: np.ndarray) -> str:
     return f"differs by up to {float(np.abs(got - want).max()):.3g} from"
 
 
-def _describe_value(facts: Any, what: str) -> str:
+def _describe_value(facts: TensorFacts | None, what: str) -> str:
     """What a returned value is, when it is not a float32 tensor the judge can compare."""
-    if not isinstance(facts, dict) or "shape" not in facts:
-        kind = facts.get("type") if isinstance(facts, dict) else type(facts).__name__
-        return f"{what} is a {kind}, not a tensor"
+    if facts is None or "shape" not in facts:
+        return f"{what} is a {'NoneType' if facts is None else facts['type']}, not a tensor"
     if facts["type"] == "DTensor":
         return f"{what} is a DTensor (placements {', '.join(facts.get('placements', []))}), not a plain tensor"
-    if facts["dtype"] != "torch.float32":
-        return f"{what} has dtype {facts['dtype'].removeprefix('torch.')}, expected float32"
+    dtype = facts.get("dtype", "an unreported dtype")
+    if dtype != "torch.float32":
+        return f"{what} has dtype {dtype.removeprefix('torch.')}, expected float32"
     return f"{what} has shape {facts['shape']}"
 
 
@@ -164,28 +179,36 @@ WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": 
 # --- by hand -------------------------------------------------------------------------------------
 
 
-def _by_hand(ctx: CheckContext) -> tuple[list[dict[str, Any]], Any]:
-    """Each rank's facts (those a failed run left too), and the failure verdict (None if none)."""
-    result = ctx.run("by_hand", hypotheses=_hypotheses(), **ctx.seeds("data"))
+def _reference(ctx: CheckContext) -> Reference:
+    """The trusted numbers: the weights every rank is given, the unsplit block's, and the replays."""
+    facts = ctx.reference(REFERENCE.name, world=ctx.world_size, hypotheses=_hypotheses(), **ctx.seeds("data"))
+    return ctx.conform(facts, Reference, 0)
+
+
+def _by_hand(ctx: CheckContext) -> tuple[list[ByHand], Verdict | None]:
+    """Each rank's facts (those a failed run left too, held to the schema as far as they go), and the
+    failure verdict (None if none)."""
+    result = ctx.run(BY_HAND.name, **ctx.seeds("data"))
     verdict = failure_verdict(result, ctx.student_file)
-    return [r.facts for r in result.ranks], verdict
+    return [ctx.conform(r.facts, ByHand, r.rank, complete=r.ok) for r in result.ranks], verdict
 
 
-def _shards(facts: dict[str, Any], rank: int) -> dict[str, np.ndarray] | str:
+def _shards(facts: ByHand, rank: int) -> dict[str, np.ndarray] | str:
     """The shards' values, or the sentence that says why the judge cannot use them."""
     shards = facts.get("shards")
     if shards is None:
         return ""
-    if shards.get("type") != "dict":
-        return f"shard_mlp returned a {shards.get('type')} on rank {rank}, not a dict of tensors"
-    missing = [k for k in KEYS if k not in shards["keys"]]
+    if shards["type"] != "dict":
+        return f"shard_mlp returned a {shards['type']} on rank {rank}, not a dict of tensors"
+    keys, tensors = shards.get("keys", []), shards.get("tensors", {})
+    missing = [k for k in KEYS if k not in keys or k not in tensors]
     if missing:
-        return f"shard_mlp's dict on rank {rank} has keys {shards['keys']}: {', '.join(missing)} missing"
+        return f"shard_mlp's dict on rank {rank} has keys {keys}: {', '.join(missing)} missing"
     values = {}
     for key in KEYS:
-        value = _value(shards["tensors"][key])
+        value = _value(tensors[key])
         if value is None:
-            return f"on rank {rank}, " + _describe_value(shards["tensors"][key], f'shard "{key}"')
+            return f"on rank {rank}, " + _describe_value(tensors[key], f'shard "{key}"')
         values[key] = value
     return values
 
@@ -193,22 +216,24 @@ def _shards(facts: dict[str, Any], rank: int) -> dict[str, np.ndarray] | str:
 Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
 
 
-def _layouts(ctx: CheckContext, ranks: list[dict[str, Any]]) -> list[tuple[dict[str, np.ndarray], Layout]]:
-    """Per rank, its shards' values and the block each holds; fails where a rank's shards are unusable."""
+def _layouts(
+    ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.ndarray]
+) -> list[tuple[dict[str, np.ndarray], Layout]]:
+    """Per rank, its shards' values and the block of the trusted `full` weights each holds; fails where a
+    rank's shards are unusable."""
     found = []
     for rank, facts in enumerate(ranks):
         shards = _shards(facts, rank)
         if isinstance(shards, str):
             raise ctx.fail(shards or f"rank {rank} did not report its shards", hint=HintName("slices"))
-        found.append((shards, {k: _locate(shards[k], np.asarray(facts["full"][k]), ctx.world_size) for k in KEYS}))
+        found.append((shards, {k: _locate(shards[k], full[k], ctx.world_size) for k in KEYS}))
     return found
 
 
-def _layout_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = "") -> None:
-    """Fail with what the shards hold, when a rank holds other than its own blocks."""
+def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.ndarray], also: str = "") -> None:
+    """Fail with what the shards hold, when a rank holds other than its own blocks of the weights it was given."""
     world = ctx.world_size
-    for rank, (facts, (shards, layout)) in enumerate(zip(ranks, _layouts(ctx, ranks))):
-        full = {k: np.asarray(facts["full"][k]) for k in KEYS}
+    for rank, (shards, layout) in enumerate(_layouts(ctx, ranks, full)):
         w1, w2 = layout["w1"], layout["w2"]
         if w1 and w2 and w1[0] == "columns" and w2[0] == "rows":
             raise ctx.fail(
@@ -283,12 +308,12 @@ def _name_block(key: str, rank: int, size: int, world: int) -> str:
     }[key]
 
 
-def _completed(ctx: CheckContext, ranks: list[dict[str, Any]], verdict: Verdict | None) -> None:
+def _completed(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.ndarray], verdict: Verdict | None) -> None:
     """Fail a run that did not finish: with what its shards show where they show a mistake, else as it failed."""
     if verdict is None:
         return
     if not verdict.message.startswith("not implemented") and all(r.get("shards") for r in ranks):
-        _layout_failure(ctx, ranks, f". Then: {verdict.message}")
+        _layout_failure(ctx, ranks, full, f". Then: {verdict.message}")
     raise CheckFailed(verdict)
 
 
@@ -297,12 +322,12 @@ def shards_hold_their_slice(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
     if verdict is not None and not all(r.get("shards") for r in ranks):
         raise CheckFailed(verdict)
-    _layout_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
+    _layout_failure(ctx, ranks, _reference(ctx)["full"], "" if verdict is None else f". Then: {verdict.message}")
 
 
-def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[Cause]:
-    """The hypotheses whose replay reproduces every rank's output (and gradients) within REPLAY_RTOL."""
-    replays = ranks[0]["replays"]  # rank 0 simulated every rank
+def _matching(ranks: list[ByHand], replays: dict[str, list[Replay]], with_backward: bool) -> list[Cause]:
+    """The hypotheses whose replay (trusted: every rank simulated in one process) reproduces every rank's
+    output (and gradients) within REPLAY_RTOL."""
     return [
         name
         for name in HYPOTHESES
@@ -310,13 +335,12 @@ def _matching(ranks: list[dict[str, Any]], with_backward: bool) -> list[Cause]:
     ]
 
 
-def _near(got: np.ndarray | None, want: Any) -> bool:
-    want = np.asarray(want)
+def _near(got: np.ndarray | None, want: np.ndarray) -> bool:
     scale = float(np.abs(want).max()) if want.size else 0.0
     return close(got, want, rtol=0, atol=REPLAY_RTOL * max(scale, 1e-6))
 
 
-def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bool) -> bool:
+def _reproduces(facts: ByHand, replay: Replay, with_backward: bool) -> bool:
     if not _near(_value(facts.get("y")), replay["y"]):
         return False
     if not with_backward:
@@ -327,10 +351,12 @@ def _reproduces(facts: dict[str, Any], replay: dict[str, Any], with_backward: bo
     )
 
 
-def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: HintName) -> CheckFailed:
+def _named(
+    ctx: CheckContext, ranks: list[ByHand], replays: dict[str, list[Replay]], measured: str, hint: HintName
+) -> CheckFailed:
     """The failure: the measurement, and the one hypothesis whose replay reproduces every number, if one does."""
     complete = all("dx" in f for f in ranks)
-    names = _matching(ranks, complete)
+    names = _matching(ranks, replays, complete)
     what = "output, x's gradient and every shard's gradient" if complete else "output"
     if len(names) == 1:
         name = names[0]
@@ -352,10 +378,12 @@ def _named(ctx: CheckContext, ranks: list[dict[str, Any]], measured: str, hint: 
 @check("forward_matches_unsplit")
 def forward_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
-    _completed(ctx, ranks, verdict)
-    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
+    trusted = _reference(ctx)
+    _completed(ctx, ranks, trusted["full"], verdict)
+    _layouts(ctx, ranks, trusted["full"])  # fails where a rank's shards cannot be read
+    want = trusted["unsplit"]["y"]
     for rank, facts in enumerate(ranks):
-        y, want = _value(facts.get("y")), np.asarray(facts["reference"]["y"])
+        y = _value(facts.get("y"))
         if y is None or y.shape != want.shape:
             raise ctx.fail(
                 _describe_value(facts.get("y"), f"tp_mlp_forward's output on rank {rank}")
@@ -363,7 +391,7 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
                 hint=HintName("f_and_g"),
             )
         if not close(y, want, rtol=RTOL, atol=ATOL):
-            b2 = np.asarray(facts["full"]["b2"])
+            b2 = trusted["full"]["b2"]
             extra = y - want
             offset = ""
             if close(extra, np.broadcast_to((ctx.world_size - 1) * b2, extra.shape), rtol=1e-4, atol=1e-5):
@@ -371,6 +399,7 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
             raise _named(
                 ctx,
                 ranks,
+                trusted["replays"],
                 f"rank {rank}'s output differs from the unsplit block's by up to {float(np.abs(extra).max()):.3g}"
                 + offset,
                 HintName("f_and_g"),
@@ -380,8 +409,10 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
 @check("backward_matches_unsplit")
 def backward_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
-    _completed(ctx, ranks, verdict)
-    layouts = [layout for _, layout in _layouts(ctx, ranks)]
+    trusted = _reference(ctx)
+    _completed(ctx, ranks, trusted["full"], verdict)
+    layouts = [layout for _, layout in _layouts(ctx, ranks, trusted["full"])]
+    reference = trusted["unsplit"]
     for rank, facts in enumerate(ranks):
         if "dx" not in facts:
             y = facts.get("y")
@@ -395,8 +426,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                 ),
                 hint=HintName("f_and_g"),
             )
-        reference = facts["reference"]
-        dx, want = _value(facts.get("dx")), np.asarray(reference["dx"])
+        dx, want = _value(facts.get("dx")), reference["dx"]
         if dx is None:
             raise ctx.fail(f"x has no gradient on rank {rank} after y.backward(dy)", hint=HintName("f_and_g"))
         if not close(dx, want, rtol=RTOL, atol=ATOL):
@@ -404,7 +434,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
             dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
             if len(dxs) == len(ranks) and close(np.sum(dxs, axis=0), want, rtol=RTOL, atol=ATOL):
                 measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
-            raise _named(ctx, ranks, measured, HintName("f_and_g"))
+            raise _named(ctx, ranks, trusted["replays"], measured, HintName("f_and_g"))
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
             where = layouts[rank][key]
@@ -421,20 +451,21 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                     hint=HintName("f_and_g"),
                 )
             axis, index, transposed = where
-            full_grad = np.asarray(reference[f"d{key}"])
+            full_grad = reference[f"d{key}"]
             block = full_grad if axis == "whole" else _slices(full_grad, ctx.world_size)[(axis, index)]
             block = block.T if transposed else block
             if not close(grad, block, rtol=RTOL, atol=ATOL):
                 raise _named(
                     ctx,
                     ranks,
+                    trusted["replays"],
                     f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
                     f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
                     HintName("f_and_g"),
                 )
 
 
-def _kinds(calls: list[dict[str, Any]]) -> str:
+def _kinds(calls: list[Collective]) -> str:
     if not calls:
         return "no collective"
     return ", ".join(
@@ -443,8 +474,15 @@ def _kinds(calls: list[dict[str, Any]]) -> str:
     )
 
 
-def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_named: bool) -> None:
-    """Exactly one all-reduce in forward and one in backward, as the grader's dispatch mode saw them."""
+def _counted(
+    ctx: CheckContext,
+    ranks: Sequence[Passes],
+    trusted: Reference,
+    route: str,
+    layout_failure: Callable[[str], None] | None,
+) -> None:
+    """Exactly one all-reduce in forward and one in backward, as the grader's dispatch mode saw them;
+    `layout_failure`, where the route has shards of its own: fails with what they hold, if they show a mistake."""
     for rank, facts in enumerate(ranks):
         forward, backward = facts.get("forward"), facts.get("backward")
         if forward is None or backward is None:
@@ -468,9 +506,9 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
                     hint=HintName("f_and_g"),
                     cause=Cause("no_forward_all_reduce") if phase == "forward" else Cause("no_backward_all_reduce"),
                 )
-            if "all_gather" in kinds and shards_named:
-                _layout_failure(ctx, ranks, f". Measured: {measured}")
-            batch, h = np.asarray(facts["reference"]["y"]).shape[0], np.asarray(facts["full"]["w1"]).shape[0]
+            if "all_gather" in kinds and layout_failure is not None:
+                layout_failure(f". Measured: {measured}")
+            batch, h = trusted["unsplit"]["y"].shape[0], trusted["full"]["w1"].shape[0]
             hidden = batch * h // ctx.world_size
             if any(c["kind"] == "all_gather" and c["numel"] == hidden for c in calls):
                 measured += (
@@ -486,27 +524,34 @@ def _counted(ctx: CheckContext, ranks: list[dict[str, Any]], route: str, shards_
 @check("one_all_reduce_each_way")
 def one_all_reduce_each_way(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
-    _completed(ctx, ranks, verdict)
-    _layouts(ctx, ranks)  # fails where a rank's shards cannot be read
-    _counted(ctx, ranks, "tp_mlp_forward", True)
+    trusted = _reference(ctx)
+    full = trusted["full"]
+    _completed(ctx, ranks, full, verdict)
+    _layouts(ctx, ranks, full)  # fails where a rank's shards cannot be read
+    _counted(ctx, ranks, trusted, "tp_mlp_forward", lambda also: _layout_failure(ctx, ranks, full, also))
 
 
 # --- parallelize_module ----------------------------------------------------------------------------
 
 
-def _parallelized(ctx: CheckContext) -> tuple[list[dict[str, Any]], Any]:
-    result = ctx.run("parallelized", **ctx.seeds("data"))
-    return [r.facts for r in result.ranks], failure_verdict(result, ctx.student_file)
+def _parallelized(ctx: CheckContext) -> tuple[list[Parallelized], Verdict | None]:
+    """As `_by_hand`, for parallelize_mlp."""
+    result = ctx.run(PARALLELIZED.name, **ctx.seeds("data"))
+    verdict = failure_verdict(result, ctx.student_file)
+    return [ctx.conform(r.facts, Parallelized, r.rank, complete=r.ok) for r in result.ranks], verdict
 
 
-def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str = "") -> None:
-    """Fail with the placements and local shards parallelize_mlp left, where they are not column-then-row."""
+def _placement_failure(
+    ctx: CheckContext, ranks: list[Parallelized], full: dict[str, np.ndarray], also: str = ""
+) -> None:
+    """Fail with the placements and local shards parallelize_mlp left, where they are not column-then-row
+    or not the blocks of the trusted `full` weights the ranks were given."""
     for rank, facts in enumerate(ranks):
-        if "parameters" not in facts:
+        params = facts.get("parameters")
+        if params is None:
             continue
-        params = facts["parameters"]
         placements = {
-            name: (p["placements"][0] if p["dtensor"] and p["placements"] else "plain") for name, p in params.items()
+            name: (p.get("placements") or ["plain"])[0] if p["dtensor"] else "plain" for name, p in params.items()
         }
         missing = [name for name in PARAMETERS if name not in params]
         if missing:
@@ -542,9 +587,8 @@ def _placement_failure(ctx: CheckContext, ranks: list[dict[str, Any]], also: str
                 hint=HintName("parallelize_module"),
             )
         for name, key in PARAMETERS.items():
-            full = np.asarray(facts["full"][key])
             axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
-            want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
+            want = full[key] if axis is None else _slices(full[key], ctx.world_size)[(axis, rank)]
             if not close(_value(params[name]["local"]), want, rtol=0, atol=0):
                 raise ctx.fail(
                     f"rank {rank}'s local shard of {name} is not its block of the weights the grader gave "
@@ -564,24 +608,25 @@ def parallelize_module_plan(ctx: CheckContext) -> None:
             f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module",
             hint=HintName("parallelize_module"),
         )
-    _placement_failure(ctx, ranks, "" if verdict is None else f". Then: {verdict.message}")
+    _placement_failure(ctx, ranks, _reference(ctx)["full"], "" if verdict is None else f". Then: {verdict.message}")
 
 
 @check("parallelized_matches_unsplit")
 def parallelized_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _parallelized(ctx)
+    trusted = _reference(ctx)
     if verdict is not None:
         if not verdict.message.startswith("not implemented"):
-            _placement_failure(ctx, ranks, f". Then: {verdict.message}")
+            _placement_failure(ctx, ranks, trusted["full"], f". Then: {verdict.message}")
         raise CheckFailed(verdict)
     if any("parameters" not in r for r in ranks):
         raise ctx.fail(
             f"parallelize_mlp returned a {ranks[0].get('returned')}, not the module",
             hint=HintName("parallelize_module"),
         )
+    reference = trusted["unsplit"]
     for rank, facts in enumerate(ranks):
-        reference = facts["reference"]
-        y, want = _value(facts.get("y")), np.asarray(reference["y"])
+        y, want = _value(facts.get("y")), reference["y"]
         if not close(y, want, rtol=RTOL, atol=ATOL):
             what = (
                 f"{_apart(y, want)} the unsplit block's"
@@ -594,16 +639,16 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
                 hint=HintName("parallelize_module"),
             )
         dx = _value(facts.get("dx"))
-        if not close(dx, np.asarray(reference["dx"]), rtol=RTOL, atol=ATOL):
+        if not close(dx, reference["dx"], rtol=RTOL, atol=ATOL):
             raise ctx.fail(
                 f"on rank {rank}, x's gradient through the parallelized block "
-                + ("is missing" if dx is None else f"{_apart(dx, np.asarray(reference['dx']))} the unsplit block's"),
+                + ("is missing" if dx is None else f"{_apart(dx, reference['dx'])} the unsplit block's"),
                 hint=HintName("parallelize_module"),
             )
         for name, key in PARAMETERS.items():
             grad = facts.get("grads", {}).get(name)
             axis = {"w1": "rows", "b1": "slice", "w2": "columns"}.get(key)
-            full = np.asarray(reference[f"d{key}"])
+            full = reference[f"d{key}"]
             want = full if axis is None else _slices(full, ctx.world_size)[(axis, rank)]
             got = _value(grad["local"]) if grad else None
             if not close(got, want, rtol=RTOL, atol=ATOL):
@@ -612,4 +657,4 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
                     + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
                     hint=HintName("parallelize_module"),
                 )
-    _counted(ctx, ranks, "parallelized block", False)
+    _counted(ctx, ranks, trusted, "parallelized block", None)

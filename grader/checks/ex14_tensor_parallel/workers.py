@@ -1,11 +1,12 @@
 """Rank side of exercise 14: the student's tensor-parallel MLP block, by hand and with
 parallelize_module, under the grader's own count of collectives; the trusted reference and the replays.
 
-Every rank gets the same full weights, input x and upstream gradient dy (drawn per grading). Before the
-student's module is imported, the grader's own code computes:
-- on each rank, the unsplit block's output, input gradient and weight gradients (no communication);
-- on rank 0, the judge's hypotheses: every rank's output and gradients when f and g do other things
-  than identity/all-reduce (each rank's part computed from its block, all in this one process).
+Every rank builds the same full weights, input x and upstream gradient dy from the grading's seed, and
+reports only what the student's code made of them. The trusted `reference` worker (one process that never
+loads student code) builds them from the same seed and computes what the judge compares against:
+- the unsplit block's output, input gradient and weight gradients;
+- the judge's hypotheses: every rank's output and gradients when f and g do other things than
+  identity/all-reduce (each rank's part computed from its block, all in that one process).
 
 The collectives are counted by a TorchDispatchMode, which sees the ops that every route reaches:
 `dist.all_reduce` and the process group (c10d::allreduce_), the functional collectives and DTensor's
@@ -101,6 +102,17 @@ def unsplit(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"y": y.detach(), **{f"d{k}": grad for k, grad in zip(names, grads)}}
 
 
+def reference(ctx: RankContext, data_seed: int, world: int, hypotheses: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Trusted: the weights the W ranks are given, the unsplit block's numbers and every hypothesis' replay,
+    from the ranks' seed in one process (`world`: the W of the ranks, which sets the hidden width)."""
+    full = drawn(data_seed, world)
+    return {
+        "full": {k: full[k] for k in KEYS},
+        "unsplit": unsplit(full),
+        "replays": {name: simulate(full, world, knobs) for name, knobs in hypotheses.items()},
+    }
+
+
 def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
     """What rank `rank` holds after a collective over every rank's part: its own (identity), the sum, the mean."""
     if how == "identity":
@@ -194,15 +206,11 @@ def _usable(y: Any) -> bool:
     )
 
 
-def by_hand(ctx: RankContext, data_seed: int, hypotheses: dict[str, dict[str, str]]) -> dict[str, Any]:
+def by_hand(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     """The hand-written split: shard_mlp's shards, tp_mlp_forward's output, the input gradient and the
     shards' gradients after y.backward(dy), and the collectives of forward and of backward."""
     ctx.init_group()
     full = drawn(data_seed, ctx.world_size)
-    ctx.facts["full"] = {k: full[k] for k in KEYS}
-    ctx.facts["reference"] = unsplit(full)
-    if ctx.rank == 0:  # one simulation gives every rank's numbers
-        ctx.facts["replays"] = {name: simulate(full, ctx.world_size, knobs) for name, knobs in hypotheses.items()}
     shard_mlp, tp_mlp_forward = ctx.student("shard_mlp"), ctx.student("tp_mlp_forward")
     device = ctx.device
     given = {k: full[k].to(device).clone() for k in KEYS}
@@ -285,8 +293,6 @@ def parallelized(ctx: RankContext, data_seed: int) -> dict[str, Any]:
 
     ctx.init_group()
     full = drawn(data_seed, ctx.world_size)
-    ctx.facts["full"] = {k: full[k] for k in KEYS}
-    ctx.facts["reference"] = unsplit(full)
     parallelize_mlp = ctx.student("parallelize_mlp")
     device = ctx.device
     mesh = init_device_mesh(device.type, (ctx.world_size,))

@@ -8,6 +8,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from grader.checks.ex15_pipeline.facts import (
+    BUBBLE_FRACTIONS,
+    BUBBLE_GRID,
+    REFERENCE,
+    SCHEDULES,
+    SPLIT_GRID,
+    STAGE_LAYERS,
+    TRAIN,
+    UNEVEN,
+    Layers,
+    Raised,
+    Reference,
+    Train,
+    Uneven,
+)
+from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.diagnose import failure_verdict
@@ -18,7 +34,6 @@ from grader.judge.trajectory import Setting, diagnose
 STEPS, BATCH, LR = 3, 16, 0.1
 LAYERS = 5  # the model's layers (workers.LAYERS)
 UNEVEN_BATCH, UNEVEN_MICRO = 6, 4
-SCHEDULES = ("gpipe", "1f1b")
 _HYPOTHESES = replay.load(__package__ or "")
 BUBBLE = Formula(("stages", "micro_batches"), "(stages - 1) / (micro_batches + stages - 1)")
 NAMED_SLIPS = [
@@ -48,9 +63,9 @@ def _micro_batches(world_size: int) -> int:
     return 2 * world_size
 
 
-def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
+def _train(ctx: CheckContext, schedule: str) -> list[Train]:
     result = ctx.run(
-        "train",
+        TRAIN.name,
         schedule=schedule,
         steps=STEPS,
         batch_size=BATCH,
@@ -59,7 +74,7 @@ def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
         **ctx.seeds("data", "model"),
     )
     _explained(ctx, result, schedule)
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=Train)
     counts = [len(f["steps"]) for f in ranks]
     m = _micro_batches(ctx.world_size)
     if len(set(counts)) != 1:
@@ -81,12 +96,12 @@ def _train(ctx: CheckContext, schedule: str) -> list[dict[str, Any]]:
     return ranks
 
 
-def _explained(ctx: CheckContext, result: Any, schedule: str) -> None:
+def _explained(ctx: CheckContext, result: RunResult, schedule: str) -> None:
     """A run that failed, with what the grader's watch saw before the error, when that says why."""
     verdict = failure_verdict(result, ctx.student_file)
     if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    facts = [r.facts for r in result.ranks]
+    facts = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
     moved = {r: f["stages"][0]["index"] for r, f in enumerate(facts) if len(f.get("stages", [])) == 1}
     if any(index != rank for rank, index in moved.items()):
         raise _wrong_ranks(ctx, moved, verdict.message)
@@ -163,7 +178,7 @@ def _split_problem(held: list[list[int]], num_layers: int, where: str) -> str:
     return ""
 
 
-def _observed_split(ctx: CheckContext, ranks: list[dict[str, Any]], schedule: str) -> None:
+def _observed_split(ctx: CheckContext, ranks: list[Train], schedule: str) -> None:
     """Fails unless each rank built one stage, stage r on rank r, holding a balanced slice in order."""
     world = ctx.world_size
     for rank, facts in enumerate(ranks):
@@ -199,7 +214,7 @@ def _observed_split(ctx: CheckContext, ranks: list[dict[str, Any]], schedule: st
         raise ctx.fail(problem, hint=HintName("split"))
 
 
-def _merged(ranks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _merged(ranks: list[Train]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The stages' trajectories as one model's: each parameter from the rank whose stage holds it."""
     owner = {name: rank for rank, f in enumerate(ranks) for name in f["stages"][0]["names"]}
     steps = []
@@ -222,7 +237,9 @@ def _merged(ranks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str
 def _matches(ctx: CheckContext, schedule: str) -> None:
     ranks = _train(ctx, schedule)
     _observed_split(ctx, ranks, schedule)
-    reference = ctx.reference("reference", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    reference = ctx.conform(
+        ctx.reference(REFERENCE.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")), Reference, 0
+    )
     m = _micro_batches(ctx.world_size)
     setting = Setting(
         lr=LR,
@@ -235,20 +252,21 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
         replay=ctx.replayer(steps=STEPS, batch_size=BATCH, micro_batches=m, lr=LR),
     )
     steps, start = _merged(ranks)
-    finding = diagnose(steps, start, reference["steps"], reference["start"], setting)
+    finding = diagnose(steps, start, [dict(step) for step in reference["steps"]], reference["start"], setting)
     if finding:
         proven = finding.proven
         raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), cause=proven)
     for rank, facts in enumerate(ranks):
-        if "returned_names" not in facts:
+        names, foreign = facts.get("returned_names"), facts.get("returned_foreign")
+        if names is None or foreign is None:
             raise ctx.fail(
                 f"train_pipeline returned {facts['returned']} on rank {rank}, not the stage module", HintName("split")
             )
         mine = facts["stages"][0]["names"]
-        if facts["returned_names"] != mine or facts["returned_foreign"]:
+        if names != mine or foreign:
             raise ctx.fail(
-                f"rank {rank} returned a {facts['returned']} holding {len(facts['returned_names'])} of the model's "
-                f"parameters ({facts['returned_foreign']} others) where its stage holds {len(mine)}: return the "
+                f"rank {rank} returned a {facts['returned']} holding {len(names)} of the model's "
+                f"parameters ({foreign} others) where its stage holds {len(mine)}: return the "
                 "stage module it trained",
                 hint=HintName("split"),
             )
@@ -256,8 +274,11 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
 
 @check("stage_split")
 def stage_split(ctx: CheckContext) -> None:
-    grid = ctx.facts("split_grid", nprocs=1)[0]["split"]
-    by_setting: dict[tuple[int, int], list[Any]] = {}
+    grid = ctx.facts(STAGE_LAYERS, nprocs=1)[0]["split"]
+    probed = [(num_layers, world, rank) for num_layers, world, rank, _ in grid]
+    if probed != [(n, w, r) for n, w in SPLIT_GRID for r in range(w)]:
+        raise ctx.fail(f"the report of stage_layers' probes holds {probed}, not the grader's grid", HintName("split"))
+    by_setting: dict[tuple[int, int], list[tuple[int, Layers | Raised]]] = {}
     for num_layers, world, rank, probe in grid:
         by_setting.setdefault((num_layers, world), []).append((rank, probe))
     for (num_layers, world), probes in by_setting.items():
@@ -282,7 +303,7 @@ def matches_single_process(ctx: CheckContext) -> None:
         _matches(ctx, schedule)
 
 
-def _actions(ranks: list[dict[str, Any]], step: int = 1) -> list[list[tuple[int, str, int]]]:
+def _actions(ranks: list[Train], step: int = 1) -> list[list[tuple[int, str, int]]]:
     return [[(s, kind, mb) for n, s, kind, mb in f["actions"] if n == step] for f in ranks]
 
 
@@ -373,10 +394,17 @@ def runs_the_schedule(ctx: CheckContext) -> None:
 @check("bubble_fraction")
 def bubble_fraction(ctx: CheckContext) -> None:
     world, m = ctx.world_size, _micro_batches(ctx.world_size)
-    grid = ctx.facts("bubble_grid", nprocs=1)[0]["bubble"]
+    grid = ctx.facts(BUBBLE_FRACTIONS, nprocs=1)[0]["bubble"]
+    probed = [(p, mb, schedule) for p, mb, schedule, _ in grid]
+    if probed != [(p, mb, schedule) for p, mb in BUBBLE_GRID for schedule in SCHEDULES]:
+        raise ctx.fail(
+            f"the report of bubble_fraction's probes holds {probed}, not the grader's grid", HintName("bubble")
+        )
     values = {(p, mb, schedule): probe for p, mb, schedule, probe in grid}
+    raised = {key: probe["error"] for key, probe in values.items() if "error" in probe}
+    fractions = {key: probe["value"] for key, probe in values.items() if "value" in probe}
     for schedule in SCHEDULES:
-        errors = [(key, probe["error"]) for key, probe in values.items() if "error" in probe and key[2] == schedule]
+        errors = [(key, error) for key, error in raised.items() if key[2] == schedule]
         if errors:
             (p, mb, _), error = errors[0]
             raise ctx.fail(
@@ -392,10 +420,10 @@ def bubble_fraction(ctx: CheckContext) -> None:
             raise ctx.fail(
                 f"with {schedule!r}, the stages' order of actions cannot run to the end", hint=HintName("schedule")
             )
-        got = values[(world, m, schedule)]["value"]
+        got = fractions[(world, m, schedule)]
         if not abs(got - measured) <= 1e-6:  # NaN included
             probes = [(p, mb) for p, mb, s in values if s == schedule]
-            slip = find_slip(BUBBLE, probes, [values[(p, mb, schedule)]["value"] for p, mb in probes], NAMED_SLIPS)
+            slip = find_slip(BUBBLE, probes, [fractions[(p, mb, schedule)] for p, mb in probes], NAMED_SLIPS)
             said = f"; every probed (p, m) fits one slip: {slip.sentence}" if slip else ""
             raise ctx.fail(
                 f"bubble_fraction({world}, {m}, {schedule!r}) returned {got:.6g}; the grader measured {measured:.6g} "
@@ -406,9 +434,9 @@ def bubble_fraction(ctx: CheckContext) -> None:
                 cause=slip.name if slip else "",
             )
         wrong = [
-            (p, mb, values[(p, mb, s)]["value"])
+            (p, mb, fractions[(p, mb, s)])
             for p, mb, s in values
-            if s == schedule and not abs(values[(p, mb, s)]["value"] - BUBBLE(p, mb)) <= 1e-6
+            if s == schedule and not abs(fractions[(p, mb, s)] - BUBBLE(p, mb)) <= 1e-6
         ]
         if wrong:
             p, mb, value = wrong[0]
@@ -421,7 +449,9 @@ def bubble_fraction(ctx: CheckContext) -> None:
 
 @check("uneven_micro_batches")
 def uneven_micro_batches(ctx: CheckContext) -> None:
-    result = ctx.run("uneven", batch_size=UNEVEN_BATCH, micro_batches=UNEVEN_MICRO, lr=LR, **ctx.seeds("data", "model"))
+    result = ctx.run(
+        UNEVEN.name, batch_size=UNEVEN_BATCH, micro_batches=UNEVEN_MICRO, lr=LR, **ctx.seeds("data", "model")
+    )
     if any((r.error or {}).get("not_implemented") for r in result.ranks):
         ctx.require(result)
     wanted = f"a ValueError naming both sizes ({UNEVEN_BATCH} samples, {UNEVEN_MICRO} micro-batches)"
@@ -433,9 +463,9 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
                 "before the schedule runs",
                 hint=HintName("uneven"),
             )
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=Uneven)
     for rank, facts in enumerate(ranks):
-        raised = facts.get("raised")
+        raised = facts["raised"]
         if raised is None:
             raise ctx.fail(
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches ran without an error on rank "

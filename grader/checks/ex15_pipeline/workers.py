@@ -25,13 +25,12 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
+from grader.checks.ex15_pipeline.facts import BUBBLE_GRID, SCHEDULES, SPLIT_GRID
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
 from grader.rank.training import MOMENTUM, StepRecorder, optimizer_state, replay_all, train_reference
 
 WIDTH, LAYERS = 8, 5
-SPLIT_GRID = [(5, 2), (5, 4), (7, 4), (8, 4), (4, 4), (9, 2), (10, 3), (3, 2)]  # (num_layers, world_size)
-BUBBLE_GRID = [(p, m) for p in (2, 3, 4, 8) for m in (1, 2, 4, 7, 8, 16, 32)]  # (stages, micro_batches)
 
 
 class Layer(nn.Module):
@@ -224,7 +223,7 @@ def bubble_grid(ctx: RankContext) -> dict[str, Any]:
     ctx.facts["bubble"] = [
         [p, m, schedule, _probe(bubble_fraction, (p, m, schedule), _fraction)]
         for p, m in BUBBLE_GRID
-        for schedule in ("gpipe", "1f1b")
+        for schedule in SCHEDULES
     ]
     return {}
 

@@ -1,15 +1,17 @@
 """Judging exercise 16 from what the grader's own instrumentation saw on the ranks (workers.py): what each
 rank stores of every parameter and what the optimizer holds, the dtypes every Linear layer computed in, the
 dtypes of FSDP2's all-gathers and reduce-scatters, the tensors kept for backward per block and the layers
-recomputed in backward; and the numbers against one trusted process doing the same casts."""
+recomputed in backward; and the numbers against one trusted process doing the same casts. Every parameter's
+name and size, what the ranks' shards must make up, comes from that trusted process too."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from grader.checks.ex16_mixed_precision.facts import REFERENCE, TRAIN, Linear, Reference, Train
+from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import scale_of
 from grader.judge.diagnose import failure_verdict
@@ -26,19 +28,19 @@ SAME_CASTS = 2e-4
 WITHIN_BF16 = 4e-3
 
 
-def _explained(ctx: CheckContext, result: Any) -> None:
+def _explained(ctx: CheckContext, result: RunResult) -> None:
     """A run that failed in a Linear layer given an input and a weight of different dtypes: which layer, and
     whether its module is an FSDP unit with the policy (the facts recorded up to the error)."""
     verdict = failure_verdict(result, ctx.student_file)
     if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    facts = result.ranks[0].facts or {}
+    facts = ctx.conform(result.ranks[0].facts, Train, 0, complete=result.ranks[0].ok)
     mixed = [c for c in facts.get("linears", []) if c["input"] != c["weight"] and not c["backward"]]
-    if not mixed or "units" not in facts:
+    units = facts.get("units")
+    if not mixed or units is None:
         return
     layer = mixed[0]
     module = _region(layer["name"]) if layer["name"].startswith("blocks.") else ""
-    units = facts["units"]
     where = f"block {module}" if module else "the root"
     if module not in units:
         state = f"{where} is not an FSDP unit, so nothing casts its parameters"
@@ -52,10 +54,10 @@ def _explained(ctx: CheckContext, result: Any) -> None:
     )
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+def _ranks(ctx: CheckContext) -> list[Train]:
+    result = ctx.run(TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
     _explained(ctx, result)
-    ranks = ctx.require(result)
+    ranks = ctx.require(result, schema=Train)
     counts = [f["steps"] for f in ranks]
     if counts[0] == 0:
         raise ctx.fail("train never called optimizer.step()", hint=HintName("optimizer"))
@@ -66,10 +68,11 @@ def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
     return ranks
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
     )
+    return ctx.conform(facts, Reference, 0)
 
 
 def _relative(got: np.ndarray, want: np.ndarray) -> float:
@@ -87,7 +90,7 @@ def _worst(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[str
     )
 
 
-def _whole_gradient(ranks: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+def _whole_gradient(ranks: list[Train]) -> dict[str, np.ndarray]:
     """The first step's gradients, put back together from the ranks' shards (FSDP2 shards along dim 0, rank r
     holding the r-th chunk); a gradient held whole, or missing on some rank, is rank 0's."""
     sharded = {s["name"] for s in ranks[0]["storage"] if s["dtensor"]}
@@ -128,10 +131,21 @@ def shards_fp32_master(ctx: CheckContext) -> None:
                 hint=HintName("policy"),
                 cause=Cause("low_precision_master_weights"),
             )
-    for stored in zip(*(f["storage"] for f in ranks)):
-        name, full, rows = stored[0]["name"], stored[0]["full"], stored[0]["rows"]
+    sizes = _reference(ctx)["parameters"]
+    for rank, facts in enumerate(ranks):
+        names = [s["name"] for s in facts["storage"]]
+        if sorted(names) != sorted(sizes):
+            missing = sorted(set(sizes) - set(names))
+            raise ctx.fail(
+                f"rank {rank} stores {len(names)} parameters, not the model's {len(sizes)}"
+                + (f" ({', '.join(missing[:3])} missing)" if missing else "")
+                + ": wrap the model given, keeping its parameters",
+                hint=HintName("wrap"),
+            )
+    stored_by_name = [{s["name"]: s for s in f["storage"]} for f in ranks]
+    for name, (full, rows) in sizes.items():
         most = math.ceil(rows / world) * (full // max(rows, 1))
-        locals_ = [s["local"] for s in stored]
+        locals_ = [mine[name]["local"] for mine in stored_by_name]
         if sum(locals_) != full or max(locals_) > most:
             raise ctx.fail(
                 f"{name} ({full} elements): the ranks hold {locals_} of it, not a 1/{world} shard each",
@@ -139,7 +153,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
             )
     units = ranks[0]["units"]
     for block in BLOCKS:
-        own = {s["name"] for s in ranks[0]["storage"] if s["name"].startswith(block + ".")}
+        own = {name for name in sizes if name.startswith(block + ".")}
         if not any(set(unit["params"]) == own for unit in units.values()):
             holder: list[str] = next((u["params"] for u in units.values() if own & set(u["params"])), [])
             together = list(dict.fromkeys(_region(name) for name in holder))
@@ -152,6 +166,8 @@ def shards_fp32_master(ctx: CheckContext) -> None:
             )
     for rank, facts in enumerate(ranks):
         optimizer = facts["optimizer"]
+        if "held" not in optimizer:  # steps were counted, yet no first step was seen
+            raise ctx.fail(f"rank {rank}'s first optimizer step was not seen", hint=HintName("optimizer"))
         if optimizer["current"] < optimizer["held"] or optimizer["dtypes"] != ["float32"]:
             raise ctx.fail(
                 f"rank {rank}'s optimizer holds {optimizer['held']} tensors of dtype {', '.join(optimizer['dtypes'])}, "
@@ -161,7 +177,7 @@ def shards_fp32_master(ctx: CheckContext) -> None:
             )
 
 
-def _layers(facts: dict[str, Any], backward: bool) -> list[dict[str, Any]]:
+def _layers(facts: Train, backward: bool) -> list[Linear]:
     return [call for call in facts["linears"] if call["backward"] == backward]
 
 
@@ -239,8 +255,8 @@ def reduces_in_fp32(ctx: CheckContext) -> None:
         return
     reference = _reference(ctx)
     got = _whole_gradient(ranks)
-    want = {k: np.asarray(v) for k, v in reference["first_grads"]["correct"].items()}
-    low = {k: np.asarray(v) for k, v in reference["first_grads"]["bf16_reduce"].items()}
+    want = reference["first_grads"]["correct"]
+    low = reference["first_grads"]["bf16_reduce"]
     name, off = _worst(got, want)
     replayed = _worst(got, low)[1]
     bf16 = dtypes == ["bfloat16"]
@@ -281,7 +297,7 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
     regions = list(dict.fromkeys(_region(name) for name in recomputed))
 
     def kept(region: str) -> str:
-        count, size = saved.get(region, [0, 0])
+        count, size = saved.get(region, (0, 0))
         return f"{count} tensors ({size} bytes)"
 
     spans = _spanning_regions(regions)
@@ -298,7 +314,7 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             cause=Cause("whole_model_checkpointed") if whole else "",
         )
     full = {b: plain[b][1] for b in BLOCKS}
-    not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, [0, 0])[1] * 2 > full[b]]
+    not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, (0, 0))[1] * 2 > full[b]]
     if not_checkpointed:
         none = len(not_checkpointed) == len(BLOCKS)
         raise ctx.fail(
@@ -327,7 +343,7 @@ def matches_reference(ctx: CheckContext) -> None:
             hint=HintName("optimizer"),
         )
     got = _whole_gradient(ranks)
-    candidates = {k: {n: np.asarray(t) for n, t in v.items()} for k, v in reference["first_grads"].items()}
+    candidates = reference["first_grads"]
     name, off = _worst(got, candidates["correct"])
     tolerance = SAME_CASTS if ctx.backend == "gloo" else WITHIN_BF16
     if off > tolerance:
@@ -364,12 +380,11 @@ def matches_reference(ctx: CheckContext) -> None:
                     "of step 1 was right: look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards)",
                     hint=HintName("optimizer"),
                 )
-    if "gather_error" in ranks[0]:
-        raise ctx.fail(
-            f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint=HintName("wrap")
-        )
-    final = {k: np.asarray(v) for k, v in ranks[0]["final"].items()}
-    name, off = _worst(final, {k: np.asarray(v) for k, v in reference["final"].items()})
+    final = ranks[0].get("final")
+    if final is None:
+        error = ranks[0].get("gather_error", "no weights were reported")
+        raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("wrap"))
+    name, off = _worst(final, reference["final"])
     if off > WITHIN_BF16:
         raise ctx.fail(
             f"after {STEPS} steps {name} differs from the reference's by up to {off:.2g} of its scale",

@@ -166,7 +166,7 @@ class Watch:
 
 
 def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
-    """What this rank stores of every parameter."""
+    """What this rank stores of every parameter (the whole sizes come from the trusted reference)."""
     stored = []
     original = names.parameters(model)
     for name, p in model.named_parameters():
@@ -176,8 +176,6 @@ def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
                 "name": original[name],
                 "dtensor": isinstance(p, DTensor),
                 "local": local.numel(),
-                "full": p.numel(),
-                "rows": p.shape[0] if p.dim() else 1,
                 "dtype": _dtype(local),
             }
         )
@@ -243,8 +241,10 @@ def reference(
 ) -> dict[str, Any]:
     """Trusted: one process does what FSDP2 with bf16 compute, fp32 reduce and fp32 master weights does,
     SGD with momentum on the fp32 weights; plus the first step's gradient with a bf16 reduce, with fp32
-    compute and with fp16 compute, and the tensors one plain block keeps for backward."""
+    compute and with fp16 compute, the tensors one plain block keeps for backward, and every parameter's
+    elements and rows (what the ranks' shards must make up)."""
     model = make_transformer(seed=model_seed)
+    parameters = {name: [p.numel(), p.shape[0] if p.dim() else 1] for name, p in model.named_parameters()}
     per_rank = [rank_batches(steps, world_size, r, batch_size, data_seed) for r in range(world_size)]
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     losses: list[list[float]] = []
@@ -275,4 +275,5 @@ def reference(
         "final": {name: p.detach().clone() for name, p in model.named_parameters()},
         "first_grads": first,
         "saved": saved.counts,
+        "parameters": parameters,
     }

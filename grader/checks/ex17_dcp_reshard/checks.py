@@ -2,15 +2,33 @@
 same scratch folder. Who wrote the checkpoint (the files DCP left, their sizes, the grader's own watch
 on dcp.save and torch.save), what each rank handed DCP (its shards or whole tensors), whether the
 AdamW state survived the resharding, and whether training after the resume equals uninterrupted
-training on one process (localized, then replayed)."""
+training on one process (localized, then replayed). Everything the checks compare against (the model's
+layout, the saved weights and AdamW state, the uninterrupted run) comes from trusted workers, never from
+a rank's report."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from grader.checks.ex17_dcp_reshard.facts import (
+    INSPECT_CHECKPOINT,
+    REFERENCE,
+    RESUME,
+    SAVE,
+    CheckpointCall,
+    FileLoaded,
+    FileSaved,
+    Inspected,
+    OptimizerBuilt,
+    Planned,
+    Reference,
+    Resumed,
+    Saved,
+    Trained,
+)
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -24,6 +42,8 @@ SAVE_DEADLINE = 20.0  # the saving run's: a rank alone in the collective save is
 # check (TORCH_DISTRIBUTED_DEBUG=DETAIL) at the grader's barrier after the save; without it, by this deadline
 _HYPOTHESES = replay.load(__package__ or "")
 _SHARD_FILE = re.compile(r"__(\d+)_\d+\.distcp$")
+E = TypeVar("E", OptimizerBuilt, CheckpointCall, Planned, FileSaved, FileLoaded)
+Shapes = dict[str, tuple[int, ...]]
 
 
 def _path(ctx: CheckContext) -> str:
@@ -49,16 +69,21 @@ def _args(ctx: CheckContext) -> dict[str, Any]:
     return {**_sizes(ctx), **ctx.seeds("data", "model")}
 
 
-def _calls(facts: dict[str, Any], *ops: str) -> list[dict[str, Any]]:
-    return [event for event in facts.get("events", []) if event["op"] in ops]
+def _calls(facts: Saved | Resumed | Trained, kind: type[E], *ops: str) -> list[E]:
+    """The watch's events of these ops, as `kind` (the schema holds each op to its own TypedDict, so
+    the op says which one an event is)."""
+    return [cast(E, event) for event in facts.get("events", []) if event["op"] in ops]
 
 
-def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str) -> None:
+def _alone(
+    ctx: CheckContext, result: RunResult, schema: type[Saved] | type[Resumed], ops: tuple[str, ...], what: str
+) -> None:
     """A collective called by some ranks only, in a run that failed: named from the grader's watch."""
     if all(r.ok for r in result.ranks) or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    callers = [r.rank for r in result.ranks if _calls(r.facts, *ops)]
-    absent = [r.rank for r in result.ranks if not _calls(r.facts, *ops)]
+    ranks = [ctx.conform(r.facts, schema, r.rank, complete=r.ok) for r in result.ranks]
+    callers = [rank for rank, facts in enumerate(ranks) if _calls(facts, CheckpointCall, *ops)]
+    absent = [rank for rank, facts in enumerate(ranks) if not _calls(facts, CheckpointCall, *ops)]
     if callers and absent:
         raise ctx.fail(
             f"{rank_phrase(callers, len(result.ranks))} alone called the collective {what}; "
@@ -70,31 +95,31 @@ def _alone(ctx: CheckContext, result: RunResult, ops: tuple[str, ...], what: str
         )
 
 
-def _saved(ctx: CheckContext) -> list[dict[str, Any]]:
+def _saved(ctx: CheckContext) -> list[Saved]:
     """The saving run at W ranks, under a short deadline; a save called by some ranks only is named here."""
-    result = ctx.run("save", deadline=min(ctx.deadline, SAVE_DEADLINE), path=_path(ctx), **_args(ctx))
-    _alone(ctx, result, ("dcp.save", "dcp.async_save"), "dcp.save")
-    return ctx.require(result, "while saving")
+    result = ctx.run(SAVE.name, deadline=min(ctx.deadline, SAVE_DEADLINE), path=_path(ctx), **_args(ctx))
+    _alone(ctx, result, Saved, ("dcp.save", "dcp.async_save"), "dcp.save")
+    return ctx.require(result, "while saving", schema=Saved)
 
 
-def _resumed(ctx: CheckContext) -> list[dict[str, Any]]:
+def _resumed(ctx: CheckContext) -> list[Trained]:
     """The resuming run at W/2 ranks, after the save; a load called by some ranks only is named here."""
     _saved(ctx)
-    result = ctx.run("resume", nprocs=_half(ctx), path=_path(ctx), **_args(ctx))
-    _alone(ctx, result, ("dcp.load",), "dcp.load")
+    # the model seed stays with the saving run and the trusted workers: resume cannot rebuild what was saved
+    result = ctx.run(RESUME.name, nprocs=_half(ctx), path=_path(ctx), **_sizes(ctx), **ctx.seeds("data", "fresh"))
+    _alone(ctx, result, Resumed, ("dcp.load",), "dcp.load")
     _optimizer_first(ctx, result)
-    ranks = ctx.require(result, f"while resuming at W={_half(ctx)}")
-    if "returned" in ranks[0]:
-        raise ctx.fail(
-            f"resume returned {ranks[0]['returned']}, not (model, optimizer)", hint=HintName("shard_then_load")
-        )
-    return ranks
+    ranks = ctx.require(result, f"while resuming at W={_half(ctx)}", schema=Resumed)
+    returned = ranks[0].get("returned")
+    if returned is not None:
+        raise ctx.fail(f"resume returned {returned}, not (model, optimizer)", hint=HintName("shard_then_load"))
+    return [ctx.conform(outcome.facts, Trained, outcome.rank) for outcome in result.ranks]
 
 
-def _built_before_shard(facts: dict[str, Any]) -> int:
+def _built_before_shard(facts: Resumed | Trained) -> int:
     """How many plain tensors the optimizers resume built held, when none was built over DTensors and the
     model was sharded by the end: the optimizer was built before fully_shard (0 otherwise)."""
-    built = _calls(facts, "optimizer")
+    built = _calls(facts, OptimizerBuilt, "optimizer")
     if built and not any(b["dtensors"] for b in built) and facts.get("sharded_at_end"):
         return int(built[-1]["params"])
     return 0
@@ -105,7 +130,7 @@ def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
     verdict = failure_verdict(result, ctx.student_file, f"while resuming at W={_half(ctx)}")
     if verdict is None or any((r.error or {}).get("not_implemented") for r in result.ranks):
         return
-    plain = _built_before_shard(result.ranks[0].facts)
+    plain = _built_before_shard(ctx.conform(result.ranks[0].facts, Resumed, 0, complete=result.ranks[0].ok))
     if plain:
         raise ctx.fail(
             f"optimizer built before fully_shard: rank 0 built its optimizer over {plain} plain tensors, and the "
@@ -117,29 +142,35 @@ def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
         )
 
 
-def _inspect(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.inspect("inspect_checkpoint", path=_path(ctx))
+def _inspect(ctx: CheckContext) -> Inspected:
+    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_path(ctx)), Inspected, 0)
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference("reference", **_args(ctx))
+def _reference(ctx: CheckContext) -> Reference:
+    return ctx.conform(ctx.reference(REFERENCE.name, **_args(ctx)), Reference, 0)
+
+
+def _shapes(reference: Reference) -> Shapes:
+    """Every parameter's name and shape, from the trusted weights at the save: the layout the ranks'
+    pieces are joined into (a rank's own account of its model's shapes is never asked for)."""
+    return {name: tuple(value.shape) for name, value in reference["saved"].items()}
 
 
 def _elements(count: int) -> str:
     return f"{count} element{'' if count == 1 else 's'}"
 
 
-def _full_size(ranks: list[dict[str, Any]]) -> int:
-    return sum(int(np.prod(shape)) for shape in ranks[0].get("shapes", {}).values())
+def _full_size(shapes: Shapes) -> int:
+    return sum(int(np.prod(shape)) for shape in shapes.values())
 
 
-def _listing(saved: dict[str, Any]) -> str:
+def _listing(saved: Inspected) -> str:
     """What the checkpoint path holds, in a few words."""
     if not saved["exists"]:
         return "nothing at the path"
     if not saved.get("folder"):
-        return f"the path is one file of {saved['size']} bytes"
-    files = saved["files"]
+        return f"the path is one file of {saved.get('size', 0)} bytes"
+    files = saved.get("files", {})
     return f"the path is a folder of {len(files)} file(s): " + ", ".join(
         f"{n} ({b} bytes)" for n, b in sorted(files.items())
     )
@@ -150,10 +181,10 @@ def every_rank_writes(ctx: CheckContext) -> None:
     ranks = _saved(ctx)
     world = ctx.world_size
     saved = _inspect(ctx)
-    writers = [r for r, facts in enumerate(ranks) if _calls(facts, "torch.save")]
-    saves = [r for r, facts in enumerate(ranks) if _calls(facts, "dcp.save", "dcp.async_save")]
+    writers = [r for r, facts in enumerate(ranks) if _calls(facts, FileSaved, "torch.save")]
+    saves = [r for r, facts in enumerate(ranks) if _calls(facts, CheckpointCall, "dcp.save", "dcp.async_save")]
     if writers and not saves:
-        elements = [sum(e.get("whole_elements", 0) for e in _calls(ranks[r], "torch.save")) for r in writers]
+        elements = [sum(e["whole_elements"] for e in _calls(ranks[r], FileSaved, "torch.save")) for r in writers]
         if writers == [0] and not elements[0]:
             raise ctx.fail(
                 f"rank 0 alone wrote a checkpoint, with torch.save, and it holds no whole tensor (its own DTensor "
@@ -189,7 +220,11 @@ def every_rank_writes(ctx: CheckContext) -> None:
             hint=HintName("async_save"),
             cause=Cause("async_save_not_waited"),
         )
-    paths = {r: e["path"] for r, facts in enumerate(ranks) for e in _calls(facts, "dcp.save", "dcp.async_save")}
+    paths = {
+        r: e["path"]
+        for r, facts in enumerate(ranks)
+        for e in _calls(facts, CheckpointCall, "dcp.save", "dcp.async_save")
+    }
     if len(set(paths.values())) > 1:
         said = ", ".join(f"rank {r}: {path!r}" for r, path in sorted(paths.items()))
         raise ctx.fail(
@@ -205,7 +240,7 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "there): dcp.save(state_dict, checkpoint_id=path) writes a folder",
             hint=HintName("every_rank_saves"),
         )
-    files = saved["files"]
+    files = saved.get("files", {})
     if ".metadata" not in files:
         raise ctx.fail(
             f"the checkpoint folder has no .metadata (its files: {sorted(files)}): dcp.save writes it on the "
@@ -213,7 +248,10 @@ def every_rank_writes(ctx: CheckContext) -> None:
             hint=HintName("every_rank_saves"),
         )
     whole = [
-        (r, plan) for r, facts in enumerate(ranks) for plan in _calls(facts, "write") if plan["whole_elements"] > 0
+        (r, plan)
+        for r, facts in enumerate(ranks)
+        for plan in _calls(facts, Planned, "write")
+        if plan["whole_elements"] > 0
     ]
     if whole:
         rank, plan = whole[0]
@@ -248,11 +286,12 @@ def _optimizer_saved(keys: list[str]) -> bool:
     return any("exp_avg" in key for key in keys)
 
 
-def _gathered(ranks: list[dict[str, Any]], key: str) -> dict[str, np.ndarray] | None:
-    shapes = ranks[0]["shapes"]
+def _gathered(per_rank: list[dict[str, np.ndarray]], shapes: Shapes) -> dict[str, np.ndarray] | None:
+    """Each parameter's whole tensor, from every rank's flat piece joined in rank order; None when the
+    pieces do not make the trusted shapes."""
     joined = {}
     for name, shape in shapes.items():
-        pieces = [facts[key].get(name) for facts in ranks]
+        pieces = [mine.get(name) for mine in per_rank]
         if any(piece is None for piece in pieces):
             return None
         whole = np.concatenate([np.asarray(piece).ravel() for piece in pieces])
@@ -262,8 +301,7 @@ def _gathered(ranks: list[dict[str, Any]], key: str) -> dict[str, np.ndarray] | 
     return joined
 
 
-def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
-    shapes = ranks[0]["shapes"]
+def _not_sharded(ctx: CheckContext, ranks: list[Trained], shapes: Shapes) -> None:
     plain = [name for name in shapes if name not in ranks[0]["sharded"]]
     if plain:
         raise ctx.fail(
@@ -293,10 +331,11 @@ def _not_sharded(ctx: CheckContext, ranks: list[dict[str, Any]]) -> None:
 @check("resumes_at_half")
 def resumes_at_half(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
-    _not_sharded(ctx, ranks)
     reference = _reference(ctx)
-    loaded = _gathered(ranks, "loaded")
-    expected = {name: np.asarray(value) for name, value in reference["saved"].items()}
+    shapes = _shapes(reference)
+    _not_sharded(ctx, ranks, shapes)
+    loaded = _gathered([facts["loaded"] for facts in ranks], shapes)
+    expected = reference["saved"]
     difference = first_difference(loaded or {}, expected)
     if difference:
         raise ctx.fail(
@@ -304,8 +343,7 @@ def resumes_at_half(ctx: CheckContext) -> None:
             f"{difference}",
             hint=HintName("shard_then_load"),
         )
-    shapes = {name: tuple(shape) for name, shape in ranks[0]["shapes"].items()}
-    steps = gathered_steps([facts["steps"] for facts in ranks], shapes)
+    steps = gathered_steps([[dict(step) for step in facts["steps"]] for facts in ranks], shapes)
     if steps is None or len(steps) != STEPS_AFTER:
         counts = [len(facts["steps"]) for facts in ranks]
         raise ctx.fail(
@@ -329,7 +367,8 @@ def resumes_at_half(ctx: CheckContext) -> None:
         replay=replays,
         optimizer=f"AdamW(lr={LR:g})",
     )
-    finding = diagnose(steps, loaded or {}, reference["steps"][STEPS_BEFORE:], expected, setting)
+    trusted_steps = [dict(step) for step in reference["steps"][STEPS_BEFORE:]]
+    finding = diagnose(steps, loaded or {}, trusted_steps, expected, setting)
     if finding is None:
         return
     proven = finding.proven
@@ -350,7 +389,7 @@ def resumes_at_half(ctx: CheckContext) -> None:
     )
 
 
-def _never_loaded(ranks: list[dict[str, Any]]) -> bool:
+def _never_loaded(ranks: list[Trained]) -> bool:
     """Whether every rank's AdamW state is the one get_state_dict initializes (one step of zero gradients)."""
     return all(
         buffers.get("step") == 1.0
@@ -363,23 +402,26 @@ def _never_loaded(ranks: list[dict[str, Any]]) -> bool:
 @check("optimizer_resharded")
 def optimizer_resharded(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
-    _not_sharded(ctx, ranks)
-    reference = _reference(ctx)["saved_state"]
-    names = list(ranks[0]["shapes"])
-    empty = [name for name in names if not {"exp_avg", "exp_avg_sq"} <= set(ranks[0]["state"].get(name, {}))]
-    if empty:
-        saved = _optimizer_saved(_keys_saved(ctx))
-        why = (
-            "the checkpoint holds it (exp_avg among its keys), so it was not loaded into the optimizer"
-            if saved
-            else "the checkpoint holds no optimizer state (no exp_avg among its keys): it was never saved"
-        )
-        raise ctx.fail(
-            f"optimizer state not restored: after resume at W={_half(ctx)}, rank 0's AdamW holds no exp_avg / "
-            f"exp_avg_sq for {len(empty)} of the {len(names)} parameters (e.g. {empty[0]}); {why}",
-            hint=HintName("optimizer_state"),
-            cause=Cause("optimizer_not_loaded") if saved else Cause("optimizer_not_saved"),
-        )
+    trusted = _reference(ctx)
+    shapes = _shapes(trusted)
+    _not_sharded(ctx, ranks, shapes)
+    reference = trusted["saved_state"]
+    names = list(shapes)
+    for rank, facts in enumerate(ranks):  # every rank: a parameter absent on one is read below
+        empty = [name for name in names if not {"exp_avg", "exp_avg_sq"} <= set(facts["state"].get(name, {}))]
+        if empty:
+            saved = _optimizer_saved(_keys_saved(ctx))
+            why = (
+                "the checkpoint holds it (exp_avg among its keys), so it was not loaded into the optimizer"
+                if saved
+                else "the checkpoint holds no optimizer state (no exp_avg among its keys): it was never saved"
+            )
+            raise ctx.fail(
+                f"optimizer state not restored: after resume at W={_half(ctx)}, rank {rank}'s AdamW holds no "
+                f"exp_avg / exp_avg_sq for {len(empty)} of the {len(names)} parameters (e.g. {empty[0]}); {why}",
+                hint=HintName("optimizer_state"),
+                cause=Cause("optimizer_not_loaded") if saved else Cause("optimizer_not_saved"),
+            )
     if _never_loaded(ranks):
         raise ctx.fail(
             f"optimizer state not restored: after resume at W={_half(ctx)}, the AdamW state is the empty state "
@@ -407,7 +449,7 @@ def optimizer_resharded(ctx: CheckContext) -> None:
             )
     for key in ("exp_avg", "exp_avg_sq"):
         per_rank = [{name: facts["state"][name][key] for name in names} for facts in ranks]
-        joined = _gathered([{"shapes": ranks[0]["shapes"], "piece": pieces} for pieces in per_rank], "piece")
+        joined = _gathered(per_rank, shapes)
         expected = {name: np.asarray(reference[name][key]) for name in names}
         difference = first_difference(joined or {}, expected) if joined else None
         if joined is None or difference:
@@ -423,18 +465,18 @@ def optimizer_resharded(ctx: CheckContext) -> None:
 def loads_own_shard(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
     half = _half(ctx)
-    readers = [r for r, facts in enumerate(ranks) if _calls(facts, "torch.load")]
+    readers = [r for r, facts in enumerate(ranks) if _calls(facts, FileLoaded, "torch.load")]
     if readers:
         raise ctx.fail(
             f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load: every rank held the "
             "whole state at once. Load with dcp.load into the sharded state dict, each rank reading its pieces",
             hint=HintName("shard_then_load"),
         )
-    if not any(_calls(facts, "dcp.load") for facts in ranks):
+    if not any(_calls(facts, CheckpointCall, "dcp.load") for facts in ranks):
         raise ctx.fail(
             "no rank called dcp.load: resume loads the checkpoint with dcp.load", hint=HintName("shard_then_load")
         )
-    full = _full_size(ranks)
+    full = _full_size(_shapes(_reference(ctx)))
     for rank, facts in enumerate(ranks):
         sharded = None  # whether the model was sharded when the dcp.load being planned was called
         for event in facts.get("events", []):

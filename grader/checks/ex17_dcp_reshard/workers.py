@@ -4,7 +4,9 @@ calls the student's resume on a fresh model and trains on. Both runs record what
 instrumentation saw (Watch): every call of dcp.save, dcp.async_save, dcp.load, torch.save and
 torch.load, what each rank handed DCP to write or to fill (its DTensor shards, or whole tensors) and
 the optimizers built. The trusted workers read the checkpoint folder (files, sizes, DCP's metadata),
-train the uninterrupted single-process reference and replay the hypotheses.
+train the uninterrupted single-process reference (whose weights at the save also give the judge every
+parameter's name and shape) and replay the hypotheses. Nothing a check compares against comes back from
+a rank: the state the saving run starts from is built on the ranks from the seeds, as an input only.
 """
 
 from __future__ import annotations
@@ -306,14 +308,14 @@ def resume(
     lr: float,
     path: str,
     data_seed: int,
-    model_seed: int,
+    fresh_seed: int,
 ) -> dict[str, Any]:
     """The student's resume at this run's W (half the saving run's) on a fresh model, then the grader's
-    training for `steps_after` steps, every step recorded as this rank's pieces."""
+    training for `steps_after` steps, every step recorded as this rank's pieces. This run never gets the
+    saving run's model seed: the weights saved cannot be rebuilt here, only loaded from the checkpoint."""
     ctx.init_group()
     mesh = _mesh(ctx)
-    model = make_transformer(model_seed + 1000).to(ctx.device)  # not the trained weights: only a load restores
-    ctx.facts["shapes"] = {name: list(p.shape) for name, p in model.named_parameters()}
+    model = make_transformer(fresh_seed).to(ctx.device)  # not the trained weights: only a load restores
     watch = Watch(ctx.facts, model).install()  # before the student's imports
     resume_ = ctx.student("resume")
     try:

@@ -1,7 +1,8 @@
 """Judging exercise 18 from what the grader's own instrumentation saw on the ranks (workers.py): every
 parameter as each rank holds it (its mesh, the ranks of that mesh, the placement on each dimension, its local
 shape), the FSDP units, the samples each rank fed at each step, and the numbers against one trusted process
-training on the union of the dp groups' batches (and replays of the mistakes that change that loop)."""
+training on the union of the dp groups' batches (and replays of the mistakes that change that loop). Every
+parameter's name and whole shape, what a rank's shard is measured against, comes from that trusted process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, TRAIN, Reference, Train
 from grader.judge.api import CheckContext, check
 from grader.judge.names import Cause, HintName, MaybeCause
 
@@ -42,15 +44,28 @@ REPLAYS: dict[Cause, str] = {
 }
 
 
-def _ranks(ctx: CheckContext) -> list[dict[str, Any]]:
-    result = ctx.run("train", steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
-    return ctx.require(result)
+def _ranks(ctx: CheckContext) -> list[Train]:
+    return ctx.facts(TRAIN, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
 
 
-def _reference(ctx: CheckContext) -> dict[str, Any]:
-    return ctx.reference(
-        "reference", dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
+def _reference(ctx: CheckContext) -> Reference:
+    facts = ctx.reference(
+        REFERENCE.name, dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
     )
+    return ctx.conform(facts, Reference, 0)
+
+
+def _complete(ctx: CheckContext, rank: int, facts: Train, shapes: dict[str, list[int]]) -> None:
+    """Fail unless the rank reported every parameter of the model (by the trusted names) once."""
+    names = sorted(p["name"] for p in facts["parameters"])
+    if names != sorted(shapes):
+        missing = sorted(set(shapes) - set(names))
+        raise ctx.fail(
+            f"rank {rank} holds {len(names)} parameters, not the model's {len(shapes)}"
+            + (f" ({', '.join(missing[:3])} missing)" if missing else "")
+            + ": parallelize the model given, keeping its parameters",
+            hint=HintName("fsdp"),
+        )
 
 
 def _tp_placement(name: str) -> str:
@@ -69,8 +84,10 @@ def _groups(mesh: list[Any], dim: int) -> list[list[int]]:
 @check("placements_2d")
 def placements_2d(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
+    shapes = _reference(ctx)["shapes"]
     world = ctx.world_size
     for rank, facts in enumerate(ranks):
+        _complete(ctx, rank, facts, shapes)
         held = facts["parameters"]
         plain = [p["name"] for p in held if not p["dtensor"]]
         if plain:
@@ -88,7 +105,9 @@ def placements_2d(ctx: CheckContext) -> None:
         dp_group = sorted(range(rank % TP, world, TP))
         for p in sorted(held, key=lambda p: not _tp_placement(p["name"])):  # the blocks' TP weights first
             want_tp = _tp_placement(p["name"])
-            dims, placements, mesh = p["dims"], p["placements"], p["mesh"]
+            dims, placements, mesh = p.get("dims"), p.get("placements"), p.get("mesh")
+            if dims is None or placements is None or mesh is None:
+                raise ctx.fail(f"rank {rank} reported {p['name']} as a DTensor without its mesh and placements")
             said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh} {tuple(dims)}, placements " + (
                 f"{tuple(placements)}"
             )
@@ -156,17 +175,16 @@ def placements_2d(ctx: CheckContext) -> None:
                     hint=HintName("tp_plan"),
                     cause=Cause("colwise_rowwise_swapped") if swapped else "",
                 )
-            if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(p["full"]):
-                raise ctx.fail(
-                    f"{said}: it holds {p['local']} of {p['full']}, not 1/{world} of it", hint=HintName("fsdp")
-                )
+            full = shapes[p["name"]]
+            if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(full):
+                raise ctx.fail(f"{said}: it holds {p['local']} of {full}, not 1/{world} of it", hint=HintName("fsdp"))
 
 
 @check("fsdp_units")
 def fsdp_units(ctx: CheckContext) -> None:
     facts = _ranks(ctx)[0]
     units = facts["units"]
-    names = [p["name"] for p in facts["parameters"]]
+    names = list(_reference(ctx)["shapes"])
     for block in sorted({".".join(n.split(".")[:2]) for n in names if n.startswith("blocks.")}):
         own = {n for n in names if n.startswith(block + ".")}
         if not any(set(unit["params"]) == own for unit in units.values()):
@@ -250,24 +268,26 @@ def _off(final: dict[str, Any], want: dict[str, Any]) -> tuple[str, float]:
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = _reference(ctx)
+    reference = _reference(ctx)["replays"]
     counts = [f["steps"] for f in ranks]
     if any(c != STEPS for c in counts):
         raise ctx.fail(
             f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint=HintName("optimizer")
         )
-    if "gather_error" in ranks[0]:
-        raise ctx.fail(
-            f"the grader could not gather the trained weights: {ranks[0]['gather_error']}", hint=HintName("fsdp")
-        )
+    final = ranks[0].get("final")
+    if final is None:
+        error = ranks[0].get("gather_error", "no weights were reported")
+        raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("fsdp"))
     correct = reference["correct"]
-    name, off = _off(ranks[0]["final"], correct["final"])
+    name, off = _off(final, correct["final"])
     if off <= TOLERANCE:
         return
     first = None
     for step in range(STEPS):
         for rank, facts in enumerate(ranks):
-            loss, want = facts["losses"][step], correct["losses"][step][rank // TP]
+            losses = facts["losses"]  # one per forward the watch saw: fewer when the hook saw fewer
+            loss = losses[step] if step < len(losses) else None
+            want = correct["losses"][step][rank // TP]
             if loss is not None and abs(loss - want) > TOLERANCE * max(abs(want), 1e-3) * 10:
                 first = first or (step, rank, loss, want)
     where = (
@@ -276,7 +296,7 @@ def matches_reference(ctx: CheckContext) -> None:
         if first
         else ""
     )
-    matched = [h for h in REPLAYS if _off(ranks[0]["final"], reference[h]["final"])[1] <= TOLERANCE]
+    matched = [h for h in REPLAYS if _off(final, reference[h]["final"])[1] <= TOLERANCE]
     raise ctx.fail(
         f"after {STEPS} steps {name} differs from one process training on the union of the dp groups' batches by up to "
         f"{off:.2g} of its scale{where}"

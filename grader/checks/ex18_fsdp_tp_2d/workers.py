@@ -7,7 +7,8 @@ grader watches:
   row with the grader's own batch), and the loss of its output on those samples;
 * optimizer.step() (a global step pre-hook): how many steps;
 * after training: every parameter as this rank holds it (DTensor or not, the mesh it lives on with the
-  ranks of that mesh and its dimension names, the placement on each dimension, local and full shape),
+  ranks of that mesh and its dimension names, the placement on each dimension, its local shape; the whole
+  shapes come from the trusted reference),
   the FSDP units, and the whole trained weights gathered by the grader's own call.
 """
 
@@ -64,7 +65,7 @@ def _parameters(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     original = names.parameters(model)
     held = []
     for name, p in model.named_parameters():
-        facts: dict[str, Any] = {"name": original[name], "dtensor": isinstance(p, DTensor), "full": list(p.shape)}
+        facts: dict[str, Any] = {"name": original[name], "dtensor": isinstance(p, DTensor)}
         if isinstance(p, DTensor):
             facts.update(
                 local=list(p.to_local().shape),
@@ -178,7 +179,12 @@ def _replay(
 def reference(
     ctx: RankContext, dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
-    """The correct training and each replayed mistake (hypotheses), with `dp` data-parallel groups."""
+    """The correct training and each replayed mistake (hypotheses), with `dp` data-parallel groups, and every
+    parameter's whole shape (what the ranks' shards are measured against)."""
     return {
-        name: _replay(dp, steps, batch_size, lr, data_seed, model_seed, knobs) for name, knobs in hypotheses(dp).items()
+        "replays": {
+            name: _replay(dp, steps, batch_size, lr, data_seed, model_seed, knobs)
+            for name, knobs in hypotheses(dp).items()
+        },
+        "shapes": {name: list(p.shape) for name, p in make_transformer(seed=model_seed).named_parameters()},
     }
