@@ -108,6 +108,9 @@ class _Runs(RunCache):
     def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
         return self._result
 
+    def reference(self, job: Job) -> RunResult:
+        return self._result
+
     @property
     def scratch(self) -> str:
         return ""
@@ -156,3 +159,10 @@ def test_every_declared_worker_is_a_function_of_its_workers_module(module_name: 
     for handle in handles:
         assert handle.name in defined, f"{module_name}: {handle.name} is not a worker in {workers}"
         assert RankFacts.__annotations__.keys() <= handle.facts.__annotations__.keys(), "extend RankFacts"
+
+
+def test_a_trusted_report_outside_its_schema_is_the_graders_error_not_a_ranks() -> None:
+    ctx = _context([{**good(), "losses": "x"}])
+    with pytest.raises(RuntimeError, match="the grader's trusted worker train reported facts outside its schema: "):
+        ctx.reference(Worker("train", Report))
+    assert _context([good()]).inspect(Worker("train", Report))["losses"] == [1.0, 2]

@@ -268,12 +268,20 @@ class CheckContext:
             )
         return cast(F, facts)
 
-    def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]:
+    @overload
+    def reference(self, worker: Worker[F], **kwargs: Any) -> F: ...
+
+    @overload
+    def reference(self, worker: str, **kwargs: Any) -> dict[str, Any]: ...
+
+    def reference(self, worker: str | Worker[Any], **kwargs: Any) -> Any:
         """Run a trusted worker on one fresh process that never loads the student's code.
 
         A reference depends on its arguments alone (never on files the ranks wrote), so its result
         may be shared by every grading that asks for the same thing."""
-        return self._trusted(worker, self.runs.reference(self.job(worker, 1, student=False, scratch=False, **kwargs)))
+        name = worker.name if isinstance(worker, Worker) else worker
+        result = self.runs.reference(self.job(name, 1, student=False, scratch=False, **kwargs))
+        return self._trusted(worker, result)
 
     def replayer(self, **kwargs: Any) -> Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]]:
         """The exercise's trusted `replays` worker with these arguments and the grading's data and model seeds,
@@ -283,20 +291,36 @@ class CheckContext:
             "replays", hypotheses=hypotheses, **kwargs, **self.seeds("data", "model")
         )
 
-    def inspect(self, worker: str, **kwargs: Any) -> dict[str, Any]:
+    @overload
+    def inspect(self, worker: Worker[F], **kwargs: Any) -> F: ...
+
+    @overload
+    def inspect(self, worker: str, **kwargs: Any) -> dict[str, Any]: ...
+
+    def inspect(self, worker: str | Worker[Any], **kwargs: Any) -> Any:
         """Run a trusted worker that reads what the ranks left behind (a checkpoint file, say), on
         one fresh process that never loads the student's code, where the ranks ran (in a sandbox,
         that is inside it: their files never leave it, and no student process is left by then)."""
-        return self._trusted(worker, self.runs.run(self.job(worker, 1, student=False, **kwargs)))
+        name = worker.name if isinstance(worker, Worker) else worker
+        return self._trusted(worker, self.runs.run(self.job(name, 1, student=False, **kwargs)))
 
     @staticmethod
-    def _trusted(worker: str, result: RunResult) -> dict[str, Any]:
+    def _trusted(worker: str | Worker[Any], result: RunResult) -> dict[str, Any]:
+        """A trusted worker's facts. Its failure, or a report that does not fit its schema, is the grader's own
+        defect: said as such (an error of the grader's), never as something a rank or the student did."""
+        name = worker.name if isinstance(worker, Worker) else worker
         if not result.ok:
             rank = result.ranks[0]
             raise RuntimeError(
-                f"the grader's trusted worker {worker} failed: {rank.error or rank.report_problem}\n{rank.output}"
+                f"the grader's trusted worker {name} failed: {rank.error or rank.report_problem}\n{rank.output}"
             )
-        return result.ranks[0].facts
+        facts = result.ranks[0].facts
+        found = facts_problems(facts, worker.facts) if isinstance(worker, Worker) else []
+        if found:
+            raise RuntimeError(
+                f"the grader's trusted worker {name} reported facts outside its schema: {'; '.join(found)}"
+            )
+        return facts
 
     def fail(
         self, message: str, hint: HintName | None = None, details: str = "", cause: MaybeCause = ""

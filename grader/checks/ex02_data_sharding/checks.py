@@ -13,7 +13,7 @@ import math
 import re
 from collections import Counter
 
-from grader.checks.ex02_data_sharding.facts import EPOCH_INDICES, PERMUTATIONS, EpochIndices, Permutations
+from grader.checks.ex02_data_sharding.facts import EPOCH_INDICES, PERMUTATIONS, EpochIndices
 from grader.engine import RankOutcome
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
@@ -92,7 +92,7 @@ def _orders(ctx: CheckContext) -> dict[int, list[int]]:
     """DistributedSampler's permutation for each seed the diagnoses may need (seed + epoch + rank)."""
     seed = sampler_seed(ctx)
     seeds = list(range(seed, seed + EPOCHS + ctx.world_size))
-    orders = ctx.conform(ctx.reference(PERMUTATIONS.name, size=SIZE, seeds=seeds), Permutations, 0)["orders"]
+    orders = ctx.reference(PERMUTATIONS, size=SIZE, seeds=seeds)["orders"]
     return {int(key): order for key, order in orders.items()}
 
 

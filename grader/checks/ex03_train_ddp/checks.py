@@ -87,7 +87,7 @@ def _ranks(ctx: CheckContext) -> list[Train]:
 
 def _reference(ctx: CheckContext) -> Reference:
     facts = ctx.reference(
-        REFERENCE.name,
+        REFERENCE,
         world_size=ctx.world_size,
         size=SIZE,
         epochs=EPOCHS,
@@ -95,11 +95,11 @@ def _reference(ctx: CheckContext) -> Reference:
         lr=LR,
         **ctx.seeds("data", "model"),
     )
-    return ctx.conform(facts, Reference, 0)
+    return facts
 
 
 def _checkpoint(ctx: CheckContext) -> Checkpoint:
-    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_checkpoint_path(ctx)), Checkpoint, 0)
+    return ctx.inspect(INSPECT_CHECKPOINT, path=_checkpoint_path(ctx))
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:

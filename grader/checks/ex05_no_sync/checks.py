@@ -79,9 +79,9 @@ def _ranks(ctx: CheckContext, k: int) -> list[Train]:
 
 def _reference(ctx: CheckContext, k: int) -> Reference:
     facts = ctx.reference(
-        REFERENCE.name, world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
+        REFERENCE, world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
     )
-    return ctx.conform(facts, Reference, 0)
+    return facts
 
 
 def _pipeline(reference: Reference) -> Pipeline:

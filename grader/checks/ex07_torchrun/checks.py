@@ -189,8 +189,8 @@ def joins_from_env(ctx: CheckContext) -> None:
 
 def _reference(ctx: CheckContext, start: Start, batch_ranks: list[int], steps: int) -> Reference:
     """The trusted reference from the weights the processes started from, on the batches of `batch_ranks`."""
-    facts = ctx.reference(REFERENCE.name, start=start, batch_ranks=batch_ranks, steps=steps)
-    return ctx.conform(facts, Reference, 0)
+    facts = ctx.reference(REFERENCE, start=start, batch_ranks=batch_ranks, steps=steps)
+    return facts
 
 
 def _arrays(values: Sequence[ArrayLike]) -> dict[str, np.ndarray]:

@@ -3,7 +3,7 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
-from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, RESUME, Checkpoint, Reference, Resumed
+from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, RESUME, Checkpoint, Resumed
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -26,7 +26,7 @@ def _path(ctx: CheckContext) -> str:
 
 def _checkpoint(ctx: CheckContext) -> Checkpoint:
     """The file at the checkpoint path, described by the trusted reader (it holds what a rank wrote)."""
-    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_path(ctx)), Checkpoint, 0)
+    return ctx.inspect(INSPECT_CHECKPOINT, path=_path(ctx))
 
 
 def _early_load(ctx: CheckContext, result: RunResult, path: str) -> str:
@@ -152,19 +152,15 @@ def checkpoint_contents(ctx: CheckContext) -> None:
 @check("resume_matches")
 def resume_matches(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference: Reference = ctx.conform(
-        ctx.reference(
-            REFERENCE.name,
-            world_size=ctx.world_size,
-            size=SIZE,
-            batch_size=BATCH,
-            steps_before=STEPS_BEFORE,
-            steps_after=STEPS_AFTER,
-            lr=LR,
-            **ctx.seeds("data", "model"),
-        ),
-        Reference,
-        0,
+    reference = ctx.reference(
+        REFERENCE,
+        world_size=ctx.world_size,
+        size=SIZE,
+        batch_size=BATCH,
+        steps_before=STEPS_BEFORE,
+        steps_after=STEPS_AFTER,
+        lr=LR,
+        **ctx.seeds("data", "model"),
     )
     for rank, facts in enumerate(ranks):
         difference = first_difference(facts["loaded_state"], facts["saved_state"])

@@ -23,7 +23,7 @@ def _run(ctx: CheckContext) -> RunResult:
 
 def _reference(ctx: CheckContext) -> Reference:
     facts = ctx.reference(
-        REFERENCE.name,
+        REFERENCE,
         world_size=ctx.world_size,
         size=SIZE,
         batch_size=BATCH,
@@ -31,7 +31,7 @@ def _reference(ctx: CheckContext) -> Reference:
         lr=LR,
         **ctx.seeds("data", "model"),
     )
-    return ctx.conform(facts, Reference, 0)
+    return facts
 
 
 def _reported(ctx: CheckContext, result: RunResult) -> list[tuple[int, Trained]]:

@@ -21,7 +21,6 @@ from grader.checks.ex13_zero1.facts import (
     Partition,
     Reference,
     ReferenceStep,
-    Replays,
     Trained,
     Training,
 )
@@ -133,8 +132,8 @@ def _ranks(ctx: CheckContext) -> list[Training]:
 
 
 def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> Reference:
-    facts = ctx.reference(REFERENCE.name, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
-    return ctx.conform(facts, Reference, 0)
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+    return facts
 
 
 def _reference(ctx: CheckContext) -> Reference:
@@ -213,7 +212,7 @@ def _proven(ctx: CheckContext, ranks: list[Training]) -> list[tuple[Cause, str]]
         for name, h in HYPOTHESES.items()
     }
     facts = ctx.reference(
-        REPLAYS.name,
+        REPLAYS,
         world_size=ctx.world_size,
         steps=STEPS,
         batch_size=BATCH,
@@ -222,7 +221,7 @@ def _proven(ctx: CheckContext, ranks: list[Training]) -> list[tuple[Cause, str]]
         hypotheses=knobs,
         **_inputs(ctx),
     )
-    replays = ctx.conform(facts, Replays, 0)["replays"]
+    replays = facts["replays"]
     start = ranks[0]["snapshots"][0]
     return [
         (name, HYPOTHESES[name]["says"].format(W=ctx.world_size))

@@ -181,8 +181,8 @@ WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": 
 
 def _reference(ctx: CheckContext) -> Reference:
     """The trusted numbers: the weights every rank is given, the unsplit block's, and the replays."""
-    facts = ctx.reference(REFERENCE.name, world=ctx.world_size, hypotheses=_hypotheses(), **ctx.seeds("data"))
-    return ctx.conform(facts, Reference, 0)
+    facts = ctx.reference(REFERENCE, world=ctx.world_size, hypotheses=_hypotheses(), **ctx.seeds("data"))
+    return facts
 
 
 def _by_hand(ctx: CheckContext) -> tuple[list[ByHand], Verdict | None]:

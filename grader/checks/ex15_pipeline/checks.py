@@ -19,7 +19,6 @@ from grader.checks.ex15_pipeline.facts import (
     UNEVEN,
     Layers,
     Raised,
-    Reference,
     Train,
     Uneven,
 )
@@ -237,9 +236,7 @@ def _merged(ranks: list[Train]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def _matches(ctx: CheckContext, schedule: str) -> None:
     ranks = _train(ctx, schedule)
     _observed_split(ctx, ranks, schedule)
-    reference = ctx.conform(
-        ctx.reference(REFERENCE.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")), Reference, 0
-    )
+    reference = ctx.reference(REFERENCE, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
     m = _micro_batches(ctx.world_size)
     setting = Setting(
         lr=LR,

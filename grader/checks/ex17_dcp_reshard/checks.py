@@ -143,11 +143,11 @@ def _optimizer_first(ctx: CheckContext, result: RunResult) -> None:
 
 
 def _inspect(ctx: CheckContext) -> Inspected:
-    return ctx.conform(ctx.inspect(INSPECT_CHECKPOINT.name, path=_path(ctx)), Inspected, 0)
+    return ctx.inspect(INSPECT_CHECKPOINT, path=_path(ctx))
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    return ctx.conform(ctx.reference(REFERENCE.name, **_args(ctx)), Reference, 0)
+    return ctx.reference(REFERENCE, **_args(ctx))
 
 
 def _shapes(reference: Reference) -> Shapes:
