@@ -36,11 +36,20 @@ class SandboxError(Exception):
     """No sandbox of the requested kind can run here; the message says why and what to do."""
 
 
+class CappedConfinement(Confinement, Protocol):
+    @property
+    def max_processes(self) -> int: ...
+
+    def processes_refused(self) -> int:
+        """Forks and threads the kernel has refused so far for going over the process cap."""
+        ...
+
+
 class Sandbox(Protocol):
     name: str
     concurrent: bool  # whether several submissions may be graded at once in it
 
-    def confine(self, workspace: Path) -> Confinement: ...
+    def confine(self, workspace: Path) -> CappedConfinement: ...
 
 
 class SandboxSet:
@@ -49,6 +58,7 @@ class SandboxSet:
     def __init__(self, kind: Sandbox, view: Path) -> None:
         self.kind = kind
         self.view = view
+        self._confined: dict[Path, CappedConfinement] = {}  # by workspace, until `limits_reached` is asked
 
     @property
     def name(self) -> str:
@@ -59,7 +69,21 @@ class SandboxSet:
         return self.kind.concurrent
 
     def confine(self, workspace: Path) -> Confinement:
-        return self.kind.confine(workspace)
+        confinement = self.kind.confine(workspace)
+        self._confined[workspace] = confinement
+        return confinement
+
+    def limits_reached(self, workspace: Path) -> str | None:
+        """What the submission graded in `workspace` ran into, for its results; asked once, before its
+        sandbox closes (a cap's counter goes with it)."""
+        confinement = self._confined.pop(workspace, None)
+        refused = confinement.processes_refused() if confinement is not None else 0
+        if confinement is None or not refused:
+            return None
+        return (
+            f"the submission reached the sandbox's cap of {confinement.max_processes} processes and threads: "
+            f"{refused} more were refused (an error such as 'Resource temporarily unavailable' in its code)"
+        )
 
     def close(self) -> None:
         rank_view.remove(self.view)

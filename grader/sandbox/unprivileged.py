@@ -153,6 +153,13 @@ class UserConfinement:
     def oom_kills(self) -> int:
         return self.cgroup.oom_kills() if self.cgroup else 0
 
+    @property
+    def max_processes(self) -> int:
+        return self.sandbox.limits.max_processes
+
+    def processes_refused(self) -> int:
+        return self.cgroup.pids_refused() if self.cgroup else 0  # RLIMIT_NPROC keeps no count
+
     def close(self) -> None:
         """Nothing of this user survives: every process it owns is killed, its files removed."""
         subprocess.run(
