@@ -291,7 +291,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         args.out / manifest.FILENAME
     )
     try:
-        sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
+        sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl", submissions=paths)
     except SandboxError as exc:
         raise InstructorError(str(exc)) from exc
     if sandbox is None:

@@ -16,6 +16,7 @@ Modes (`grader grade --sandbox MODE`):
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -90,16 +91,24 @@ class SandboxSet:
 
 
 def open_sandbox(
-    mode: str, course_root: Path, out: Path, limits: Limits = DEFAULT_LIMITS, gpu: bool = False
+    mode: str,
+    course_root: Path,
+    out: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    gpu: bool = False,
+    submissions: Sequence[Path] = (),
 ) -> SandboxSet | None:
-    """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none."""
+    """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none. The
+    unprivileged-user sandbox also needs `submissions` (as handed in) closed to other users."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox {mode!r} (one of {', '.join(MODES)})")
     if mode == "none":
         return None
     bwrap_problem = bubblewrap.unavailable() if mode in ("auto", "bubblewrap") else None
     user_problem = (
-        unprivileged.unavailable(course_root, out) if mode == "user" or (mode == "auto" and bwrap_problem) else None
+        unprivileged.unavailable(course_root, out, submissions)
+        if mode == "user" or (mode == "auto" and bwrap_problem)
+        else None
     )
     if mode == "bubblewrap" and bwrap_problem:
         raise SandboxError(f"cannot sandbox with bubblewrap: {bwrap_problem}")

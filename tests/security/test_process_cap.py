@@ -15,7 +15,7 @@ from grader.instructor.gradescope import results_folder
 from grader.sandbox.limits import DEFAULT_LIMITS, Cgroup
 
 # exercise 1's solution, whose ranks first start 200 processes each (they sleep, then leave)
-FORKER = '''
+FORKER = """
 def _fork_many():
     import os, time
     started = 0
@@ -28,7 +28,7 @@ def _fork_many():
         except OSError:
             break
     return started
-'''
+"""
 
 
 def forker(folder: Path) -> Path:
