@@ -92,7 +92,7 @@ class _Batch:
     probe: BackendProbe
     references: References
     trusted: Engine
-    sandbox: SandboxSet | None  # asked what each submission ran into (its process cap) before its sandbox closes
+    sandbox: SandboxSet | None = None  # asked what each submission ran into (its process cap) before its sandbox closes
 
 
 def _grade_files(engine: Engine, batch: _Batch, submission: submissions.Submission) -> tuple[list[CheckResult], str]:

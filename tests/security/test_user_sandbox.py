@@ -122,8 +122,8 @@ def test_one_submission_cannot_reach_another_and_nothing_of_either_remains(user_
     folder = tmp_path / "subs"
     bob = folder / "bob"
     support.solutions(bob)
-    with open(bob / "ex01_process_group.py", "a") as out:
-        out.write(f"# {MARKER}\n")
+    with open(bob / "ex01_process_group.py", "a") as source:
+        source.write(f"# {MARKER}\n")
     ada = folder / "ada"
     ada.mkdir()
     (ada / "ex01_process_group.py").write_text(_attacker(bob))
