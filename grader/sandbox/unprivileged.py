@@ -259,7 +259,7 @@ class UserConfinement:
         cgroup emptied), then every file and folder it owns is removed, at any depth, from its scratch,
         its workspace, the temporary folder and each of SHARED_WRITABLE (/tmp, /var/tmp, /dev/shm,
         /run/lock, /var/lock, /dev/mqueue): the places a user who owns nothing can write. The scratch
-        goes whole."""
+        goes whole; the workspace folder itself goes back to the grader's user."""
         ends = time.monotonic() + KILL_WAIT_S
         while True:  # until the kernel has reaped them all: a process being killed still owns its files
             subprocess.run(
@@ -274,3 +274,5 @@ class UserConfinement:
         places = [Path(self.scratch_root), self.workspace, Path(tempfile.gettempdir()), *map(Path, SHARED_WRITABLE)]
         remove_owned(self.uid, places)
         shutil.rmtree(self.scratch_root, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the workspace's caller removes it; until then it is the grader's
+            os.chown(self.workspace, os.getuid(), os.getgid(), follow_symlinks=False)

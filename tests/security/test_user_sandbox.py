@@ -128,6 +128,7 @@ def test_one_submission_cannot_reach_another_and_nothing_of_either_remains(user_
     ada.mkdir()
     (ada / "ex01_process_group.py").write_text(_attacker(bob))
     out = tmp_path / "out"
+    before = set(_sandbox_leftovers())  # an earlier run's, on a machine that keeps its temporary folders
     done = support.run_grader(
         user_course,
         "grade",
@@ -150,7 +151,7 @@ def test_one_submission_cannot_reach_another_and_nothing_of_either_remains(user_
     assert "READ-BOB: PermissionError" in said and "RUN-BOB: 2 denied" in said and "FOUND-BOB: []" in said
     if unprivileged.private_pids_available():
         assert "SAW-GRADER: False" in said
-    assert not _sandbox_leftovers()
+    assert not set(_sandbox_leftovers()) - before
 
 
 def test_submissions_other_users_could_read_are_refused(user_course: Path) -> None:
@@ -190,10 +191,11 @@ def test_exposed_tells_a_reachable_submission_from_a_closed_one(tmp_path: Path) 
 
 
 def test_the_user_sandbox_caps_processes_too(user_course: Path, tmp_path: Path) -> None:
+    before = set(_sandbox_leftovers())
     results, rows = grade_two(tmp_path, "user", user_course)
     assert results["honest"]["score"] == results["honest"]["extra_data"]["max_score"] > 0
     probe = Cgroup.create(DEFAULT_LIMITS)
     if probe is not None:  # else RLIMIT_NPROC of the submission's own user id, which keeps no count
         probe.remove()
         assert f"cap of {DEFAULT_LIMITS.max_processes} processes" in rows["forker"]["problem"]
-    assert not _sandbox_leftovers()
+    assert not set(_sandbox_leftovers()) - before
