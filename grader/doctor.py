@@ -218,6 +218,27 @@ def loopback_finding() -> Finding:
     return Finding("PASS", "loopback", f"127.0.0.1 works (port {port} was free); {host!r} is {address}")
 
 
+def rendezvous_finding() -> Finding:
+    """A check's ranks meet at a store on the loopback: private only in a network namespace of their own."""
+    from grader import private_network
+
+    try:
+        portable = chosen_launcher()[0] == "portable"
+    except LauncherError:
+        portable = False
+    problem = "the portable launcher's ranks share it" if portable else private_network.unavailable()
+    if problem is None:
+        return Finding("PASS", "rendezvous", "`grader check` ranks meet in a network namespace of their own")
+    return Finding(
+        "WARN",
+        "rendezvous",
+        f"another user of this machine could join the rendezvous store of your checks on the loopback and "
+        f"make a correct solution fail ({problem})",
+        "on a shared machine, trust a failure only after a second check, or check where unprivileged user "
+        "namespaces are allowed (user.max_user_namespaces > 0)",
+    )
+
+
 def sandbox_finding() -> Finding:
     """Only `grader grade` (instructors' batches of untrusted code) needs the sandbox."""
     if not IS_LINUX:
@@ -399,6 +420,7 @@ def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[
         launcher_finding(),
         temp_finding(),
         loopback_finding(),
+        rendezvous_finding(),
         *([sandbox_finding()] if ships("sandbox") else []),  # a student copy has none
     ]
     if findings[1].status == "FAIL" or findings[2].status == "FAIL":

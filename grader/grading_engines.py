@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from grader import warm
+from grader import private_network, warm
 from grader.catalog import Exercise
 from grader.engine import Engine, open_engine
 from grader.engine.cluster import Cluster
@@ -109,7 +109,9 @@ def open_check(plan: GradingPlan, context: EngineContext) -> CheckGrading:
         if adopted is not None:
             adopted.start()
             return CheckGrading(plan, adopted, note)
-    return CheckGrading(plan, open_engine(context.preload, plan.launcher), note)
+    return CheckGrading(
+        plan, open_engine(context.preload, plan.launcher, private_network.for_check(plan.launcher)), note
+    )
 
 
 @dataclass

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from grader import private_network
 from grader.engine.contract import EngineError
 from grader.engine.launchers import ZygoteLink
 from grader.engine.platforms import LauncherError, chosen_launcher
@@ -239,7 +240,8 @@ class _Warm:
         self.scratch = tempfile.mkdtemp(prefix="grader-scratch-")
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)  # the daemon's, which is the launcher's (`_start_daemon`)
-        self.process = self.link.launch([json.dumps(preload), self.scratch], env, self.log, None)
+        wrap = private_network.PrivateNetwork(self.scratch) if private_network.unavailable() is None else None
+        self.process = self.link.launch([json.dumps(preload), self.scratch], env, self.log, wrap)
 
 
 class Daemon:

@@ -92,6 +92,7 @@ class _Batch:
     probe: BackendProbe
     references: References
     trusted: Engine
+    sandbox: SandboxSet | None = None  # asked what each submission ran into (its process cap) before its sandbox closes
 
 
 def _grade_files(engine: Engine, batch: _Batch, submission: submissions.Submission) -> tuple[list[CheckResult], str]:
@@ -131,7 +132,8 @@ def _internal(what: str, exc: BaseException) -> str:
 
 
 def _graded(lender: EngineLender, batch: _Batch, submission: submissions.Submission) -> tuple[list[CheckResult], str]:
-    """The prepared submission's results and its problem, on an engine borrowed for it and given back."""
+    """The prepared submission's results and its problem, on an engine borrowed for it and given back; a
+    sandbox's limit it reached becomes a note of the submission's."""
     results: list[CheckResult] = []
     lease = None
     try:
@@ -143,6 +145,8 @@ def _graded(lender: EngineLender, batch: _Batch, submission: submissions.Submiss
         results = _not_graded(batch.catalog, batch.plan, problem + "\n" + traceback.format_exc(limit=-8))
     finally:
         if lease is not None:
+            reached = batch.sandbox.limits_reached(lease.workspace) if batch.sandbox and lease.workspace else None
+            submission.notes += [reached] if reached else []
             lender.give_back(lease, results)
     return results, problem
 
@@ -207,7 +211,7 @@ def grade_batch(
     if plan.seed is None:
         plan = replace(plan, seed=secrets.randbelow(2**31))  # one for the batch: every submission, same references
     engines = open_batch(plan, context, workers)
-    batch = _Batch(catalog, plan, BackendProbe(plan.backend), References(engines.trusted), engines.trusted)
+    batch = _Batch(catalog, plan, BackendProbe(plan.backend), References(engines.trusted), engines.trusted, sandbox)
 
     def task(path: Path) -> SubmissionGrade:
         for sink in sinks:

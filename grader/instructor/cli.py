@@ -32,7 +32,7 @@ from grader.instructor.templating import UnsafeValue
 from grader.notebook_source import NotebookError
 from grader.paths import course_root
 from grader.plan import GradingPlan, check_counts
-from grader.report.inert import file_name, one_line
+from grader.report.inert import one_line
 from grader.report.sink import Sink, closing
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
@@ -280,7 +280,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
             "the sandbox is Linux-only and starts ranks with the fork launcher"
         )
     names = [name_of(path) for path in args.submissions]
-    folders = [file_name(name) for name in names]
+    folders = [gradescope.results_folder(name) for name in names]
     repeated = sorted({f for f in folders if folders.count(f) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
@@ -291,7 +291,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         args.out / manifest.FILENAME
     )
     try:
-        sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl")
+        sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl", submissions=paths)
     except SandboxError as exc:
         raise InstructorError(str(exc)) from exc
     if sandbox is None:
@@ -477,7 +477,14 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     check_counts(args)
     if not args.submissions_dir.is_dir():
         raise InstructorError(f"{args.submissions_dir} is not a folder of submissions")
-    count = sum(1 for p in args.submissions_dir.iterdir() if not p.name.startswith("."))
+    entries = sorted(args.submissions_dir.iterdir())
+    for hidden in (p for p in entries if p.name.startswith(".")):  # never left out silently
+        print(
+            f"grader slurm: left out {one_line(hidden.name, 200)}: a name starting with a dot is a hidden "
+            "file, which the job's glob does not match; rename it to grade it",
+            file=sys.stderr,
+        )
+    count = sum(1 for p in entries if not p.name.startswith("."))
     if count == 0:
         raise InstructorError(f"{args.submissions_dir} holds no submissions")
     if args.shards is not None and args.shards < 1:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
+from grader.instructor import class_report, grade_log, gradebook, manifest
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
 from grader.report.inert import file_name, printable
@@ -87,6 +88,17 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
     }
 
 
+# what `grader grade --out` writes beside the results folders: a submission named like one gets a slug
+RESERVED = frozenset(
+    name.casefold() for name in (gradebook.FILENAME, class_report.FILENAME, grade_log.FILENAME, manifest.FILENAME)
+)
+
+
+def results_folder(name: str) -> str:
+    """The folder of a submission's results.json under OUT: never one of the batch's own files."""
+    return file_name(name, RESERVED)
+
+
 def write(path: Path, catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results_json(catalog, grade, hidden_as), indent=2) + "\n")
@@ -106,7 +118,7 @@ class ResultsFiles:
 
     def on_result(self, grade: SubmissionGrade) -> None:
         try:
-            write(self.out / file_name(grade.name) / "results.json", self._catalog, grade, self._hidden_as)
+            write(self.out / results_folder(grade.name) / "results.json", self._catalog, grade, self._hidden_as)
         except Exception as exc:
             grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
 

@@ -184,10 +184,17 @@ def _unzip(path: Path, into: Path) -> Path:
             if sum(m.file_size for m in files) > MAX_UNPACKED_BYTES:
                 raise SubmissionError(f"{path.name} unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB")
             root = into.resolve()
+            targets: set[Path] = set()
             for member in files:
                 target = (into / member.filename).resolve()
                 if not target.is_relative_to(root):
                     raise SubmissionError(f"{path.name}: member {_member(member)} points outside the archive")
+                if target in targets:  # zipfile would unpack both, the last one winning, with nothing said
+                    raise SubmissionError(
+                        f"{path.name}: member {_member(member)} is in the archive twice: which copy to grade is "
+                        "ambiguous; hand in an archive that holds each file once"
+                    )
+                targets.add(target)
                 try:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with archive.open(member) as source, open(target, "wb") as out:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from grader.quiz.analysis import item_statistics, option_counts
 from grader.quiz.marks import Mark
 from grader.quiz.responses import (
+    CELL_LIMIT,
     TRUE_WORDS,
     ResponsesError,
     Row,
@@ -34,10 +36,13 @@ from grader.quiz.responses import (
     parse_number,
     parse_version,
     read_table,
+    shown_column,
 )
+from grader.report.inert import csv_cell
 
 __all__ = ["ResponsesError", "Mark", "Grading", "grade", "mark_question", "write_reports"]
 FIXED_COLUMNS = ("student", "version")
+REPORT_CELL_LIMIT = 10_000  # characters of a report's cell, as in the gradebook (a spreadsheet holds 32,767)
 
 
 @dataclass(frozen=True)
@@ -146,22 +151,22 @@ def _join(*parts: str) -> str:
 
 def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
     """Mark every (student, question) of the rows that can be graded; report everything else."""
-    table = read_table(path)
-    missing = [column for column in FIXED_COLUMNS if column not in table.columns]
-    if missing:
-        raise ResponsesError(
-            f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
-            f"columns and one column per question id (found: {', '.join(table.columns) or 'nothing'})"
-        )
     result = Grading(questions=_questions(keys))
     known = {q["id"].lower(): q["id"] for q in result.questions}
+    table = read_table(path, keep={*FIXED_COLUMNS, *known})
+    missing = [column for column in FIXED_COLUMNS if column not in table.columns]
+    if missing:
+        found = _names(table.columns)
+        raise ResponsesError(
+            f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
+            f"columns and one column per question id (found: {found or 'nothing'})"
+            + "".join(f"; {note}" for note in table.notes[:1])  # the encoding, when it was not plain UTF-8
+        )
     columns = {known[name]: name for name in table.columns if name in known}
     result.problems += [Problem(path, None, "", "note", note) for note in table.notes]
     ignored = [name for name in table.columns if name not in FIXED_COLUMNS and name not in known]
     if ignored:
-        result.problems.append(
-            Problem(path, 1, "", "column ignored", f"not a question of the key: {', '.join(ignored)}")
-        )
+        result.problems.append(Problem(path, 1, "", "column ignored", f"not a question of the key: {_names(ignored)}"))
     absent = [qid for qid in known.values() if qid not in columns]
     if absent:
         result.problems.append(
@@ -177,8 +182,13 @@ def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
     for row, version in _gradable(table.rows, keys, path, result.problems):
         student = row.cells["student"].strip()
         for entry in keys[version]["questions"]:
-            response = row.cells.get(columns.get(entry["id"], ""), "").strip()
-            outcome = mark_question(entry, response)
+            column = columns.get(entry["id"], "")
+            response = row.cells.get(column, "").strip()
+            if column in row.oversized:
+                response = f"[{row.oversized[column]:,} characters, not read]"
+                outcome = _oversized(entry, row.oversized[column])
+            else:
+                outcome = mark_question(entry, response)
             if outcome.unreadable:
                 result.problems.append(
                     Problem(path, row.line, student, "answer scored 0", f"question {entry['id']}: {outcome.unreadable}")
@@ -198,6 +208,18 @@ def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
             )
     result.problems.sort(key=lambda p: (p.line or 0, p.student))
     return result
+
+
+def _names(columns: list[str]) -> str:
+    """Column names for a sentence: the first twenty, each cut, and how many more."""
+    more = f" and {len(columns) - 20} more" if len(columns) > 20 else ""
+    return ", ".join(map(shown_column, columns[:20])) + more
+
+
+def _oversized(entry: dict[str, Any], length: int) -> Outcome:
+    """A cell too long to be an answer costs that answer alone, and says so."""
+    problem = f"the cell holds {length:,} characters; an answer holds at most {CELL_LIMIT:,}"
+    return Outcome(0.0, _join(f"Not read: {problem}; scored 0.", _right_answer(entry)), unreadable=problem)
 
 
 def _questions(keys: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,7 +245,11 @@ def _gradable(
         raw_version = row.cells.get("version", "").strip()
         version = parse_version(raw_version)
         twins = by_student[student.casefold()]
-        if not student:
+        too_long = [column for column in FIXED_COLUMNS if column in row.oversized]
+        if too_long:
+            column = too_long[0]
+            reason = f"the {column} cell holds {row.oversized[column]:,} characters; at most {CELL_LIMIT:,}"
+        elif not student:
             reason = "no student name or id"
         elif len(twins) > 1:
             lines = ", ".join(str(other.line) for other in twins)
@@ -242,11 +268,16 @@ def _gradable(
     return gradable
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+def _cell(value: Any) -> Any:
+    """Text as the gradebook writes it (a student's `=HYPERLINK(...)` shows, never computes); numbers as they are."""
+    return csv_cell(value, REPORT_CELL_LIMIT) if isinstance(value, str) else value
+
+
+def _write_csv(path: Path, header: list[str], rows: Iterable[list[Any]]) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerow(list(map(_cell, header)))
+        writer.writerows(list(map(_cell, row)) for row in rows)
     return path
 
 

@@ -10,11 +10,18 @@ and the reason says why.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
+import itertools
 import re
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from grader.report.inert import one_line
 
 DELIMITERS = (",", ";", "\t")
 TRUE_WORDS = {"true": "A", "t": "A", "yes": "A", "false": "B", "f": "B", "no": "B"}
@@ -33,6 +40,21 @@ _AMBIGUOUS = re.compile(r"[1-9]\d{0,2},\d{3}")  # 1,250: one and a quarter, or t
 _TIMES_TEN = re.compile(r"\s*[x×*·]\s*10\s*\^\s*\(?\s*([+-]?\d+)\s*\)?")
 
 
+MAX_ROWS = 20_000  # rows of a responses file that are graded (a class is a few thousand at most); the rest is reported
+CELL_LIMIT = 1_000  # characters of a cell that is read: a longer answer scores 0, a longer name or version is its row's
+LINE_LIMIT = 4 * 1024 * 1024  # characters of a line handed to the CSV reader: a longer line is its row's problem
+MAX_COLUMNS = 2_000  # columns of the header
+_CHUNK = 1 << 20  # bytes read at a time: a responses file is never held whole
+_BOMS = (  # longest first: UTF-32 LE's mark starts like UTF-16 LE's
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_LABELS = {"utf-8": "UTF-8", "cp1252": "Windows-1252", "latin-1": "Latin-1"}
+
+
 class ResponsesError(Exception):
     """The responses file cannot be graded at all (missing, unreadable, no student or version column)."""
 
@@ -41,6 +63,7 @@ class ResponsesError(Exception):
 class Row:
     line: int  # the file's line where the row starts, header = 1
     cells: dict[str, str]
+    oversized: dict[str, int] = field(default_factory=dict)  # column -> length of its cell, over CELL_LIMIT (not read)
 
 
 @dataclass
@@ -52,64 +75,171 @@ class Table:
     misaligned: list[tuple[int, str]] = field(default_factory=list)  # (line, reason) of rows that cannot be read
 
 
-def _decode(path: Path, data: bytes) -> tuple[str, str | None]:
-    """The text, and a note when it was not UTF-8."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16"), None
-    try:
-        return data.decode("utf-8-sig"), None
-    except UnicodeDecodeError:
-        pass
-    try:
-        return data.decode("cp1252"), f"{path.name} is not UTF-8; read it as Windows-1252"
-    except UnicodeDecodeError:
-        return data.decode("latin-1"), f"{path.name} is not UTF-8; read it as Latin-1"
+def _label(encoding: str) -> str:
+    return _LABELS.get(encoding, encoding.upper().replace("-LE", " (little-endian)").replace("-BE", " (big-endian)"))
+
+
+def _first_bad_line(handle: BinaryIO, skip: int, encoding: str) -> int | None:
+    """The line holding the first bytes that `encoding` cannot decode; None when the whole file decodes."""
+    handle.seek(skip)
+    decoder = codecs.getincrementaldecoder(encoding)()
+    line = 1
+    while True:
+        chunk = handle.read(_CHUNK)
+        try:
+            line += decoder.decode(chunk, final=not chunk).count("\n")
+        except UnicodeDecodeError as exc:
+            return line + codecs.decode(exc.object[: exc.start], encoding, "replace").count("\n")
+        if not chunk:
+            return None
+
+
+def _utf16_without_bom(head: bytes) -> str | None:
+    """UTF-16 that a tool wrote without a byte-order mark: text whose every other byte is NUL."""
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    for encoding, high, low in (("utf-16-le", head[1::2], head[0::2]), ("utf-16-be", head[0::2], head[1::2])):
+        if high.count(0) >= 0.9 * pairs and low.count(0) < 0.1 * pairs:
+            return encoding
+    return None
+
+
+def _encoding(path: Path, handle: BinaryIO) -> tuple[str, int, list[str]]:
+    """The file's encoding, the length of its byte-order mark and notes on what was not plain UTF-8: a
+    byte-order mark decides; else UTF-8, then Windows-1252, then Latin-1 (which decodes anything)."""
+    head = handle.read(4096)
+    bom = next(((mark, encoding) for mark, encoding in _BOMS if head.startswith(mark)), None)
+    guessed = None if bom else _utf16_without_bom(head)
+    if bom or guessed:
+        encoding, skip = (bom[1], len(bom[0])) if bom else (guessed or "", 0)
+        notes = [] if bom else [f"{path.name} has no byte-order mark but is {_label(encoding)}; read it as such"]
+        bad = _first_bad_line(handle, skip, encoding)
+        if bad is not None:
+            notes.append(f"{path.name}, line {bad}: bytes that are not {_label(encoding)}, shown as \ufffd")
+        return encoding, skip, notes
+    bad = _first_bad_line(handle, 0, "utf-8")
+    if bad is None:
+        return "utf-8", 0, []
+    fallback = "cp1252" if _first_bad_line(handle, 0, "cp1252") is None else "latin-1"
+    note = f"{path.name} is not UTF-8 (line {bad} is the first that is not); read it as {_label(fallback)}"
+    return fallback, 0, [note]
+
+
+def _lines(text: TextIO, too_long: set[int]) -> Iterator[str]:
+    """The file's lines, each at most LINE_LIMIT characters: a longer one is read through and stands as a blank
+    line whose number goes into `too_long`, so no line is ever held whole."""
+    number = 0
+    while line := text.readline(LINE_LIMIT):
+        number += 1
+        if len(line) == LINE_LIMIT and not line.endswith(("\n", "\r")):
+            while (rest := text.readline(LINE_LIMIT)) and not rest.endswith(("\n", "\r")):
+                pass
+            too_long.add(number)
+            line = "\n"
+        yield line
 
 
 def _delimiter(header: str) -> str:
     """The delimiter of the header line: the one that splits it most (outside quotes)."""
-    counts = {d: len(next(csv.reader([header], delimiter=d))) for d in DELIMITERS}
+    counts = {d: len(next(csv.reader([header], delimiter=d), [])) for d in DELIMITERS}
     return max(DELIMITERS, key=lambda d: (counts[d], d == ","))
 
 
-def read_table(path: Path) -> Table:
+@contextmanager
+def _field_limit(limit: int) -> Iterator[None]:
+    """csv's limit on a field is process-wide: raised for this file's reading only."""
+    before = csv.field_size_limit(limit)
     try:
-        data = path.read_bytes()
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
+def read_table(path: Path, keep: Collection[str] | None = None) -> Table:
+    """The responses file, read as it streams (never whole): the header, and of each row the cells of the
+    columns in `keep` (every named column when None), each at most CELL_LIMIT characters."""
+    try:
+        with open(path, "rb") as handle:
+            encoding, skip, notes = _encoding(path, handle)
+            handle.seek(skip)
+            text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
+            too_long: set[int] = set()
+            lines = _lines(text, too_long)
+            blanks: list[str] = []
+            for first in lines:
+                if first.strip():
+                    break
+                blanks.append(first)
+            else:
+                raise ResponsesError(f"{path} is empty; it needs a header student,version,<question id>...")
+            with _field_limit(LINE_LIMIT):
+                table = _rows(path, itertools.chain(blanks, [first], lines), _delimiter(first), keep, too_long)
     except FileNotFoundError:
         raise ResponsesError(f"responses file {path} does not exist") from None
     except OSError as exc:
-        raise ResponsesError(f"{path}: cannot read the responses file ({exc})") from None
-    text, note = _decode(path, data)
-    lines = text.splitlines()
-    first = next((index for index, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        raise ResponsesError(f"{path} is empty; it needs a header student,version,<question id>...")
-    try:
-        table = _rows(path, text, _delimiter(lines[first]))
-    except csv.Error as exc:
-        raise ResponsesError(f"{path}: not a readable CSV file ({exc})") from None
-    if note:
-        table.notes.append(note)
+        raise ResponsesError(f"{path}: cannot read the responses file ({exc.strerror or exc})") from None
+    table.notes[:0] = notes
     return table
 
 
-def _rows(path: Path, text: str, delimiter: str) -> Table:
-    """The header and the rows, each row with the line it starts on; blank rows are skipped, and rows
-    with more (non-empty) cells than the header are set aside as misaligned."""
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+def shown_column(name: str) -> str:
+    """A column's name for a message: a header may hold a name of a million characters."""
+    return one_line(name[:60]) + ("..." if len(name) > 60 else "")
+
+
+def _header(path: Path, line: int, cells: list[str], keep: Collection[str] | None) -> tuple[list[str], list[str]]:
+    """The header's names (stripped, lower-cased) and notes on it; a ResponsesError names what makes it unusable."""
+    if len(cells) > MAX_COLUMNS:
+        raise ResponsesError(f"{path}, line {line}: the header has {len(cells)} columns; at most {MAX_COLUMNS}")
+    header = [cell.replace("\ufeff", "").strip().lower() for cell in cells]
+    if not any(header):
+        raise ResponsesError(
+            f"{path}, line {line}: the header's cells are all blank; it needs student,version,<question id>..."
+        )
+    notes = [
+        f"column {index} has no name in the header (line {line}): its cells are ignored"
+        for index, name in enumerate(header, 1)
+        if not name and index < len(header)
+    ]
+    repeated = sorted({name for name in header if name and header.count(name) > 1 and (keep is None or name in keep)})
+    if repeated:
+        shown = ", ".join(map(shown_column, repeated))
+        raise ResponsesError(f"{path}, line {line}: column(s) {shown} appear more than once")
+    return header, notes
+
+
+def _rows(path: Path, lines: Iterable[str], delimiter: str, keep: Collection[str] | None, too_long: set[int]) -> Table:
+    """The header and the rows, each row with the line it starts on; blank rows are skipped, and rows that
+    cannot be read (more non-empty cells than the header, a line too long, past MAX_ROWS) are set aside."""
+    reader = csv.reader(lines, delimiter=delimiter)
     header: list[str] | None = None
-    header_line = 0
     rows: list[Row] = []
+    notes: list[str] = []
     misaligned: list[tuple[int, str]] = []
-    start = 1
-    for cells in reader:
-        line, start = start, reader.line_num + 1
-        if not any(cell.strip() for cell in cells):
+    while True:
+        line = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            misaligned.append((line, f"the row cannot be read as CSV ({exc})"))
+            continue
+        if line in too_long:
+            misaligned.append((line, f"the line is over {LINE_LIMIT:,} characters, the most a row may hold"))
             continue
         if header is None:
-            header = [cell.replace("\ufeff", "").strip().lower() for cell in cells]
-            header_line = line
+            if cells:
+                header, notes = _header(path, line, cells, keep)
             continue
+        if not any(cell.strip() for cell in cells):
+            continue
+        if len(rows) == MAX_ROWS:
+            misaligned.append(
+                (line, f"not read: a responses file holds at most {MAX_ROWS:,} rows; grade the rest in another file")
+            )
+            break
         extra = [cell for cell in cells[len(header) :] if cell.strip()]
         if extra:
             misaligned.append(
@@ -120,12 +250,18 @@ def _rows(path: Path, text: str, delimiter: str) -> Table:
                 )
             )
             continue
-        rows.append(Row(line, {name: (cells[i] if i < len(cells) else "") for i, name in enumerate(header) if name}))
-    assert header is not None
-    repeated = sorted({name for name in header if name and header.count(name) > 1})
-    if repeated:
-        raise ResponsesError(f"{path}, line {header_line}: column(s) {', '.join(repeated)} appear more than once")
-    return Table(path, [name for name in header if name], rows, misaligned=misaligned)
+        kept: dict[str, str] = {}
+        oversized: dict[str, int] = {}
+        for index, name in enumerate(header):
+            if name and (keep is None or name in keep) and name not in kept:
+                cell = cells[index] if index < len(cells) else ""
+                if len(cell) > CELL_LIMIT:
+                    oversized[name], cell = len(cell), ""
+                kept[name] = cell
+        rows.append(Row(line, kept, oversized))
+    if header is None:
+        raise ResponsesError(f"{path} holds no header; it needs student,version,<question id>...")
+    return Table(path, list(dict.fromkeys(name for name in header if name)), rows, notes, misaligned)
 
 
 def parse_version(text: str) -> int | None:

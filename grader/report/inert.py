@@ -59,11 +59,13 @@ def csv_cell(value: str, limit: int | None = None) -> str:
     return _capped(f"'{text}" if text.startswith(FORMULA_STARTS) else text, limit)
 
 
-def file_name(name: str) -> str:
+def file_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
     """`name` as one path component: itself when it is a plain name, else a slug of it and a hash of the
-    whole (two names never share a slug): no separator, no control character, no leading dot or dash."""
+    whole (two names never share a slug): no separator, no control character, no leading dot or dash.
+    A name in `reserved` (casefolded: the folder's own files, on any filesystem) gets the slug too."""
     if (
         name
+        and name.casefold() not in reserved
         and len(name) <= NAME_LIMIT
         and _NAME_UNSAFE.search(name) is None
         and not name.startswith((".", "-", " "))

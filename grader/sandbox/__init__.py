@@ -16,6 +16,7 @@ Modes (`grader grade --sandbox MODE`):
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -36,11 +37,20 @@ class SandboxError(Exception):
     """No sandbox of the requested kind can run here; the message says why and what to do."""
 
 
+class CappedConfinement(Confinement, Protocol):
+    @property
+    def max_processes(self) -> int: ...
+
+    def processes_refused(self) -> int:
+        """Forks and threads the kernel has refused so far for going over the process cap."""
+        ...
+
+
 class Sandbox(Protocol):
     name: str
     concurrent: bool  # whether several submissions may be graded at once in it
 
-    def confine(self, workspace: Path) -> Confinement: ...
+    def confine(self, workspace: Path) -> CappedConfinement: ...
 
 
 class SandboxSet:
@@ -49,6 +59,7 @@ class SandboxSet:
     def __init__(self, kind: Sandbox, view: Path) -> None:
         self.kind = kind
         self.view = view
+        self._confined: dict[Path, CappedConfinement] = {}  # by workspace, until `limits_reached` is asked
 
     @property
     def name(self) -> str:
@@ -59,23 +70,45 @@ class SandboxSet:
         return self.kind.concurrent
 
     def confine(self, workspace: Path) -> Confinement:
-        return self.kind.confine(workspace)
+        confinement = self.kind.confine(workspace)
+        self._confined[workspace] = confinement
+        return confinement
+
+    def limits_reached(self, workspace: Path) -> str | None:
+        """What the submission graded in `workspace` ran into, for its results; asked once, before its
+        sandbox closes (a cap's counter goes with it)."""
+        confinement = self._confined.pop(workspace, None)
+        refused = confinement.processes_refused() if confinement is not None else 0
+        if confinement is None or not refused:
+            return None
+        return (
+            f"the submission reached the sandbox's cap of {confinement.max_processes} processes and threads: "
+            f"{refused} more were refused (an error such as 'Resource temporarily unavailable' in its code)"
+        )
 
     def close(self) -> None:
         rank_view.remove(self.view)
 
 
 def open_sandbox(
-    mode: str, course_root: Path, out: Path, limits: Limits = DEFAULT_LIMITS, gpu: bool = False
+    mode: str,
+    course_root: Path,
+    out: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    gpu: bool = False,
+    submissions: Sequence[Path] = (),
 ) -> SandboxSet | None:
-    """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none."""
+    """The sandbox to grade in (None for mode "none"), or SandboxError saying why there is none. The
+    unprivileged-user sandbox also needs `submissions` (as handed in) closed to other users."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox {mode!r} (one of {', '.join(MODES)})")
     if mode == "none":
         return None
     bwrap_problem = bubblewrap.unavailable() if mode in ("auto", "bubblewrap") else None
     user_problem = (
-        unprivileged.unavailable(course_root, out) if mode == "user" or (mode == "auto" and bwrap_problem) else None
+        unprivileged.unavailable(course_root, out, submissions)
+        if mode == "user" or (mode == "auto" and bwrap_problem)
+        else None
     )
     if mode == "bubblewrap" and bwrap_problem:
         raise SandboxError(f"cannot sandbox with bubblewrap: {bwrap_problem}")

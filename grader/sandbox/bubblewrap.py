@@ -199,6 +199,10 @@ class BubblewrapConfinement:
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """The sandbox's whole environment: nothing of the grader's but what torch needs."""
         env = _passed(base)
+        # without a cgroup, RLIMIT_NPROC: it counts the processes of the sandbox's own user namespace
+        # (Linux 5.14 and later), but never binds root, so a root grader's sandboxes have no process cap
+        uncapped = self.cgroup is not None or os.geteuid() == 0
+        processes = None if uncapped else self.sandbox.limits.max_processes
         env.update(
             PATH=str(Path(sys.executable).parent),  # no /usr/bin inside: the Python environment's bin
             HOME="/tmp",
@@ -208,12 +212,23 @@ class BubblewrapConfinement:
             PYTHONPATH=str(self.sandbox.view),
             PYTHONDONTWRITEBYTECODE="1",
             OMP_NUM_THREADS="1",
-            **{RANK_LIMITS_VARIABLE: rank_limits(self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu)},
+            **{
+                RANK_LIMITS_VARIABLE: rank_limits(
+                    self.sandbox.limits, self.cgroup is not None, self.sandbox.gpu, processes
+                )
+            },
         )
         return env
 
     def oom_kills(self) -> int:
         return self.cgroup.oom_kills() if self.cgroup else 0
+
+    @property
+    def max_processes(self) -> int:
+        return self.sandbox.limits.max_processes
+
+    def processes_refused(self) -> int:
+        return self.cgroup.pids_refused() if self.cgroup else 0  # RLIMIT_NPROC keeps no count
 
     def close(self) -> None:
         if self.cgroup is not None:
