@@ -3,46 +3,22 @@ check (a short list read through zip, a missing key read with []) now fail it wi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from prepared import prepared_context
 
-from grader.catalog import load_catalog
 from grader.checks.ex09_checkpoint.facts import WriteEvent
 from grader.checks.ex10_scaling import checks as ex10
 from grader.checks.ex10_scaling.probes import BAD_ZERO_STAGES, PROBES
 from grader.checks.ex11_syncbn_unused import checks as ex11
 from grader.checks.ex13_zero1 import checks as ex13
-from grader.engine import Job, RankOutcome, RunResult
-from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.api import CheckContext, CheckFailed
 from grader.judge.facts import problems
-from grader.paths import course_root
-
-
-class _Runs(RunCache):
-    """Hands back a prepared result: the judge's side alone, no ranks started."""
-
-    def __init__(self, result: RunResult) -> None:
-        self._result = result
-
-    def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
-        return self._result
-
-    @property
-    def scratch(self) -> str:
-        return ""
 
 
 def _context(exercise: str, worker: str, facts: list[dict[str, Any]]) -> CheckContext:
-    module = load_catalog(course_root()).get(exercise)
-    result = RunResult(
-        job=Job(f"{module.workers_module}:{worker}", len(facts)),
-        ranks=[RankOutcome(rank, report={"facts": f, "error": None}, status=0) for rank, f in enumerate(facts)],
-        seconds=0.0,
-        timed_out=False,
-    )
-    return CheckContext(_Runs(result), module, Path("student.py"), world_size=len(facts))
+    return prepared_context(exercise, worker, facts)
 
 
 def _right(name: str) -> list[float]:

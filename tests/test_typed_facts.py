@@ -9,17 +9,17 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pytest
+from prepared import prepared_context
 
-from grader.catalog import load_catalog
 from grader.checks.ex01_process_group.facts import Joined
-from grader.engine import Job, RankOutcome, RunResult
+from grader.engine import Job
 from grader.engine.facts import RankFacts, Worker
-from grader.judge.api import CheckContext, CheckFailed, RunCache
+from grader.judge.api import CheckContext, CheckFailed
 from grader.judge.facts import MAX_PROBLEMS, problems
-from grader.paths import course_root
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = Job("grader.checks.ex01_process_group.workers:join_and_leave", 1)  # never started: the runs are prepared
+WORKER = "join_and_leave"
 
 
 class Inner(TypedDict):
@@ -99,32 +99,8 @@ def test_a_flood_of_problems_is_said_in_a_few_lines() -> None:
     assert len(problems({**good(), "losses": ["x"] * 10_000}, Report)) == MAX_PROBLEMS
 
 
-class _Runs(RunCache):
-    """A run cache that hands back a prepared result: the judge's side alone, no ranks started."""
-
-    def __init__(self, result: RunResult) -> None:
-        self._result = result
-
-    def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
-        return self._result
-
-    def reference(self, job: Job) -> RunResult:
-        return self._result
-
-    @property
-    def scratch(self) -> str:
-        return ""
-
-
 def _context(facts: list[dict[str, Any]]) -> CheckContext:
-    result = RunResult(
-        job=JOB,
-        ranks=[RankOutcome(rank, report={"facts": f, "error": None}, status=0) for rank, f in enumerate(facts)],
-        seconds=0.0,
-        timed_out=False,
-    )
-    exercise = load_catalog(course_root()).get("ex01")
-    return CheckContext(_Runs(result), exercise, Path("student.py"), world_size=len(facts))
+    return prepared_context("ex01", WORKER, facts)
 
 
 def test_a_check_fails_on_a_malformed_report_and_passes_a_good_one() -> None:

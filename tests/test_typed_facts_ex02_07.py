@@ -3,43 +3,19 @@ would have crashed the judge or been read as something else; a well-formed one i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from prepared import prepared_context
 
-from grader.catalog import load_catalog
 from grader.checks.ex04_launch.checks import propagates_errors
 from grader.checks.ex07_torchrun.checks import joins_from_env
-from grader.engine import Job, RankOutcome, RunResult
-from grader.judge.api import CheckContext, CheckFailed, RunCache
-from grader.paths import course_root
-
-
-class _Runs(RunCache):
-    """A run cache that hands back a prepared result: the judge's side alone, no ranks started."""
-
-    def __init__(self, result: RunResult) -> None:
-        self._result = result
-
-    def run(self, job: Job, by: tuple[str, int] = ("", 0)) -> RunResult:
-        return self._result
-
-    @property
-    def scratch(self) -> str:
-        return ""
+from grader.judge.api import CheckContext, CheckFailed
 
 
 def _context(exercise: str, worker: str, facts: dict[str, Any], world_size: int) -> CheckContext:
     """A grading whose one run of `worker` reported `facts` on its one process (ex04 and ex07 run one)."""
-    catalog = load_catalog(course_root()).get(exercise)
-    result = RunResult(
-        job=Job(f"{catalog.workers_module}:{worker}", 1),
-        ranks=[RankOutcome(0, report={"facts": facts, "error": None}, status=0)],
-        seconds=0.0,
-        timed_out=False,
-    )
-    return CheckContext(_Runs(result), catalog, Path("student.py"), world_size=world_size)
+    return prepared_context(exercise, worker, [facts], world_size)
 
 
 def _failing(raised: object) -> dict[str, Any]:
