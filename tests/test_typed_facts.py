@@ -142,3 +142,29 @@ def test_a_trusted_report_outside_its_schema_is_the_graders_error_not_a_ranks() 
     with pytest.raises(RuntimeError, match="the grader's trusted worker train reported facts outside its schema: "):
         ctx.reference(Worker("train", Report))
     assert _context([good()]).inspect(Worker("train", Report))["losses"] == [1.0, 2]
+
+
+# Trusted replays answer with a table keyed by the hypotheses asked (grader.judge.trajectory reads it): no TypedDict
+# can name those keys, so they are the one kind of worker without a schema yet.
+UNTYPED_WORKERS = frozenset({"replays"})
+
+
+@pytest.mark.parametrize("module_name", _facts_modules())
+def test_every_worker_has_a_schema(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    workers = ast.parse(Path(module.__file__ or "").with_name("workers.py").read_text())
+    defined = {
+        node.name
+        for node in workers.body
+        if isinstance(node, ast.FunctionDef)
+        and not node.name.startswith("_")
+        and node.args.args[:1]
+        and node.args.args[0].arg == "ctx"
+    }
+    declared = {value.name for value in vars(module).values() if isinstance(value, Worker)}
+    assert defined - declared <= UNTYPED_WORKERS, f"{module_name}: workers without a Worker handle"
+
+
+def test_every_exercise_declares_its_facts() -> None:
+    packages = sorted(path.name for path in (ROOT / "grader" / "checks").glob("ex*") if path.is_dir())
+    assert [name.split(".")[2] for name in _facts_modules()] == packages
