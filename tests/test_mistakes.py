@@ -34,5 +34,6 @@ def test_mistake_is_named(grade, catalog, tmp_path, exercise_id, mistake):
     assert failed, describe(results)
     for result in failed:
         assert re.search(mistake["expect"], result.message, re.I), describe([result])
+        assert not re.search(r"\s\(\)", result.message), f"a stray empty () in: {result.message}"
         if "cause" in mistake:  # the cause proven ("" where the message must name none)
             assert result.cause == mistake["cause"], describe([result])

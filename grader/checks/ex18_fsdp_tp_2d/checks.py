@@ -108,7 +108,8 @@ def placements_2d(ctx: CheckContext) -> None:
             dims, placements, mesh = p.get("dims"), p.get("placements"), p.get("mesh")
             if dims is None or placements is None or mesh is None:
                 raise ctx.fail(f"rank {rank} reported {p['name']} as a DTensor without its mesh and placements")
-            said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh} {tuple(dims)}, placements " + (
+            named = f" named {tuple(dims)}" if any(dims) else ""  # a mesh made without names has none to show
+            said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh}{named}, placements " + (
                 f"{tuple(placements)}"
             )
             if not want_tp:
