@@ -39,6 +39,7 @@ MISMATCH: Final = "collective_mismatch"  # the facts key of a rank that found on
 FOLDER: Final = ".collectives"  # in the run's folder: one log per rank, named by its rank
 WATCH_AFTER_S = 1.0  # a call waited on longer than this has its peers' calls compared with it
 POLL_S = 0.2
+SETTLE_S = 0.5  # once a mismatch is found, how long the group's other ranks may take to be accounted for
 MAX_LOG_BYTES = 4 << 20  # calls beyond this are counted but not logged (they compare as unknown)
 WATCHED = (*PROCESS_GROUP_COLLECTIVES, "barrier")
 _DDP_SOURCE = os.path.join("torch", "nn", "parallel", "distributed.py")
@@ -164,7 +165,8 @@ def find_mismatch(mine: Log, peers: list[Log], pending: tuple[str, int] | None, 
     ]
     if not gone or seq not in mine.calls.get(key, {}):
         return None
-    facts = [mine.calls[key][seq].fact(mine.rank, student)] + [
+    waiting = [log for log in (mine, *peers) if seq in log.calls.get(key, {})]
+    facts = [log.calls[key][seq].fact(log.rank, student) for log in waiting] + [
         {"rank": peer.rank, "returned": peer.function} for peer in gone
     ]
     return {"group_size": _size(members), "calls": sorted(facts, key=lambda f: f["rank"])}
@@ -194,7 +196,7 @@ class _PeerReader:
         for line in data[:end].splitlines():
             try:
                 self.log.add(json.loads(line))
-            except (ValueError, TypeError):  # a line of another format: written by code under test
+            except Exception:  # a line of another format: written by code under test
                 continue
         return self.log
 
@@ -359,6 +361,16 @@ class Recorder:
 
     # --- comparing with the peers --------------------------------------------------------
     def compare(self, pending: tuple[str, int] | None) -> dict[str, Any] | None:
+        """A mismatch the logs show; once one does, the ranks that have neither made the call nor left yet
+        get SETTLE_S to show theirs (peers that returned together exit one by one)."""
+        fact = self._compare_now(pending)
+        settled = time.monotonic() + SETTLE_S
+        while fact is not None and len(fact["calls"]) < (fact["group_size"] or 0) and time.monotonic() < settled:
+            time.sleep(POLL_S / 10)
+            fact = self._compare_now(pending) or fact
+        return fact
+
+    def _compare_now(self, pending: tuple[str, int] | None) -> dict[str, Any] | None:
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -376,7 +388,10 @@ class Recorder:
         if self._latest is None or not _from_collective(exc):
             return None
         key, seq, _, _ = self._latest
-        return self.compare((key, seq))
+        try:
+            return self.compare((key, seq))
+        except Exception:  # a log it cannot read: the error is reported as it is
+            return None
 
     def _start_watch(self) -> None:
         if self._watch is None:
@@ -392,7 +407,10 @@ class Recorder:
             key, seq, started, work = latest
             if time.monotonic() - started < WATCH_AFTER_S or _completed(work):
                 continue
-            fact = self.compare((key, seq))
+            try:
+                fact = self.compare((key, seq))
+            except Exception:  # a log it cannot read: no finding, as if the peer had not called yet
+                continue
             if fact is not None and self._active:
                 self.on_mismatch(fact)
                 return

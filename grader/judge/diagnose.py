@@ -22,6 +22,7 @@ from grader.judge.verdict import Verdict
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
 _GRADER_PARTS = ("/grader/engine/", "/grader/checks/", "<frozen ", "/runpy.py")
+_WATCH_SOURCE = str(Path("grader", "engine", "collectives.py"))
 
 _SIGNAL_MEANING = {  # by name: Windows has neither SIGKILL nor SIGBUS
     "SIGABRT": "aborted (SIGABRT); inside gloo this is most likely a collective called with "
@@ -47,12 +48,17 @@ def _source_line(path: str, line: int) -> str:
         return ""
 
 
+def _is_collective_watch(frames: list[dict[str, str]]) -> bool:
+    """The grader's own thread that watches a rank's collectives (collectives.py), never where a rank is."""
+    return any(f["function"] == "_watching" and f["file"].endswith(_WATCH_SOURCE) for f in frames)
+
+
 def stuck_frame(stack_dump: str, student_file: Path | None) -> str:
     """Where a rank was, from its last faulthandler dump: the student's innermost line if any."""
     if not stack_dump:
         return ""
     blocks = [[m.groupdict() for m in _FRAME.finditer(block)] for block in reversed(_THREAD_HEADER.split(stack_dump))]
-    blocks = [frames for frames in blocks if frames]
+    blocks = [frames for frames in blocks if frames and not _is_collective_watch(frames)]
     student = str(student_file.resolve()) if student_file else None
     chosen = next((f for frames in blocks for f in frames if f["file"] == student), None)
     if chosen is None and blocks:

@@ -139,6 +139,19 @@ def test_stuck_frame_prefers_the_students_innermost_line(tmp_path: Path):
     assert stuck_frame(dump, student) == "ex.py:2 in f(): `wait_forever()`"
 
 
+def test_stuck_frame_never_names_the_graders_collective_watch():
+    """Without a student's line, the frame named is the waiting thread's, not the watch thread's (collectives.py)."""
+    dump = (
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/venv/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        '  File "/x/grader/engine/rank_runtime.py", line 10 in run_rank\n'
+        "\nThread 0x00007e (most recent call first):\n"
+        '  File "/x/grader/engine/collectives.py", line 390 in _watching\n'
+        '  File "/usr/lib/python3.11/threading.py", line 982 in run\n'
+    )
+    assert stuck_frame(dump, None).startswith("distributed_c10d.py:5356 in barrier()")
+
+
 def _result(*outcomes: RankOutcome) -> RunResult:
     return RunResult(Job("m:f", len(outcomes)), list(outcomes), 0.1, False)
 
