@@ -152,6 +152,20 @@ def test_stuck_frame_never_names_the_graders_collective_watch():
     assert stuck_frame(dump, None).startswith("distributed_c10d.py:5356 in barrier()")
 
 
+def test_patches_restore_a_pybind_method_so_that_it_still_binds_self():
+    """Set back as `getattr` reads it, ProcessGroup.allreduce would be a plain function: `pg.allreduce([t])`
+    would then be called without `pg`. The collective log wraps every collective method (collectives.py)."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    from grader.rank.patches import Patches
+
+    stored = vars(ProcessGroup)["allreduce"]
+    patches = Patches()
+    patches.replace(ProcessGroup, "allreduce", lambda *args, **kwargs: None)
+    patches.restore()
+    assert vars(ProcessGroup)["allreduce"] is stored
+
+
 def _result(*outcomes: RankOutcome) -> RunResult:
     return RunResult(Job("m:f", len(outcomes)), list(outcomes), 0.1, False)
 
