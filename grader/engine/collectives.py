@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from grader.rank.patches import PROCESS_GROUP_COLLECTIVES, Patches
+from grader.rank.patches import PROCESS_GROUP_COLLECTIVES
 
 MISMATCH: Final = "collective_mismatch"  # the facts key of a rank that found one
 FOLDER: Final = ".collectives"  # in the run's folder: one log per rank, named by its rank
@@ -229,10 +229,10 @@ class Recorder:
         # the last call logged: its group, sequence number, start, and Work (_IN_CALL until the call returns)
         self._latest: tuple[str, int, float, Any] | None = None
         self._watch: threading.Thread | None = None
-        self._patches = Patches()
 
     def install(self) -> None:
-        """Wrap every collective method of ProcessGroup; a forked child (a DataLoader worker) logs nothing."""
+        """Wrap every collective method of ProcessGroup for the rank's life (a worker's own spies wrap these);
+        a forked child (a DataLoader worker) logs nothing."""
         try:
             from torch._C._distributed_c10d import ProcessGroup
         except ImportError:  # a torch built without torch.distributed: no collective to watch
@@ -242,12 +242,8 @@ class Recorder:
         self._fd = os.open(self.folder / f"{self.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         for name in WATCHED:
             if hasattr(ProcessGroup, name):
-                self._patches.replace(ProcessGroup, name, self._wrap(name, getattr(ProcessGroup, name)))
+                setattr(ProcessGroup, name, self._wrap(name, getattr(ProcessGroup, name)))
         os.register_at_fork(after_in_child=self._stop)
-
-    def restore(self) -> None:
-        self._stop()
-        self._patches.restore()
 
     def _stop(self) -> None:
         self._active = False
