@@ -80,6 +80,15 @@ def test_a_peer_that_returned_without_the_call_this_rank_waits_in_has_left():
     assert _said(fact) == [(0, "barrier"), (1, "returned from train_ddp")]
 
 
+def test_peers_waiting_in_the_same_call_are_named_beside_those_that_left():
+    group = [0, 1, 2]
+    mine = _log(0, BARRIER, BARRIER, members=group)
+    peers = [_log(1, BARRIER, left="returned", members=group), _log(2, BARRIER, BARRIER, members=group)]
+    fact = find_mismatch(mine, peers, (WORLD, 1), STUDENT)
+    assert _said(fact) == [(0, "barrier"), (1, "returned from train_ddp"), (2, "barrier")]
+    assert fact is not None and fact["group_size"] == 3
+
+
 @pytest.mark.parametrize(
     ("peer", "members"),
     [
