@@ -17,6 +17,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from types import ModuleType
 from typing import Any, Final, cast
 from urllib.parse import urlparse
 
-from grader.engine import spawn_log, wire
+from grader.engine import collectives, spawn_log, wire
 from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 
@@ -59,6 +60,7 @@ class RankContext:
         student_file = spec["student_file"]
         self.student_file = Path(student_file) if student_file else None
         self.facts: dict[str, Any] = {}
+        self.functions_asked: list[str] = []  # the student's functions the worker looked up, in order
         self._student_module: ModuleType | None = None
 
     # --- the student's code -------------------------------------------------------------
@@ -93,6 +95,7 @@ class RankContext:
         return self._student_module
 
     def student(self, name: str) -> Callable[..., Any]:
+        self.functions_asked.append(name)
         module = self.student_module()
         function = getattr(module, name, None)
         if not callable(function):
@@ -366,28 +369,62 @@ def run_rank(
     context = RankContext(spec)
     started = time.perf_counter()
     error = None
-    _store = None  # rank 0's rendezvous store: alive as long as this rank
+    store: list[Any] = []  # rank 0's rendezvous store: alive as long as this rank
+
+    def finish(error: dict[str, Any] | None) -> None:
+        _send_report(report_fd, context, error, time.perf_counter() - started, store, before_exit)
+
+    recorder = collectives.Recorder(Path(spec["run_dir"]), spec["rank"], spec.get("student_file"))
+
+    def found_mismatch(fact: dict[str, Any]) -> None:  # by the watch's thread: the main one waits in a call
+        context.facts[collectives.MISMATCH] = fact
+        finish(_mismatch_error(context.student_file))
+
+    recorder.on_mismatch = found_mismatch
+    recorder.install()
     try:
         if spec.get("host_store"):
-            _store = _host_rendezvous(spec)
+            store.append(_host_rendezvous(spec))
         hosted_port = os.environ["MASTER_PORT"] if spec.get("host_store") else None
         _wrap_init(datetime.timedelta(seconds=spec["collective_timeout"]), hosted_port, spec["debug_collectives"])
         module_name, _, function_name = spec["target"].partition(":")
         worker = getattr(importlib.import_module(module_name), function_name)
         facts = worker(context, **spec["kwargs"])
+        recorder.leave("returned", (context.functions_asked or [""])[-1])
         if facts:
             context.facts.update(facts)
     except BaseException as exc:  # SystemExit from student code included: it is a fact to report
+        recorder.leave("raised", "")
         error = describe_exception(exc, context.student_file)
         if isinstance(exc, SystemExit):
             error["message"] = f"the code called sys.exit({exc.code!r})"
-    if _store is not None:
-        context.facts[RENDEZVOUS_RANKS] = _registered_ranks(_store)
-    report = {"facts": context.facts, "error": error, "seconds": time.perf_counter() - started}
+        mismatch = recorder.after_error(exc)
+        if mismatch is not None:
+            context.facts[collectives.MISMATCH] = mismatch
+    finish(error)
+
+
+_REPORTING = threading.Lock()  # one report per rank: the main thread's, or the collective watch's
+
+
+def _send_report(
+    report_fd: int,
+    context: RankContext,
+    error: dict[str, Any] | None,
+    seconds: float,
+    store: list[Any],
+    before_exit: Callable[[], None],
+) -> None:
+    """Send the rank's one report and exit; a second caller (another thread) waits here until the exit."""
+    _REPORTING.acquire()
+    if store:
+        context.facts[RENDEZVOUS_RANKS] = _registered_ranks(store[0])
+    report = {"facts": context.facts, "error": error, "seconds": seconds}
     try:
         payload = _encode(report)
-    except (wire.WireError, RecursionError) as exc:
-        report = {"facts": {}, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0}
+    except (wire.WireError, RecursionError, RuntimeError) as exc:  # RuntimeError: a fact changed while encoded
+        kept = {key: context.facts[key] for key in (collectives.MISMATCH,) if key in context.facts}
+        report = {"facts": kept, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0}
         payload = _encode(report)
     _write_all(report_fd, payload)
     os.close(report_fd)
@@ -395,6 +432,28 @@ def run_rank(
     sys.stderr.flush()
     before_exit()
     os._exit(0)
+
+
+def _mismatch_error(student_file: Path | None) -> dict[str, Any]:
+    """The error a rank reports when its watch found a collective mismatch (the fact, which the judge
+    words, is in its facts): the main thread's stack says where this rank waits."""
+    main = sys._current_frames().get(threading.main_thread().ident or 0)
+    stack = traceback.extract_stack(main) if main is not None else traceback.StackSummary()
+    student = str(student_file) if student_file else None
+    return {
+        "type": "CollectiveMismatch",
+        "message": "the ranks called different collectives (this rank's watch found it)",
+        "grader_message": "",
+        "student_load_error": False,
+        "not_implemented": False,
+        "student_frames": [
+            {"file": f.filename, "line": f.lineno, "function": f.name, "code": f.line or ""}
+            for f in stack
+            if f.filename == student
+        ],
+        "traceback": "Stack of the waiting rank (most recent call last):\n" + "".join(stack.format()),
+        "chain": [],
+    }
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.engine import RankOutcome, RunResult
+from grader.engine.collectives import MISMATCH
 from grader.engine.rank_runtime import IMPORT_CALLS
 from grader.judge.explain import error_chain, explain
 from grader.judge.verdict import Verdict
@@ -21,6 +22,7 @@ from grader.judge.verdict import Verdict
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
 _GRADER_PARTS = ("/grader/engine/", "/grader/checks/", "<frozen ", "/runpy.py")
+_WATCH_SOURCE = str(Path("grader", "engine", "collectives.py"))
 
 _SIGNAL_MEANING = {  # by name: Windows has neither SIGKILL nor SIGBUS
     "SIGABRT": "aborted (SIGABRT); inside gloo this is most likely a collective called with "
@@ -46,12 +48,17 @@ def _source_line(path: str, line: int) -> str:
         return ""
 
 
+def _is_collective_watch(frames: list[dict[str, str]]) -> bool:
+    """The grader's own thread that watches a rank's collectives (collectives.py), never where a rank is."""
+    return any(f["function"] == "_watching" and f["file"].endswith(_WATCH_SOURCE) for f in frames)
+
+
 def stuck_frame(stack_dump: str, student_file: Path | None) -> str:
     """Where a rank was, from its last faulthandler dump: the student's innermost line if any."""
     if not stack_dump:
         return ""
     blocks = [[m.groupdict() for m in _FRAME.finditer(block)] for block in reversed(_THREAD_HEADER.split(stack_dump))]
-    blocks = [frames for frames in blocks if frames]
+    blocks = [frames for frames in blocks if frames and not _is_collective_watch(frames)]
     student = str(student_file.resolve()) if student_file else None
     chosen = next((f for frames in blocks for f in frames if f["file"] == student), None)
     if chosen is None and blocks:
@@ -250,6 +257,78 @@ def _outputs(outcomes: Sequence[RankOutcome]) -> list[str]:
     return [f"--- output of {rank_phrase(ranks, 0)} ---\n{text}" for text, ranks in by_text.items()]
 
 
+def _amount(numel: int, dtype: str) -> str:
+    """ "4 floats", "1 float", "3 int64 values" """
+    if dtype == "float32":
+        return f"{numel} float{'s' if numel != 1 else ''}"
+    return f"{numel} {dtype} value{'s' if numel != 1 else ''}"
+
+
+def _call_words(call: dict[str, Any], student_file: Path | None) -> str:
+    """What one rank did at the mismatched call: "called broadcast from rank 1 (4 floats) at x.py:45"."""
+    if "returned" in call:
+        function = call["returned"]
+        return f"had already returned from {function}" if function else "had already finished"
+    op = str(call.get("op", "?"))
+    root, numel, dtype, line = call.get("root"), call.get("numel"), call.get("dtype"), call.get("line")
+    words = f"called {op}()" if op == "barrier" else f"called {op}"
+    if isinstance(root, int):
+        words += f" {'from' if op in ('broadcast', 'scatter') else 'to'} rank {root}"
+    if isinstance(numel, int) and isinstance(dtype, str):
+        words += f" ({_amount(numel, dtype)})"
+    name = student_file.name if student_file else "your file"
+    return words + (f" at {name}:{line}" if isinstance(line, int) and line > 0 else " in the grader's code")
+
+
+def _is_call(call: Any) -> bool:
+    return isinstance(call, dict) and isinstance(call.get("rank"), int)
+
+
+def collective_mismatch(result: RunResult) -> dict[str, Any] | None:
+    """The collective mismatch a rank found (grader/engine/collectives.py), the one that names the most
+    ranks; None when no rank found one. Reports come from code under test: a malformed one is ignored."""
+    found: list[dict[str, Any]] = []
+    for outcome in result.ranks:
+        fact = outcome.facts.get(MISMATCH)
+        if isinstance(fact, dict) and isinstance(fact.get("calls"), list) and all(map(_is_call, fact["calls"])):
+            found.append(fact)
+    return max((fact for fact in found if fact["calls"]), key=lambda fact: len(fact["calls"]), default=None)
+
+
+def mismatch_verdict(fact: dict[str, Any], result: RunResult, student_file: Path | None, prefix: str = "") -> Verdict:
+    """ "ranks called different collectives: rank 0 called barrier() at ex03_train_ddp.py:41, rank 1 had
+    already returned from train_ddp": each rank's call, or its absence, at the first call that differs."""
+    world_size = len(result.ranks)
+    by_words: dict[str, list[int]] = {}
+    for call in sorted(fact["calls"], key=lambda c: c["rank"]):
+        by_words.setdefault(_call_words(call, student_file), []).append(call["rank"])
+    said = ", ".join(f"{rank_phrase(ranks, 0)} {words}" for words, ranks in by_words.items())
+    size = fact.get("group_size")
+    group = f" on a group of {size} ranks" if isinstance(size, int) and size != world_size else ""
+    message = (
+        f"ranks called different collectives{group}: {said}\n  every rank of a group makes the same collective "
+        "calls, in the same order, with the same root, sizes and dtypes; otherwise they wait for each other "
+        "until the timeout"
+    )
+    lines = [
+        f"rank {c['rank']}: {student_file.name if student_file else ''}:{c['line']} in {c.get('function', '?')}()"
+        + (f": `{c['code']}`" if c.get("code") else "")
+        for c in fact["calls"]
+        if isinstance(c.get("line"), int) and c["line"] > 0
+    ]
+    raw = [
+        _with_subject(f"rank {o.rank}", _describe(o, student_file, result.job.deadline)[0])
+        for o in result.ranks
+        if not o.ok
+    ]
+    return Verdict(
+        "failed",
+        prefix + message,
+        "\n".join(lines),
+        verbose_details="\n".join([*lines, "what each rank that failed reported:", *raw, *_outputs(result.ranks)]),
+    )
+
+
 def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "") -> Verdict | None:
     """None if every rank reported without error; else the verdict that fails the check.
 
@@ -269,6 +348,9 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
         first = f"{load['type']}: {load['message']}" if load.get("grader_message") else load["message"]
         full = load.get("traceback", "")
         return Verdict("error", f"{message}: {first}".rstrip(": "), student_traceback(full), verbose_details=full)
+    mismatch = collective_mismatch(result)
+    if mismatch is not None:
+        return mismatch_verdict(mismatch, result, student_file, f"{stage}: " if stage else "")
     world_size = len(result.ranks)
     deadline = result.job.deadline
     # The root cause is a rank that failed by itself, not one stopped because of another, nor one whose

@@ -31,17 +31,27 @@ PROCESS_GROUP_COLLECTIVES = (
 )
 
 
+_INHERITED = object()  # the attribute was not the owner's own: restoring removes the replacement
+
+
 class Patches:
-    """Attributes replaced on torch's modules and classes for one run, restored in reverse order."""
+    """Attributes replaced on torch's modules and classes for one run, restored in reverse order.
+
+    What is restored is the owner's own attribute as stored, not what `getattr` returns: a pybind11
+    method read from its class is a plain function that no longer binds `self` once set back."""
 
     def __init__(self) -> None:
         self._originals: list[tuple[Any, str, Any]] = []
 
     def replace(self, owner: Any, name: str, replacement: Any) -> None:
-        self._originals.append((owner, name, getattr(owner, name)))
+        own = vars(owner) if hasattr(owner, "__dict__") else {}
+        self._originals.append((owner, name, own.get(name, _INHERITED)))
         setattr(owner, name, replacement)
 
     def restore(self) -> None:
         while self._originals:
             owner, name, original = self._originals.pop()
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)

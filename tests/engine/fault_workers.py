@@ -58,6 +58,47 @@ def mismatched_collective(ctx: RankContext) -> None:
     dist.all_reduce(torch.zeros(ctx.rank + 1))
 
 
+def barrier_on_rank_zero_only(ctx: RankContext) -> None:
+    """Rank 0 waits in a barrier no other rank calls: the others return."""
+    import torch.distributed as dist
+
+    ctx.init_group()
+    if ctx.rank == 0:
+        dist.barrier()
+
+
+def all_reduce_against_broadcast(ctx: RankContext) -> None:
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    if ctx.rank == 0:
+        dist.all_reduce(torch.zeros(4))
+    else:
+        dist.broadcast(torch.zeros(4), src=0)
+
+
+def broadcast_from_own_rank(ctx: RankContext) -> None:
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    dist.broadcast(torch.zeros(4), src=ctx.rank)
+
+
+def reduces_after_a_while(ctx: RankContext) -> dict[str, Any]:
+    """Correct code: rank 1 reaches the all_reduce 3 s after rank 0, which waits for it."""
+    import torch
+    import torch.distributed as dist
+
+    ctx.init_group()
+    if ctx.rank == 1:
+        time.sleep(3)
+    total = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(total)
+    return {"sum": total}
+
+
 def floods_output(ctx: RankContext) -> dict[str, Any]:
     line = "x" * 1023 + "\n"
     for _ in range(10 * 1024):

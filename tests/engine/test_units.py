@@ -139,6 +139,33 @@ def test_stuck_frame_prefers_the_students_innermost_line(tmp_path: Path):
     assert stuck_frame(dump, student) == "ex.py:2 in f(): `wait_forever()`"
 
 
+def test_stuck_frame_never_names_the_graders_collective_watch():
+    """Without a student's line, the frame named is the waiting thread's, not the watch thread's (collectives.py)."""
+    dump = (
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/venv/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        '  File "/x/grader/engine/rank_runtime.py", line 10 in run_rank\n'
+        "\nThread 0x00007e (most recent call first):\n"
+        '  File "/x/grader/engine/collectives.py", line 390 in _watching\n'
+        '  File "/usr/lib/python3.11/threading.py", line 982 in run\n'
+    )
+    assert stuck_frame(dump, None).startswith("distributed_c10d.py:5356 in barrier()")
+
+
+def test_patches_restore_a_pybind_method_so_that_it_still_binds_self():
+    """Set back as `getattr` reads it, ProcessGroup.allreduce would be a plain function: `pg.allreduce([t])`
+    would then be called without `pg`. The collective log wraps every collective method (collectives.py)."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    from grader.rank.patches import Patches
+
+    stored = vars(ProcessGroup)["allreduce"]
+    patches = Patches()
+    patches.replace(ProcessGroup, "allreduce", lambda *args, **kwargs: None)
+    patches.restore()
+    assert vars(ProcessGroup)["allreduce"] is stored
+
+
 def _result(*outcomes: RankOutcome) -> RunResult:
     return RunResult(Job("m:f", len(outcomes)), list(outcomes), 0.1, False)
 
