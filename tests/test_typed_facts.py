@@ -75,6 +75,16 @@ def test_each_malformed_fact_is_said(change: dict[str, Any], said: str) -> None:
     assert problems({**good(), **change}, Report) == [said]
 
 
+def test_the_runtimes_own_facts_fit_every_schema() -> None:
+    """What the rank runtime adds beside a worker's facts (grader/engine/rank_runtime.py) is never "unknown"."""
+    from grader.engine import collectives
+    from grader.engine.rank_runtime import IMPORT_CALLS, RENDEZVOUS_RANKS
+
+    runtime = {IMPORT_CALLS: {"f": 3}, RENDEZVOUS_RANKS: [0, 1], collectives.MISMATCH: {"calls": []}}
+    assert problems({**good(), **runtime}, Report) == []
+    assert problems(runtime, Report, complete=False) == []
+
+
 def test_a_missing_fact_is_said_only_of_a_complete_report() -> None:
     facts = good()
     del facts["losses"]

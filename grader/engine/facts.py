@@ -9,7 +9,7 @@ crosses the boundary, and the judge checks every report against the schema befor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, NotRequired, TypedDict, TypeVar
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 F = TypeVar("F")
 
@@ -19,6 +19,7 @@ class RankFacts(TypedDict):
 
     student_import_calls: NotRequired[dict[str, int]]  # IMPORT_CALLS: a function called at the file's top level
     rendezvous_ranks: NotRequired[list[int] | None]  # RENDEZVOUS_RANKS: what the grader's own store saw
+    collective_mismatch: NotRequired[dict[str, Any]]  # collectives.MISMATCH: ranks in different collectives
 
 
 @dataclass(frozen=True)
