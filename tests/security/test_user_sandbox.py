@@ -63,11 +63,15 @@ def _attack():
         except OSError:
             pass
     found.append("SAW-GRADER: " + str(any(" grade " in line for line in seen)))
-    hits = []
+    hits, until = [], time.monotonic() + 2  # a bounded search: /tmp may hold whole checkouts and environments
     for root, _, files in os.walk("/tmp"):
+        if time.monotonic() > until:
+            break
         for name in files:
             try:
-                hits += [name] if marker in open(os.path.join(root, name), errors="replace").read() else []
+                path = os.path.join(root, name)
+                if os.path.getsize(path) < 65536 and marker in open(path, errors="replace").read():
+                    hits.append(name)
             except OSError:
                 pass
     found.append("FOUND-BOB: " + str(hits))
