@@ -9,6 +9,7 @@ the quiz with the score so far.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,30 @@ TYPE_PROMPTS = {
     "truefalse": "A (true) or B (false)",
     "numeric": "a number",
 }
+
+
+# The Markdown a bank writes (grader/quiz/markdown.py renders it for sheets), said plainly in a terminal:
+# **bold** and *italic* lose their markers, `code` keeps its backticks, fenced blocks are indented.
+_EMPHASIS = [re.compile(r"\*\*(.+?)\*\*"), re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])")]
+_CODE_SPAN = re.compile(r"(`[^`]+`)")
+
+
+def plain(text: str) -> str:
+    """`text` as a terminal shows it: emphasis markers dropped outside code, fences turned into an indent."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            lines.append(f"    {line}")
+            continue
+        parts = _CODE_SPAN.split(line)
+        for index in range(0, len(parts), 2):  # the even parts lie outside code spans
+            for pattern in _EMPHASIS:
+                parts[index] = pattern.sub(r"\1", parts[index])
+        lines.append("".join(parts))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -74,17 +99,17 @@ def ask_all(
 
 
 def _question_text(item: Item, total: int) -> str:
-    lines = [f"\n{item.number}/{total}  [{item.question.id}, {item.question.exercise}]", item.text.strip()]
-    lines += [f"  {choice.letter}. {choice.text}" for choice in item.choices]
+    lines = [f"\n{item.number}/{total}  [{item.question.id}, {item.question.exercise}]", plain(item.text.strip())]
+    lines += [f"  {choice.letter}. {plain(choice.text)}" for choice in item.choices]
     return "\n".join(lines)
 
 
 def _feedback(entry: dict[str, Any], feedback: str) -> str:
     """The marking's feedback, and the question's explanation where the marking left it out."""
     general = entry.get("explanation", "").strip()
-    lines = [f"  {feedback}"]
+    lines = [f"  {plain(feedback)}"]
     if general and general not in feedback:
-        lines.append(f"  Explanation: {general}")
+        lines.append(f"  Explanation: {plain(general)}")
     return "\n".join(lines)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from grader.quiz.bank import Question, load_banks
 from grader.quiz.key import key_data
-from grader.quiz.practice import about_exercise, ask_all
+from grader.quiz.practice import about_exercise, ask_all, plain
 from grader.quiz.versions import draw
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,3 +47,27 @@ def test_an_exercise_is_named_by_id_prefix_number_or_name() -> None:
     question = next(q for q in _practice() if q.exercise == "ex03_train_ddp")
     assert all(about_exercise(question, name) for name in ("ex03_train_ddp", "ex03", "3", "train_ddp"))
     assert not about_exercise(question, "ex01") and not about_exercise(question, "1")
+
+
+def test_markdown_is_said_plainly_in_the_terminal() -> None:
+    assert plain("with **ZeRO stage 3** on `N` GPUs, *Give your answer in GB*") == (
+        "with ZeRO stage 3 on `N` GPUs, Give your answer in GB"
+    )
+    assert (
+        plain("keep `a*b*c` and `**x**` as code; 2 * 3 * 4 stays")
+        == "keep `a*b*c` and `**x**` as code; 2 * 3 * 4 stays"
+    )
+    assert plain("see:\n```python\nx = 1\n```\ndone") == "see:\n    x = 1\ndone"
+
+
+def test_no_emphasis_marker_reaches_the_terminal() -> None:
+    """Every practice question's text, options and explanation, as the terminal quiz writes them."""
+    practice = _practice()
+    written: list[str] = []
+
+    def answer(prompt: str) -> str:  # readable for every type, so that every question is asked
+        return "1" if "a number" in prompt else "A"
+
+    assert ask_all(practice, 7, answer, written.append).asked == len(practice)
+    outside_code = re.sub(r"`[^`\n]+`", "", "\n".join(written))
+    assert not re.search(r"\*\*\S|\S\*\*|(?<![\w*\s])\*(?=\w)", outside_code), outside_code[:2000]
