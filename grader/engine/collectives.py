@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from grader.engine import tamper
 from grader.rank.patches import PROCESS_GROUP_COLLECTIVES
 
 MISMATCH: Final = "collective_mismatch"  # the facts key of a rank that found one
@@ -242,7 +243,7 @@ class Recorder:
         self._fd = os.open(self.folder / f"{self.rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         for name in WATCHED:
             if hasattr(ProcessGroup, name):
-                setattr(ProcessGroup, name, self._wrap(name, getattr(ProcessGroup, name)))
+                tamper.install(ProcessGroup, name, self._wrap(name, getattr(ProcessGroup, name)))
         os.register_at_fork(after_in_child=self._stop)
 
     def _stop(self) -> None:

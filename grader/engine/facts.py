@@ -20,6 +20,7 @@ class RankFacts(TypedDict):
     student_import_calls: NotRequired[dict[str, int]]  # IMPORT_CALLS: a function called at the file's top level
     rendezvous_ranks: NotRequired[list[int] | None]  # RENDEZVOUS_RANKS: what the grader's own store saw
     collective_mismatch: NotRequired[dict[str, Any]]  # collectives.MISMATCH: ranks in different collectives
+    tampered: NotRequired[list[str]]  # tamper.TAMPERED: what of the grader's own code the code under test replaced
 
 
 @dataclass(frozen=True)

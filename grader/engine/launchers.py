@@ -2,8 +2,12 @@
 
 Both speak the protocol in zygote.py; they differ in how messages travel and how each rank's
 output, report and stack streams reach the grader:
-- `ZygoteLink` (fork launcher, Linux): a SOCK_SEQPACKET socket pair; the grader makes three pipes
-  per rank and passes their write ends with the spawn request.
+- `ZygoteLink` (fork launcher, Linux): a SOCK_SEQPACKET socket pair; the grader makes two pipes
+  (output, stack) and a socket pair (report) per rank and passes their rank ends with the spawn request.
+  The report travels over a socket because a pipe's write end can be opened for reading through
+  /proc/self/fd: code in the rank could take back its runtime's opening (wire.sealed_encoder) before the
+  grader reads it. A socket's end cannot be opened that way, and reading it gives only what the grader sends
+  (nothing).
 - `PoolLink` (portable launcher, every system): loopback TCP (loopback.py); each rank connects
   its three streams to the grader's listener with the run's token.
 The supervisor reads the streams of a run through `RunStreams`, whichever link made them.
@@ -186,6 +190,11 @@ class ZygoteLink:
         streams = RunStreams(world_size)
         for rank in range(world_size):
             for role in ROLES:
+                if role == "report":
+                    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                    streams.sources[ours] = (role, rank)
+                    streams.to_pass.append(theirs.detach())
+                    continue
                 read_end, write_end = os.pipe()
                 streams.sources[read_end] = (role, rank)
                 streams.to_pass.append(write_end)

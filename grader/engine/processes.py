@@ -24,7 +24,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 COMMAND_CHARS = 200
 SWEEP_ROUNDS = 200
-FDS_PER_RANK = 3  # pipes a zygote gets for each rank it forks: output, report, stack dump
+FDS_PER_RANK = 3  # streams a zygote gets for each rank it forks: output, report, stack dump
 MULTIPROCESSING_HELPERS = (
     "from multiprocessing.resource_tracker import main",
     "from multiprocessing.forkserver import main",

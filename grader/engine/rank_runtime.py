@@ -23,16 +23,13 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, NoReturn, cast
 from urllib.parse import urlparse
 
-from grader.engine import collectives, spawn_log, wire
+from grader.engine import collectives, spawn_log, tamper, wire
 from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 
-# Bound before any student code is imported: patching `grader.engine.wire.encode` from a student
-# module does not change what this rank sends.
-_encode = wire.encode
 AGENT_STORE_VARIABLE = "TORCHELASTIC_USE_AGENT_STORE"  # torch's rendezvous: every rank a store client
 
 
@@ -86,6 +83,7 @@ class RankContext:
                         top = top.f_back
                     calls.setdefault(frame.f_code.co_name, top.f_lineno)
 
+            tamper.freeze()  # the grader's code as it is before the student's first runs
             previous = sys.getprofile()
             sys.setprofile(record)
             try:
@@ -146,7 +144,7 @@ class RankContext:
             calls.append(describe(*args, **kwargs) if describe else {})
             return original(*args, **kwargs)
 
-        setattr(owner, attribute, recorded)
+        tamper.install(owner, attribute, recorded)
         return calls
 
 
@@ -268,17 +266,6 @@ def _host_rendezvous(spec: RankSpec) -> Any:
     return store
 
 
-def _registered_ranks(store: Any) -> list[int] | None:
-    """The ranks whose default group published its Gloo address in the grader's own store, one key
-    per rank (0//cpu//0/<rank>, under default_pg/ where torch made the store from the address): seen
-    by the store, not reported by the code under test. None where the store cannot list its keys."""
-    try:
-        keys = store.list_keys()
-    except Exception:  # a store without the extended API
-        return None
-    return sorted({int(found[1]) for key in keys if (found := GLOO_ADDRESS_KEY.fullmatch(key))})
-
-
 def _meets_at_hosted_store(arguments: dict[str, Any], hosted_port: str) -> bool:
     """Whether an init_process_group call names the launcher's rendezvous: env:// (or no
     init_method) with the MASTER_PORT the grader set, or tcp:// to that same port."""
@@ -312,7 +299,7 @@ def _as_agent_store_client(hosted_port: str) -> None:
                     kwargs["is_master"] = False
             super().__init__(host_name, port, *args, **kwargs)
 
-    setattr(dist, "TCPStore", TCPStore)  # a monkeypatch: mypy refuses to assign to a class
+    tamper.install(dist, "TCPStore", TCPStore)
 
 
 def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, debug_collectives: bool) -> None:
@@ -348,7 +335,7 @@ def _wrap_init(default_timeout: datetime.timedelta, hosted_port: str | None, deb
             else:
                 os.environ[AGENT_STORE_VARIABLE] = before
 
-    dist.init_process_group = init_process_group
+    tamper.install(dist, "init_process_group", init_process_group)
     if hosted_port is not None:
         _as_agent_store_client(hosted_port)
     if debug_collectives:
@@ -367,71 +354,150 @@ def run_rank(
 
     torch.set_num_threads(1)
     context = RankContext(spec)
-    started = time.perf_counter()
-    error = None
-    store: list[Any] = []  # rank 0's rendezvous store: alive as long as this rank
-
-    def finish(error: dict[str, Any] | None) -> None:
-        _send_report(report_fd, context, error, time.perf_counter() - started, store, before_exit)
-
     recorder = collectives.Recorder(Path(spec["run_dir"]), spec["rank"], spec.get("student_file"))
-
-    def found_mismatch(fact: dict[str, Any]) -> None:  # by the watch's thread: the main one waits in a call
-        context.facts[collectives.MISMATCH] = fact
-        finish(_mismatch_error(context.student_file))
-
-    recorder.on_mismatch = found_mismatch
+    report = _bind_report(report_fd, context, recorder, before_exit, torch)  # writes the channel's opening
+    recorder.on_mismatch = report.mismatched  # called by the watch's thread: the main one waits in a call
     recorder.install()
     try:
         if spec.get("host_store"):
-            store.append(_host_rendezvous(spec))
+            report.keep_store(_host_rendezvous(spec))
         hosted_port = os.environ["MASTER_PORT"] if spec.get("host_store") else None
         _wrap_init(datetime.timedelta(seconds=spec["collective_timeout"]), hosted_port, spec["debug_collectives"])
         module_name, _, function_name = spec["target"].partition(":")
         worker = getattr(importlib.import_module(module_name), function_name)
-        facts = worker(context, **spec["kwargs"])
-        recorder.leave("returned", (context.functions_asked or [""])[-1])
-        if facts:
-            context.facts.update(facts)
-    except BaseException as exc:  # SystemExit from student code included: it is a fact to report
-        recorder.leave("raised", "")
-        error = describe_exception(exc, context.student_file)
-        if isinstance(exc, SystemExit):
-            error["message"] = f"the code called sys.exit({exc.code!r})"
-        mismatch = recorder.after_error(exc)
+    except BaseException as exc:
+        report.raised(exc)
+    report.run(worker, spec["kwargs"])
+
+
+class _Report(NamedTuple):
+    """A rank's way to its one report, as closures bound before any student code loads (`_bind_report`)."""
+
+    run: Callable[[Callable[..., Any], dict[str, Any]], NoReturn]  # the worker, then the report of how it ended
+    raised: Callable[[BaseException], NoReturn]
+    mismatched: Callable[[dict[str, Any]], NoReturn]  # the collective watch found a mismatch
+    keep_store: Callable[[Any], None]  # rank 0's rendezvous store: alive with the rank, read at the report
+
+
+def _bind_report(
+    report_fd: int, context: RankContext, recorder: collectives.Recorder, before_exit: Callable[[], None], torch: Any
+) -> _Report:
+    """Everything between the worker's end and the grader: each function, object and builtin it uses is bound here,
+    before the student's file is imported, and its code reads no global, so rebinding a name later (of this module,
+    wire, collectives, tamper, os, sys, json, numpy, torch or builtins) changes nothing in what is sent. Writes the
+    report channel's opening (the key the report is sealed with: wire.sealed_encoder) before it returns.
+
+    What the code under test can still do, it does to the runtime's objects themselves (the facts dict in place, these
+    closures, the memory): nothing inside the rank's own process rules that out (docs/SECURITY.md, "Forged facts")."""
+    from builtins import (  # noqa: UP029 - bound now: a builtin rebound later is not read
+        BaseException,
+        Exception,
+        OSError,
+        RecursionError,
+        RuntimeError,
+        SystemExit,
+        ValueError,
+        getattr,
+        int,
+        isinstance,
+        memoryview,
+        sorted,
+        str,
+    )
+
+    opening, encode = wire.sealed_encoder(torch)
+    write, close, end, clock, acquire = os.write, os.close, os._exit, time.perf_counter, threading.Lock().acquire
+    flushes = (sys.stdout.flush, sys.stderr.flush)
+    facts, update, asked = context.facts, context.facts.update, context.functions_asked
+    student_file = context.student_file
+    leave, after_error, describe, waiting = recorder.leave, recorder.after_error, describe_exception, _mismatch_error
+    tampered, address = tamper.replaced, GLOO_ADDRESS_KEY.fullmatch
+    mismatch_key, rendezvous_key, tampered_key = collectives.MISMATCH, RENDEZVOUS_RANKS, tamper.TAMPERED
+    unencodable = (wire.WireError, RecursionError, RuntimeError)  # RuntimeError: a fact changed while encoded
+    stores: list[tuple[Any, Callable[[], list[str]] | None]] = []
+    started = clock()
+
+    def write_all(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[write(report_fd, view) :]
+
+    def registered_ranks() -> list[int] | None:
+        """The ranks whose default group published its Gloo address in the grader's own store, one key per rank
+        (0//cpu//0/<rank>, under default_pg/ where torch made the store from the address): seen by the store, not
+        reported by the code under test. None where the store cannot list its keys."""
+        try:
+            keys = stores[0][1]()  # type: ignore[misc]
+        except Exception:  # a store without the extended API
+            return None
+        return sorted({int(found[1]) for key in keys if (found := address(key))})
+
+    def send(error: dict[str, Any] | None) -> NoReturn:
+        """Send the rank's one report and exit; a second caller (another thread) waits here until the exit."""
+        acquire()
+        if stores:
+            facts[rendezvous_key] = registered_ranks()
+        found = tampered()
+        if found:
+            facts[tampered_key] = found
+        try:
+            payload = encode({"facts": facts, "error": error, "seconds": clock() - started})
+        except unencodable as exc:
+            kept = {key: facts[key] for key in (mismatch_key, tampered_key) if key in facts}
+            payload = encode({"facts": kept, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0})
+        write_all(payload)
+        close(report_fd)
+        for flush in flushes:
+            try:
+                flush()
+            except (OSError, ValueError):  # the code under test closed it
+                pass
+        before_exit()
+        end(0)
+
+    def left(how: str, function: str) -> None:
+        try:
+            leave(how, function)
+        except Exception:  # the collective log's line is lost (its helpers rebound): the report is not
+            pass
+
+    def raised(exc: BaseException) -> NoReturn:
+        left("raised", "")
+        try:
+            error = describe(exc, student_file)
+            if isinstance(exc, SystemExit):
+                error["message"] = f"the code called sys.exit({exc.code!r})"
+            mismatch = after_error(exc)
+        except BaseException:  # helpers the code under test broke: an error is reported all the same
+            error = {"type": "Error", "message": "the rank raised an error the grader could not describe"}
+            mismatch = None
         if mismatch is not None:
-            context.facts[collectives.MISMATCH] = mismatch
-    finish(error)
+            facts[mismatch_key] = mismatch
+        send(error)
 
+    def run(worker: Callable[..., Any], kwargs: dict[str, Any]) -> NoReturn:
+        try:
+            returned = worker(context, **kwargs)
+        except BaseException as exc:  # SystemExit from student code included: it is a fact to report
+            raised(exc)
+        left("returned", (asked or [""])[-1])
+        if returned:
+            update(returned)
+        send(None)
 
-_REPORTING = threading.Lock()  # one report per rank: the main thread's, or the collective watch's
+    def mismatched(fact: dict[str, Any]) -> NoReturn:
+        facts[mismatch_key] = fact
+        try:
+            error = waiting(student_file)
+        except Exception:
+            error = {"type": "CollectiveMismatch", "message": "the ranks called different collectives"}
+        send(error)
 
+    def keep_store(store: Any) -> None:
+        stores.append((store, getattr(store, "list_keys", None)))
 
-def _send_report(
-    report_fd: int,
-    context: RankContext,
-    error: dict[str, Any] | None,
-    seconds: float,
-    store: list[Any],
-    before_exit: Callable[[], None],
-) -> None:
-    """Send the rank's one report and exit; a second caller (another thread) waits here until the exit."""
-    _REPORTING.acquire()
-    if store:
-        context.facts[RENDEZVOUS_RANKS] = _registered_ranks(store[0])
-    report = {"facts": context.facts, "error": error, "seconds": seconds}
-    try:
-        payload = _encode(report)
-    except (wire.WireError, RecursionError, RuntimeError) as exc:  # RuntimeError: a fact changed while encoded
-        kept = {key: context.facts[key] for key in (collectives.MISMATCH,) if key in context.facts}
-        report = {"facts": kept, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0}
-        payload = _encode(report)
-    _write_all(report_fd, payload)
-    os.close(report_fd)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    before_exit()
-    os._exit(0)
+    write_all(opening)
+    return _Report(run, raised, mismatched, keep_store)
 
 
 def _mismatch_error(student_file: Path | None) -> dict[str, Any]:
@@ -454,9 +520,3 @@ def _mismatch_error(student_file: Path | None) -> dict[str, Any]:
         "traceback": "Stack of the waiting rank (most recent call last):\n" + "".join(stack.format()),
         "chain": [],
     }
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

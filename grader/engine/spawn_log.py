@@ -21,6 +21,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from grader.engine import tamper
+
 LOG_NAME = "spawned.jsonl"
 MAX_LOG_BYTES = 1 << 20
 
@@ -77,11 +79,11 @@ def install(run_dir: Path, student_file: str | None) -> None:
         popen_init(self, *args, **kwargs)
         log.append(self.pid, origin)
 
-    setattr(subprocess.Popen, "__init__", popen)  # a monkeypatch: mypy refuses to assign to a method
+    tamper.install(subprocess.Popen, "__init__", popen)
     if hasattr(os, "posix_spawn"):
-        os.posix_spawn = _recorded(log, os.posix_spawn, int)
-        os.posix_spawnp = _recorded(log, os.posix_spawnp, int)
-    multiprocessing.util.spawnv_passfds = _recorded(log, multiprocessing.util.spawnv_passfds, int)
+        tamper.install(os, "posix_spawn", _recorded(log, os.posix_spawn, int))
+        tamper.install(os, "posix_spawnp", _recorded(log, os.posix_spawnp, int))
+    tamper.install(multiprocessing.util, "spawnv_passfds", _recorded(log, multiprocessing.util.spawnv_passfds, int))
 
 
 def read(run_dir: Path) -> dict[int, str]:

@@ -63,13 +63,13 @@ WARM_UP_S = 120.0  # the launcher's first import of torch, on a loaded machine
 class _Live:
     """One rank while its run goes on. What it sends is held within fixed bounds, whatever it sends:
     its output's head and tail (CappedOutput), the last STACK_DUMP_BYTES of its stack dumps, and a
-    report of at most wire.MAX_REPORT_BYTES (wire.FrameReader); the rest is read and let go."""
+    report of at most wire.MAX_REPORT_BYTES (wire.ReportReader); the rest is read and let go."""
 
     outcome: RankOutcome
     trusted: bool = False  # the job loads no student code (wire.report_reader)
     output: CappedOutput = field(default_factory=CappedOutput)
     stack: bytearray = field(default_factory=bytearray)
-    report: wire.FrameReader = field(init=False)
+    report: wire.ReportReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.report = wire.report_reader(f"rank {self.outcome.rank}'s report", self.trusted)
@@ -88,13 +88,10 @@ class _Live:
     def decode(self) -> RankOutcome:
         outcome = self.outcome
         if outcome.report is None and not outcome.report_problem:
-            if not self.report.received:
-                outcome.report_problem = "no report"
-            else:
-                try:
-                    outcome.report = _checked_report(self.report.decode())
-                except wire.WireError as exc:
-                    outcome.report_problem = str(exc)
+            try:
+                outcome.report = _checked_report(self.report.decode())
+            except wire.WireError as exc:  # wire.NO_REPORT included: the rank sent nothing after its opening
+                outcome.report_problem = str(exc)
         return outcome
 
 

@@ -270,7 +270,7 @@ class TorchrunEngine:
     def _outcome(rank: int, run_dir: Path, timed_out: bool, trusted: bool) -> RankOutcome:
         outcome = RankOutcome(rank)
         report = run_dir / f"rank{rank}.report"
-        if _written(report):
+        if _reported(report):
             try:
                 outcome.report = _read_report(report, rank, trusted)
                 outcome.status = 0
@@ -291,7 +291,7 @@ class TorchrunEngine:
 
 
 def _read_report(path: Path, rank: int, trusted: bool) -> Any:
-    """A rank's report file, read as the zygote's pipe is (wire.FrameReader): never more than the frame
+    """A rank's report file, read as the zygote's stream is (wire.ReportReader): never more than the frame
     and one chunk past it, refused from its header when that announces more than the grader's limit."""
     reader = wire.report_reader(f"rank {rank}'s report", trusted)
     with open(path, "rb") as file:
@@ -302,8 +302,13 @@ def _read_report(path: Path, rank: int, trusted: bool) -> Any:
 
 
 def _written(path: Path) -> bool:
-    """A rank's file that holds something (a report, a stack dump)."""
+    """A rank's file that holds something (a stack dump)."""
     return path.is_file() and path.stat().st_size > 0
+
+
+def _reported(path: Path) -> bool:
+    """A rank's report file that holds more than the opening its runtime writes first (wire.sealed_encoder)."""
+    return path.is_file() and path.stat().st_size > wire.OPENING_BYTES
 
 
 def _await_stacks(run_dir: Path, world_size: int, least: float) -> None:
@@ -314,7 +319,7 @@ def _await_stacks(run_dir: Path, world_size: int, least: float) -> None:
     stacks = [
         run_dir / f"rank{rank}.stack"
         for rank in range(world_size)
-        if (run_dir / f"rank{rank}.ready").exists() and not _written(run_dir / f"rank{rank}.report")
+        if (run_dir / f"rank{rank}.ready").exists() and not _reported(run_dir / f"rank{rank}.report")
     ]
     while time.monotonic() - started < STACK_DUMP_LIMIT_S:
         if all(_written(path) for path in stacks):

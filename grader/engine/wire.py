@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import struct
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,38 +41,13 @@ MAX_REPORT_VALUES = 1 << 15
 TRUSTED_REPORT_BYTES = 64 << 20
 MAX_CONTROL_BYTES = 1 << 20  # a launcher's message (the zygote reads its requests in packets of this size)
 MAX_DEPTH = 64
+OPENING_BYTES = 32  # a rank's report stream opens with its seal's key, written before any student code loads
+SEAL_BYTES = 32  # and its report frame ends with the seal: BLAKE2b of the body under that key
+NO_REPORT = "no report"
 
 
 class WireError(ValueError):
     """A report that is not in the expected format."""
-
-
-def _to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(key): _to_jsonable(value) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_to_jsonable(value) for value in obj]
-    if isinstance(obj, (str, bool, int, float)) or obj is None:
-        return obj
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if hasattr(obj, "detach") and hasattr(obj, "numpy"):  # a torch.Tensor, without importing torch
-        tensor = obj.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":
-            tensor = tensor.float()
-        obj = tensor.numpy()
-    if isinstance(obj, np.ndarray):
-        array = np.ascontiguousarray(obj)
-        if array.dtype.name not in _ALLOWED_DTYPES:
-            raise WireError(f"cannot report an array of dtype {array.dtype}")
-        return {
-            _ARRAY_KEY: {
-                "dtype": array.dtype.name,
-                "shape": list(array.shape),
-                "data": base64.b64encode(array.tobytes()).decode("ascii"),
-            }
-        }
-    raise WireError(f"cannot report a value of type {type(obj).__name__}")
 
 
 def _from_jsonable(obj: Any, depth: int = 0) -> Any:
@@ -96,10 +76,83 @@ def _array(spec: Any) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
+def _encoder(torch: Any, seal: Any) -> Callable[[Any], bytes]:
+    """`encode` as a closure over everything it calls, each looked up once, now: rebinding a name later (a module's
+    attribute, a builtin, a method of torch.Tensor) changes nothing in what it writes, and its code reads no global.
+    A rank binds its own before any student code loads (`sealed_encoder`). `torch`: the module where tensors may be
+    reported (None: none can be); `seal`: the keyed hash whose digest of the body ends the frame, or None."""
+    from _json import encode_basestring_ascii, make_encoder
+    from builtins import bool, dict, float, int, isinstance, len, list, str, tuple, type  # noqa: UP029 - bound now
+
+    error, pack, base64, join = WireError, _HEADER.pack, binascii.b2a_base64, "".join
+    allowed, array_key, items = _ALLOWED_DTYPES, _ARRAY_KEY, dict.items
+    contiguous, generic, item, ndarray = np.ascontiguousarray, np.generic, np.generic.item, np.ndarray
+    # the C encoder json.dumps(obj, separators=(",", ":")) runs, made here: json's module attributes are not read again
+    body_of = make_encoder(
+        None,
+        None,  # type: ignore[arg-type]  # no default: jsonable() leaves only what JSON holds
+        encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+    tensors: tuple[type, ...] = ()
+    if torch is not None:  # torch.Tensor's own methods are Python attributes: the C base class's cannot be rebound
+        base = torch._C.TensorBase
+        tensors, plain, bfloat16 = (base,), torch._C.DisableTorchFunctionSubclass, torch.bfloat16
+        detach, cpu, as_float, as_numpy, dtype_of = base.detach, base.cpu, base.float, base.numpy, base.dtype.__get__
+
+    def tensor_array(tensor: Any) -> Any:
+        with plain():  # a subclass's __torch_function__ is not asked how to copy it
+            value = cpu(detach(tensor))
+            return as_numpy(as_float(value) if dtype_of(value) is bfloat16 else value)
+
+    def jsonable(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {str(key): jsonable(value) for key, value in items(obj)}
+        if isinstance(obj, (list, tuple)):
+            return [jsonable(value) for value in obj]
+        if isinstance(obj, (str, bool, int, float)) or obj is None:
+            return obj
+        if isinstance(obj, generic):
+            return item(obj)
+        if isinstance(obj, tensors):
+            obj = tensor_array(obj)
+        if isinstance(obj, ndarray):
+            array = contiguous(obj)
+            if array.dtype.name not in allowed:
+                raise error(f"cannot report an array of dtype {array.dtype}")
+            data = base64(array.tobytes(), newline=False).decode("ascii")
+            return {array_key: {"dtype": array.dtype.name, "shape": list(array.shape), "data": data}}
+        raise error(f"cannot report a value of type {type(obj).__name__}")
+
+    def encode(obj: Any) -> bytes:
+        body = join(body_of(jsonable(obj), 0)).encode()
+        if seal is None:
+            return pack(len(body)) + body
+        digest = seal.copy()
+        digest.update(body)
+        return pack(len(body)) + body + digest.digest()
+
+    return encode
+
+
 def encode(obj: Any) -> bytes:
     """One framed message: an 8-byte length, then the JSON body."""
-    body = json.dumps(_to_jsonable(obj), separators=(",", ":")).encode()
-    return _HEADER.pack(len(body)) + body
+    return _encoder(sys.modules.get("torch"), None)(obj)
+
+
+def sealed_encoder(torch: Any) -> tuple[bytes, Callable[[Any], bytes]]:
+    """A rank's report channel, bound before any student code loads: the opening the rank writes first (a key drawn
+    now, which the grader reads before that code runs) and the encoder of its one report, whose frame ends with a
+    keyed BLAKE2b of its body (the seal). A frame without that seal, or bytes after it, are refused
+    (`ReportReader`): code that writes into the channel itself is found out, unless it digs the key out of the
+    runtime's memory."""
+    key = secrets.token_bytes(OPENING_BYTES)
+    return key, _encoder(torch, hashlib.blake2b(key=key, digest_size=SEAL_BYTES))
 
 
 def frame_length(data: bytes | bytearray) -> int | None:
@@ -166,34 +219,48 @@ def decode(
         raise WireError(f"malformed report: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
-def report_reader(subject: str, trusted: bool) -> FrameReader:
+def report_reader(subject: str, trusted: bool) -> ReportReader:
     """The reader of one rank's report: within the grader's limits, or a trusted worker's (TRUSTED_REPORT_BYTES,
     values not counted) where the job loads no student code."""
     if trusted:
-        return FrameReader(subject, TRUSTED_REPORT_BYTES, None)
-    return FrameReader(subject)
+        return ReportReader(subject, TRUSTED_REPORT_BYTES, None)
+    return ReportReader(subject)
 
 
-class FrameReader:
-    """One frame as it arrives from a stream, never holding more than `limit` bytes of it: a header that
-    announces more refuses the frame at once, and bytes past the frame are counted, not kept. Complete
-    once its frame is in or it is refused, so a stray that inherited the stream cannot hold a run open."""
+class ReportReader:
+    """One rank's report stream as it arrives, never holding more than `limit` bytes of it: the opening (the key its
+    runtime drew before any student code ran), then one frame and its seal. A header that announces more than the
+    limit refuses the report at once, and bytes past the seal are counted, not kept. Complete once the seal is in or
+    the report is refused, so a stray that inherited the stream cannot hold a run open.
+
+    A report the runtime did not seal with the opening's key, or bytes after it, mean that something else wrote into
+    the channel (student code that found the descriptor, a process it started): the report is refused, in a sentence.
+    """
 
     def __init__(
         self, subject: str = "the report", limit: int = MAX_REPORT_BYTES, max_values: int | None = MAX_REPORT_VALUES
     ) -> None:
         self.subject, self.limit, self.max_values = subject, limit, max_values
-        self.received = 0  # bytes, kept or not
+        self.received = 0  # bytes, kept or not, the opening included
         self.complete = False
-        self.problem = ""  # why the frame was refused from its header
-        self._data = bytearray()
+        self.problem = ""  # why the report was refused from its header
+        self._key = bytearray()
+        self._data = bytearray()  # the frame, then its seal
         self._stray = 0
+
+    @property
+    def reported(self) -> bool:
+        """Whether anything came after the opening: a rank that ends before its runtime reports sends only that."""
+        return self.received > OPENING_BYTES
 
     def add(self, data: bytes) -> None:
         self.received += len(data)
         if self.complete:
             self._stray += len(data)
             return
+        taken = max(0, OPENING_BYTES - len(self._key))
+        self._key += data[:taken]
+        data = data[taken:]
         taken = max(0, _HEADER.size - len(self._data))
         self._data += data[:taken]
         data = data[taken:]
@@ -204,16 +271,28 @@ class FrameReader:
             self.problem = too_large(self.subject, expected - _HEADER.size, self.limit)
             self.complete, self._data = True, bytearray()
             return
-        room = expected - len(self._data)
+        room = expected + SEAL_BYTES - len(self._data)
         self._data += data[:room]
         self._stray += max(0, len(data) - room)
-        self.complete = len(self._data) == expected
+        self.complete = len(self._data) == expected + SEAL_BYTES
 
     def decode(self) -> Any:
-        """The object in the frame (see `decode`), which is then let go."""
+        """The object in the report (see `decode`), once its seal is checked; the report is then let go."""
         if self.problem:
             raise WireError(self.problem)
-        frame, self._data = self._data, bytearray()
+        if not self.reported:
+            raise WireError(NO_REPORT)
+        data, self._data = self._data, bytearray()
         if self._stray:
-            raise WireError("report followed by stray bytes")
-        return decode(frame, self.subject, self.limit, self.max_values)
+            raise WireError(self._foreign("bytes after the runtime's report"))
+        end = frame_length(data)
+        if end is None or len(data) < end:  # the rank ended while it wrote (or code under test wrote this)
+            return decode(data, self.subject, self.limit, self.max_values)
+        tag = hashlib.blake2b(memoryview(data)[_HEADER.size : end], key=bytes(self._key), digest_size=SEAL_BYTES)
+        if len(data) < end + SEAL_BYTES or not hmac.compare_digest(tag.digest(), data[end:]):
+            raise WireError(self._foreign("a report the runtime did not seal"))
+        del data[end:]
+        return decode(data, self.subject, self.limit, self.max_values)
+
+    def _foreign(self, what: str) -> str:
+        return f"{self.subject} channel was written by something other than the grader's rank runtime: {what}"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
-from grader.engine import EngineError, Runner
+from grader.engine import EngineError, Runner, RunResult
+from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
@@ -28,6 +29,7 @@ from grader.judge.verdict import CheckResult, Status, Verdict
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
 ENGINE_FAILURE = "the grader could not run the ranks"  # opens the message of a result whose engine broke
+MAX_TAMPERED = 20  # lines a result keeps of what was replaced: one marks it, a flood says nothing more
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ def _grade_checks(
         for world_size in sizes:
             started = time.perf_counter()
             warnings: list[str] = []
+            replaced: tuple[str, ...] = ()
             function = registry.get(spec.name)
             if problem is not None:
                 verdict = Verdict("error", problem)
@@ -134,6 +137,9 @@ def _grade_checks(
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
                 _name_test_calls(verdict, warnings, context)
+                replaced = tampered(context.used)
+                if replaced:
+                    warnings.append(f"marked: the code under test replaced the grader's code ({'; '.join(replaced)})")
             share = spec.points / len(sizes)
             result = CheckResult(
                 **asdict(verdict),
@@ -146,11 +152,24 @@ def _grade_checks(
                 visibility=spec.visibility,
                 hint_number=exercise.hint_number(verdict.hint) if verdict.hint else None,
                 notes=warnings,
+                tampered=replaced,
             )
             results.append(result)
             if on_result:
                 on_result(result)
     return results
+
+
+def tampered(runs: Iterable[RunResult]) -> tuple[str, ...]:
+    """What the ranks of these runs found of the grader's own code replaced once the code under test had run
+    (tamper.TAMPERED), one line per rank and thing, each once. A report is untrusted: strings only, capped."""
+    lines: dict[str, None] = {}
+    for run in runs:
+        for rank in run.ranks:
+            found = rank.facts.get(TAMPERED)
+            if isinstance(found, list):
+                lines.update((f"rank {rank.rank}: {line[:300]}", None) for line in found if isinstance(line, str))
+    return tuple(lines)[:MAX_TAMPERED]
 
 
 def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContext) -> None:

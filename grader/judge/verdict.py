@@ -43,6 +43,7 @@ RECORD_KEYS = (
     "notes",
     "verbose_details",
     "cause",
+    "tampered",
 )  # a result's record, in this order
 
 
@@ -59,6 +60,9 @@ class CheckResult(Verdict):
     visibility: str
     notes: list[str] = field(default_factory=list)  # warnings beside the verdict (a process left behind...)
     hint_number: int | None = None  # the hint as students ask for it: `grader hint <exercise> <number>`
+    # what of the grader's own code the ranks found replaced once the code under test had run, one line each
+    # ("rank 0: grader.engine.wire.encode was replaced"): the result is marked, its points are the check's
+    tampered: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -73,5 +77,5 @@ class CheckResult(Verdict):
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> CheckResult:
         """A result read back from its record (`to_json`); keys it does not know are ignored."""
-        known = {key: record[key] for key in RECORD_KEYS if key in record and key != "hint"}
-        return cls(**known, hint_number=record.get("hint"))
+        known = {key: record[key] for key in RECORD_KEYS if key in record and key not in ("hint", "tampered")}
+        return cls(**known, hint_number=record.get("hint"), tampered=tuple(record.get("tampered", ())))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.engine import tamper
+
 # Every collective a `ProcessGroup` runs (its methods, which dist.* and the functional collectives reach),
 # torch 2.13's *_single names included; a name an older torch lacks is skipped where it is spied on.
 PROCESS_GROUP_COLLECTIVES = (
@@ -46,11 +48,12 @@ class Patches:
     def replace(self, owner: Any, name: str, replacement: Any) -> None:
         own = vars(owner) if hasattr(owner, "__dict__") else {}
         self._originals.append((owner, name, own.get(name, _INHERITED)))
-        setattr(owner, name, replacement)
+        tamper.install(owner, name, replacement)
 
     def restore(self) -> None:
         while self._originals:
             owner, name, original = self._originals.pop()
+            tamper.forget(owner, name)
             if original is _INHERITED:
                 delattr(owner, name)
             else:

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from grader.engine import tamper
+
 
 class SimulatedGpuNode:
     """The GPUs of one node, the one this process has bound, and each binding as it happens."""
@@ -84,22 +86,28 @@ class SimulatedGpuNode:
             self.current = previous
 
     def install(self) -> None:
-        cuda, accelerator = torch.cuda, torch.accelerator
-        cuda.is_available = lambda: True
-        cuda.device_count = lambda: self.gpus
-        cuda.set_device = lambda device: self.bind(device, "torch.cuda.set_device")
-        cuda.current_device = lambda: self.query("torch.cuda.current_device")
-        # torch.cuda.device and torch.accelerator.device_index are classes, torch.get_device_module a cached
-        # function: mypy refuses to assign a function to them, so these three are set with setattr
-        setattr(cuda, "device", lambda device: self.scoped(device, "torch.cuda.device"))
-        accelerator.is_available = lambda: True
-        accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
-        accelerator.device_count = lambda: self.gpus
-        accelerator.set_device_index = lambda device: self.bind(device, "torch.accelerator.set_device_index")
-        accelerator.set_device_idx = lambda device: self.bind(device, "torch.accelerator.set_device_idx")
-        accelerator.current_device_index = lambda: self.query("torch.accelerator.current_device_index")
-        accelerator.current_device_idx = lambda: self.query("torch.accelerator.current_device_idx")
-        setattr(accelerator, "device_index", lambda device: self.scoped(device, "torch.accelerator.device_index"))
-        device_module = torch.get_device_module
-        setattr(torch, "get_device_module", lambda device=None: cuda if device is None else device_module(device))
-        dist.is_nccl_available = lambda: True
+        cuda, accelerator, device_module = torch.cuda, torch.accelerator, torch.get_device_module
+        replacements: dict[Any, dict[str, Callable[..., Any]]] = {
+            cuda: {
+                "is_available": lambda: True,
+                "device_count": lambda: self.gpus,
+                "set_device": lambda device: self.bind(device, "torch.cuda.set_device"),
+                "current_device": lambda: self.query("torch.cuda.current_device"),
+                "device": lambda device: self.scoped(device, "torch.cuda.device"),
+            },
+            accelerator: {
+                "is_available": lambda: True,
+                "current_accelerator": lambda check_available=False: torch.device("cuda"),
+                "device_count": lambda: self.gpus,
+                "set_device_index": lambda device: self.bind(device, "torch.accelerator.set_device_index"),
+                "set_device_idx": lambda device: self.bind(device, "torch.accelerator.set_device_idx"),
+                "current_device_index": lambda: self.query("torch.accelerator.current_device_index"),
+                "current_device_idx": lambda: self.query("torch.accelerator.current_device_idx"),
+                "device_index": lambda device: self.scoped(device, "torch.accelerator.device_index"),
+            },
+            torch: {"get_device_module": lambda device=None: cuda if device is None else device_module(device)},
+            dist: {"is_nccl_available": lambda: True},
+        }
+        for owner, functions in replacements.items():
+            for name, function in functions.items():
+                tamper.install(owner, name, function)

@@ -21,6 +21,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DistributedSampler, TensorDataset
 
+from grader.engine import tamper
+
 FEATURES, HIDDEN = 8, 16
 MOMENTUM = 0.9
 
@@ -77,7 +79,7 @@ class ForwardRecorder:
             finally:
                 recorder._ddp.pop()
 
-        setattr(DistributedDataParallel, "forward", forward)  # a monkeypatch: mypy refuses to assign to a method
+        tamper.install(DistributedDataParallel, "forward", forward)
 
     def _samples(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
@@ -100,6 +102,7 @@ class ForwardRecorder:
 
     def close(self) -> None:
         self._handle.remove()
+        tamper.forget(DistributedDataParallel, "forward")
         setattr(DistributedDataParallel, "forward", self._original)
 
 
@@ -119,9 +122,10 @@ class LossRecorder:
                 recorder.losses.append(float(tensor.detach().float().cpu().reshape(())))
             return original(tensor, *args, **kwargs)
 
-        setattr(torch.Tensor, "backward", backward)  # a monkeypatch: mypy refuses to assign to a method
+        tamper.install(torch.Tensor, "backward", backward)
 
     def close(self) -> None:
+        tamper.forget(torch.Tensor, "backward")
         setattr(torch.Tensor, "backward", self._original)
 
 

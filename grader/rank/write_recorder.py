@@ -32,6 +32,8 @@ import sys
 import time
 from typing import Any
 
+from grader.engine import tamper
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _AUDITED = frozenset({"open", "os.rename", "os.link", "os.symlink"})
 HOLD_LIMIT = 1.0  # seconds a held save waits for the other ranks at most (code that syncs another way)
@@ -121,11 +123,12 @@ class WriteRecorder:
 
         save = self._wrap_save(torch.save)
         load = self._wrap_load(torch.load)
-        torch.save = torch.serialization.save = save
-        torch.load = torch.serialization.load = load
+        for owner in (torch, torch.serialization):
+            tamper.install(owner, "save", save)
+            tamper.install(owner, "load", load)
         if self._waypoints is not None:
             for name in ("barrier", "monitored_barrier"):
-                setattr(dist, name, self._wrap_barrier(getattr(dist, name)))
+                tamper.install(dist, name, self._wrap_barrier(getattr(dist, name)))
         sys.addaudithook(self._audit)
         return self
 

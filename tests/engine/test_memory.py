@@ -59,7 +59,11 @@ def test_a_stack_dump_flood_is_held_to_its_tail_and_the_dump_at_the_deadline_sti
     "announced, said",
     [
         (300 << 20, "rank {}'s report is 300 MB, over the grader's limit of 1 MB"),
-        (1000, "report followed by stray bytes"),
+        (
+            1000,
+            "rank {}'s report channel was written by something other than the grader's rank runtime: "
+            "bytes after the runtime's report",
+        ),
     ],
     ids=["announced", "past-the-frame"],
 )
@@ -72,18 +76,18 @@ def test_an_oversized_report_is_refused_in_a_sentence_without_being_held(fault_e
 def test_a_report_that_would_expand_when_decoded_is_refused_in_a_sentence(fault_engine):
     result, held = run_measured(fault_engine, "sends_an_expanding_report", values=300_000)
     assert held < HELD_BOUND, f"the grader held {held / 1e6:.0f} MB"
-    for rank in result.ranks:
+    for rank in result.ranks:  # the lists, the report's keys and rendezvous_ranks
         assert rank.report_problem == (
-            f"rank {rank.rank}'s report holds 300,007 values, over the grader's limit of {wire.MAX_REPORT_VALUES:,}"
+            f"rank {rank.rank}'s report holds 300,011 values, over the grader's limit of {wire.MAX_REPORT_VALUES:,}"
         )
     verdict = failure_verdict(result, FAULTS)
-    assert verdict is not None and "sent a damaged report (rank 0's report holds 300,007 values" in verdict.message
+    assert verdict is not None and "sent a damaged report (rank 0's report holds 300,011 values" in verdict.message
 
 
 def test_torchrun_rank_files_are_read_within_the_same_bounds(tmp_path):
     """The torchrun mode reads a rank's report, output and stack dump from files it may have made huge."""
     with open(tmp_path / "rank0.report", "wb") as report:
-        report.write((300 << 20).to_bytes(8, "big"))
+        report.write(bytes(wire.OPENING_BYTES) + (300 << 20).to_bytes(8, "big"))
         report.truncate(300 << 20)
     for name in ("rank0.out", "rank0.stack"):
         with open(tmp_path / name, "wb") as flood:

@@ -58,11 +58,11 @@ def _frame(body: bytes) -> bytes:
 
 
 def test_a_report_whose_header_announces_too_much_is_refused_before_its_body_is_held():
-    reader = wire.FrameReader("rank 2's report")
+    reader = wire.ReportReader("rank 2's report")
     chunk = b" " * (1 << 16)
 
     def feed() -> None:
-        reader.add((300 << 20).to_bytes(8, "big"))
+        reader.add(bytes(wire.OPENING_BYTES) + (300 << 20).to_bytes(8, "big"))
         for _ in range(512):  # 32 MB more
             reader.add(chunk)
 
@@ -74,18 +74,23 @@ def test_a_report_whose_header_announces_too_much_is_refused_before_its_body_is_
 
 
 def test_bytes_past_a_report_are_counted_not_held():
-    reader = wire.FrameReader()
+    reader = wire.ReportReader()
     chunk = b" " * (1 << 16)
+    opening, encode = wire.sealed_encoder(None)
 
     def feed() -> None:
-        reader.add(wire.encode({"facts": {}, "error": None}))
+        reader.add(opening + encode({"facts": {}, "error": None}))
         for _ in range(512):
             reader.add(chunk)
 
     assert _peak_bytes(feed) < 1 << 20
     assert reader.complete and reader.received > 32 << 20
-    with pytest.raises(wire.WireError, match="followed by stray bytes"):
+    with pytest.raises(wire.WireError) as refused:
         reader.decode()
+    assert str(refused.value) == (
+        "the report channel was written by something other than the grader's rank runtime: "
+        "bytes after the runtime's report"
+    )
 
 
 def test_a_report_within_the_size_limit_that_would_expand_is_refused_before_it_is_parsed(monkeypatch):
@@ -248,11 +253,12 @@ def test_an_engine_failure_is_marked_on_each_result_in_the_same_words(catalog, t
 def test_a_trusted_workers_report_may_be_larger_than_a_ranks() -> None:
     """ex13's replays of every hypothesis are 2.4 MB at W=2: a job that loads no student code is read within
     TRUSTED_REPORT_BYTES, while a rank beside student code stays within MAX_REPORT_BYTES."""
-    frame = wire.encode({"replays": [np.zeros(1 << 17, dtype=np.float32) for _ in range(6)]})  # about 4 MB
+    opening, encode = wire.sealed_encoder(None)
+    frame = encode({"replays": [np.zeros(1 << 17, dtype=np.float32) for _ in range(6)]})  # about 4 MB
     assert len(frame) > 3 * wire.MAX_REPORT_BYTES
     for trusted, accepted in ((True, True), (False, False)):
         reader = wire.report_reader("rank 0's report", trusted)
-        reader.add(frame)
+        reader.add(opening + frame)
         if accepted:
             assert len(reader.decode()["replays"]) == 6
         else:

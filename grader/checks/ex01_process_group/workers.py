@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from grader.engine import tamper
 from grader.engine.rank_runtime import RankContext
 from grader.rank.simulated_gpu import SimulatedGpuNode
 
@@ -63,7 +64,7 @@ def _spy_binding(ctx: RankContext, owner: Any, name: str) -> list[dict[str, Any]
     if ctx.backend != "gloo":
         return ctx.spy(owner, name)
     calls: list[dict[str, Any]] = []
-    setattr(owner, name, lambda *args, **kwargs: calls.append({}))
+    tamper.install(owner, name, lambda *args, **kwargs: calls.append({}))
     return calls
 
 
@@ -128,7 +129,7 @@ def simulated_gpu_node(ctx: RankContext) -> dict[str, Any]:
         )
         real_init("gloo", **{k: v for k, v in bound.items() if k in keep})
 
-    dist.init_process_group = init_process_group
+    tamper.install(dist, "init_process_group", init_process_group)
     for name in COLLECTIVES:
         _record_collective(name, node, events)
     setup, cleanup = ctx.student("setup_ddp"), ctx.student("cleanup_ddp")
@@ -149,4 +150,4 @@ def _record_collective(name: str, node: SimulatedGpuNode, events: list[dict[str,
         events.append({"call": name, "device": node.current})
         return original(*args, **kwargs)
 
-    setattr(dist, name, collective)
+    tamper.install(dist, name, collective)

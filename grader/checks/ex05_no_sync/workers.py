@@ -10,6 +10,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine import tamper
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -42,7 +43,7 @@ class AllReduceCounter:
             counter.wraps.append({})
             ddp.register_comm_hook(ddp.process_group, counter._hook)
 
-        setattr(DistributedDataParallel, "__init__", init)  # a monkeypatch: mypy refuses to assign to a method
+        tamper.install(DistributedDataParallel, "__init__", init)
 
     def _hook(self, group, bucket):  # not annotated: DDP rejects string annotations
         """All-reduce as DDP's default does; bucket 0 starts a pass over all the gradients."""

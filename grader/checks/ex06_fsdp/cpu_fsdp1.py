@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 from torch.distributed.fsdp._flat_param import FlatParamHandle
 
+from grader.engine import tamper
+
 
 def install() -> None:
     """Make FSDP1's offload to CPU a no-op for a flat parameter that already lives on the CPU."""
@@ -29,4 +31,4 @@ def install() -> None:
         with offload(self):
             yield
 
-    setattr(FlatParamHandle, "to_cpu", to_cpu)  # a monkeypatch: mypy refuses to assign to a method
+    tamper.install(FlatParamHandle, "to_cpu", to_cpu)

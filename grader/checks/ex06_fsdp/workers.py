@@ -25,6 +25,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
+from grader.engine import tamper
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -177,7 +178,7 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
         roots.append(shard_model(*args, **kwargs))
         return roots[-1]
 
-    setattr(module, "shard_model", recorded_shard_model)  # train_fsdp finds it through the module's globals
+    tamper.install(module, "shard_model", recorded_shard_model)  # train_fsdp finds it through the module's globals
     ctx.facts["optimizer_steps"] = optimizer_steps = []
     handle = register_optimizer_step_pre_hook(
         lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model))

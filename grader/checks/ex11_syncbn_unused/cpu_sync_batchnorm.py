@@ -21,6 +21,8 @@ import torch.distributed.nn.functional as distributed_autograd
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from grader.engine import tamper
+
 
 def _needs_stand_in(module: nn.SyncBatchNorm, input: torch.Tensor) -> bool:
     """A CPU training forward in a process group: what torch 2.13 refuses on CPU. (A group of one
@@ -66,11 +68,11 @@ def install() -> None:
             normalized = normalized * self.weight.view(shape) + self.bias.view(shape)
         return normalized
 
-    setattr(nn.SyncBatchNorm, "forward", forward)  # monkeypatches: mypy refuses to assign to a method
+    tamper.install(nn.SyncBatchNorm, "forward", forward)
     refuse_cpu = DistributedDataParallel._passing_sync_batchnorm_handle
 
     def accept_cpu(self: DistributedDataParallel, module: nn.Module) -> None:
         if self.device_type != "cpu":
             refuse_cpu(self, module)
 
-    setattr(DistributedDataParallel, "_passing_sync_batchnorm_handle", accept_cpu)
+    tamper.install(DistributedDataParallel, "_passing_sync_batchnorm_handle", accept_cpu)

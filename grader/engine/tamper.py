@@ -1,0 +1,118 @@
+"""What of the grader's own code, in a rank, the code under test replaced: checked once that code has run, and
+reported by the runtime as a fact (`TAMPERED`: "grader.engine.wire.encode was replaced"), never passed silently.
+
+Three things are held, each as it was before any student code ran:
+- what the grader installs on torch and the standard library (its spies and wrappers): `install(owner, name, value)`
+  sets the attribute and holds it until `forget` (the grader put back what it had replaced);
+- the grader's own code: when the student's file is first imported (`freeze`), every function and class of every
+  grader module then loaded, and the functions, properties and static or class methods of each class they define;
+- the optimizer step hooks registered by then (torch's global tables, which the grader's workers fill), and the
+  tables themselves.
+`replaced()` lists what no longer is what was held: rebinding a name is found. Its code, like the report's, reads no
+global: what it calls is bound when this module loads, before any student code, so rebinding a name it uses (a
+builtin, one of this module's) changes nothing in what it finds.
+
+Code that edits these records in place, or a hook's closure, is not found: that is reaching into the runtime's memory,
+which nothing inside the rank's own process can rule out (docs/SECURITY.md, "Forged facts").
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any, Final
+
+TAMPERED: Final = "tampered"  # the facts key: one line per thing of the grader's that was replaced
+GRADER_PACKAGE = "grader"
+OPTIMIZER_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")  # in torch.optim.optimizer
+
+
+def _bind() -> tuple[
+    Callable[[Any, str, Any], None],
+    Callable[[Any, str], None],
+    Callable[[], None],
+    Callable[[], list[str]],
+]:
+    """install, forget, freeze and replaced, as closures over the records and everything they call (see above)."""
+    from builtins import (  # noqa: UP029 - bound now: a builtin rebound later is not read
+        classmethod,
+        dict,
+        getattr,
+        id,
+        isinstance,
+        list,
+        property,
+        setattr,
+        staticmethod,
+        type,
+        vars,
+    )
+
+    modules, function, module_type, missing = sys.modules, types.FunctionType, types.ModuleType, object()
+    package, prefix, optimizer_tables = GRADER_PACKAGE, GRADER_PACKAGE + ".", OPTIMIZER_HOOKS
+    installed: dict[tuple[int, str], list[tuple[Any, str, Any, str]]] = {}  # (owner, name) -> installs, the latest last
+    frozen: list[tuple[str, Any, dict[str, Any]]] = []  # (label, live namespace, what it held at the freeze)
+    hooks: list[tuple[str, dict[Any, Any], dict[Any, Any]]] = []  # (which table, the table, its entries at the freeze)
+
+    def label(owner: Any) -> str:
+        if isinstance(owner, module_type):
+            return owner.__name__
+        if isinstance(owner, type):
+            return f"{owner.__module__}.{owner.__qualname__}"
+        return type(owner).__name__
+
+    def install(owner: Any, name: str, value: Any) -> None:
+        setattr(owner, name, value)
+        installed.setdefault((id(owner), name), []).append((owner, name, value, label(owner)))
+
+    def forget(owner: Any, name: str) -> None:
+        held = installed.get((id(owner), name))
+        if held:
+            held.pop()
+            if not held:
+                del installed[(id(owner), name)]
+
+    def hold(label: str, namespace: Any, kinds: tuple[type, ...]) -> None:
+        frozen.append((label, namespace, {k: v for k, v in list(namespace.items()) if isinstance(v, kinds)}))
+
+    def freeze() -> None:
+        if frozen:
+            return
+        for name, module in list(modules.items()):
+            if module is None or not (name == package or name.startswith(prefix)):
+                continue
+            hold(name, vars(module), (function, type))
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == name:  # a class the module defines
+                    hold(f"{name}.{value.__qualname__}", vars(value), (function, property, staticmethod, classmethod))
+        optimizer = modules.get("torch.optim.optimizer")
+        if optimizer is None:
+            return
+        for table_name in optimizer_tables:
+            table = getattr(optimizer, table_name)
+            installed[(id(optimizer), table_name)] = [(optimizer, table_name, table, optimizer.__name__)]
+            hooks.append((f"an optimizer step hook of {optimizer.__name__}.{table_name}", table, dict(table)))
+
+    def replaced() -> list[str]:
+        found: list[str] = []
+        for owner, name, value, owner_label in [held[-1] for held in list(installed.values())]:
+            now = vars(owner).get(name, missing)
+            if now is not value:
+                found.append(f"{owner_label}.{name} was {'removed' if now is missing else 'replaced'}")
+        for namespace_label, namespace, held in frozen:
+            for name, value in list(held.items()):
+                now = namespace.get(name, missing)
+                if now is not value:
+                    found.append(f"{namespace_label}.{name} was {'removed' if now is missing else 'replaced'}")
+        for table_label, table, entries in hooks:
+            for key, hook in list(entries.items()):
+                now = table.get(key, missing)
+                if now is not missing and now is not hook:  # gone: the grader removes its own hooks when done
+                    found.append(f"{table_label} ({getattr(hook, '__qualname__', '?')}) was replaced")
+        return found
+
+    return install, forget, freeze, replaced
+
+
+install, forget, freeze, replaced = _bind()
