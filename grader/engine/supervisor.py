@@ -449,7 +449,10 @@ class Engine:
             self._process.kill()
 
     def _finish(self, live: _Live) -> None:
-        live.decode()
+        outcome = live.decode()
+        late = live.report.bytes_after()  # read after the report was decoded: a process the rank left wrote them
+        if late and outcome.report is not None:
+            outcome.report, outcome.report_problem = None, late
         live.outcome.output = live.output.text()
         live.outcome.output_dropped = live.output.dropped
         live.outcome.stack_dump = bytes(live.stack).decode(errors="replace")[-STACK_DUMP_CHARS:]

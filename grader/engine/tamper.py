@@ -3,11 +3,12 @@ reported by the runtime as a fact (`TAMPERED`: "grader.engine.wire.encode was re
 
 Three things are held, each as it was before any student code ran:
 - what the grader installs on torch and the standard library (its spies and wrappers): `install(owner, name, value)`
-  sets the attribute and holds it until `forget` (the grader put back what it had replaced);
+  sets the attribute and holds it until `forget`, where the grader puts back what it had replaced (and which says
+  whether it was still there);
 - the grader's own code: when the student's file is first imported (`freeze`), every function and class of every
   grader module then loaded, and the functions, properties and static or class methods of each class they define;
 - the optimizer step hooks registered by then (torch's global tables, which the grader's workers fill), and the
-  tables themselves.
+  tables themselves; a hook the grader removes when done is checked as it is removed (RemovableHandle.remove).
 `replaced()` lists what no longer is what was held: rebinding a name is found. Its code, like the report's, reads no
 global: what it calls is bound when this module loads, before any student code, so rebinding a name it uses (a
 builtin, one of this module's) changes nothing in what it finds.
@@ -54,6 +55,7 @@ def _bind() -> tuple[
     installed: dict[tuple[int, str], list[tuple[Any, str, Any, str]]] = {}  # (owner, name) -> installs, the latest last
     frozen: list[tuple[str, Any, dict[str, Any]]] = []  # (label, live namespace, what it held at the freeze)
     hooks: list[tuple[str, dict[Any, Any], dict[Any, Any]]] = []  # (which table, the table, its entries at the freeze)
+    lost: list[str] = []  # what was replaced while installed, found when the grader put back the original
 
     def label(owner: Any) -> str:
         if isinstance(owner, module_type):
@@ -69,7 +71,9 @@ def _bind() -> tuple[
     def forget(owner: Any, name: str) -> None:
         held = installed.get((id(owner), name))
         if held:
-            held.pop()
+            found = changed(*held.pop())
+            if found:
+                lost.append(found)  # replaced while it was installed, though the grader now puts it back
             if not held:
                 del installed[(id(owner), name)]
 
@@ -86,20 +90,43 @@ def _bind() -> tuple[
             for value in list(vars(module).values()):
                 if isinstance(value, type) and value.__module__ == name:  # a class the module defines
                     hold(f"{name}.{value.__qualname__}", vars(value), (function, property, staticmethod, classmethod))
-        optimizer = modules.get("torch.optim.optimizer")
-        if optimizer is None:
+        optimizer, handles = modules.get("torch.optim.optimizer"), modules.get("torch.utils.hooks")
+        if optimizer is None or handles is None:
             return
         for table_name in optimizer_tables:
             table = getattr(optimizer, table_name)
             installed[(id(optimizer), table_name)] = [(optimizer, table_name, table, optimizer.__name__)]
             hooks.append((f"an optimizer step hook of {optimizer.__name__}.{table_name}", table, dict(table)))
+        remove = handles.RemovableHandle.remove
+
+        def checked_remove(handle: Any) -> None:
+            """A worker removes its hook when done: whether it was still the grader's is checked first."""
+            table = handle.hooks_dict_ref()
+            for table_label, held, entries in hooks:
+                if table is held:
+                    line = hook_changed(table_label, table, handle.id, entries.get(handle.id, missing))
+                    if line:
+                        lost.append(line)
+            remove(handle)
+
+        install(handles.RemovableHandle, "remove", checked_remove)
+
+    def hook_changed(table_label: str, table: dict[Any, Any], key: Any, hook: Any) -> str:
+        now = table.get(key, missing)
+        if hook is missing or now is missing or now is hook:  # not one held, or gone: nothing to say
+            return ""
+        return f"{table_label} ({getattr(hook, '__qualname__', '?')}) was replaced"
+
+    def changed(owner: Any, name: str, value: Any, owner_label: str) -> str:
+        now = vars(owner).get(name, missing)
+        return "" if now is value else f"{owner_label}.{name} was {'removed' if now is missing else 'replaced'}"
 
     def replaced() -> list[str]:
-        found: list[str] = []
-        for owner, name, value, owner_label in [held[-1] for held in list(installed.values())]:
-            now = vars(owner).get(name, missing)
-            if now is not value:
-                found.append(f"{owner_label}.{name} was {'removed' if now is missing else 'replaced'}")
+        found = list(lost)
+        for installs in list(installed.values()):
+            line = changed(*installs[-1])
+            if line:
+                found.append(line)
         for namespace_label, namespace, held in frozen:
             for name, value in list(held.items()):
                 now = namespace.get(name, missing)
@@ -107,9 +134,9 @@ def _bind() -> tuple[
                     found.append(f"{namespace_label}.{name} was {'removed' if now is missing else 'replaced'}")
         for table_label, table, entries in hooks:
             for key, hook in list(entries.items()):
-                now = table.get(key, missing)
-                if now is not missing and now is not hook:  # gone: the grader removes its own hooks when done
-                    found.append(f"{table_label} ({getattr(hook, '__qualname__', '?')}) was replaced")
+                line = hook_changed(table_label, table, key, hook)
+                if line:
+                    found.append(line)
         return found
 
     return install, forget, freeze, replaced

@@ -85,7 +85,8 @@ def _encoder(torch: Any, seal: Any) -> Callable[[Any], bytes]:
     from builtins import bool, dict, float, int, isinstance, len, list, str, tuple, type  # noqa: UP029 - bound now
 
     error, pack, base64, join = WireError, _HEADER.pack, binascii.b2a_base64, "".join
-    allowed, array_key, items = _ALLOWED_DTYPES, _ARRAY_KEY, dict.items
+    array_key, items = _ARRAY_KEY, dict.items
+    names = {np.dtype(name): name for name in _ALLOWED_DTYPES}  # a dtype's own `name` is numpy's Python code
     contiguous, generic, item, ndarray = np.ascontiguousarray, np.generic, np.generic.item, np.ndarray
     # the C encoder json.dumps(obj, separators=(",", ":")) runs, made here: json's module attributes are not read again
     body_of = make_encoder(
@@ -123,10 +124,11 @@ def _encoder(torch: Any, seal: Any) -> Callable[[Any], bytes]:
             obj = tensor_array(obj)
         if isinstance(obj, ndarray):
             array = contiguous(obj)
-            if array.dtype.name not in allowed:
+            name = names.get(array.dtype)
+            if name is None:
                 raise error(f"cannot report an array of dtype {array.dtype}")
             data = base64(array.tobytes(), newline=False).decode("ascii")
-            return {array_key: {"dtype": array.dtype.name, "shape": list(array.shape), "data": data}}
+            return {array_key: {"dtype": name, "shape": list(array.shape), "data": data}}
         raise error(f"cannot report a value of type {type(obj).__name__}")
 
     def encode(obj: Any) -> bytes:
@@ -283,16 +285,20 @@ class ReportReader:
         if not self.reported:
             raise WireError(NO_REPORT)
         data, self._data = self._data, bytearray()
-        if self._stray:
-            raise WireError(self._foreign("bytes after the runtime's report"))
         end = frame_length(data)
         if end is None or len(data) < end:  # the rank ended while it wrote (or code under test wrote this)
             return decode(data, self.subject, self.limit, self.max_values)
         tag = hashlib.blake2b(memoryview(data)[_HEADER.size : end], key=bytes(self._key), digest_size=SEAL_BYTES)
         if len(data) < end + SEAL_BYTES or not hmac.compare_digest(tag.digest(), data[end:]):
             raise WireError(self._foreign("a report the runtime did not seal"))
+        if self._stray:
+            raise WireError(self.bytes_after())
         del data[end:]
         return decode(data, self.subject, self.limit, self.max_values)
+
+    def bytes_after(self) -> str:
+        """Why the report must be refused when bytes came after it, also once it was decoded; "" if none did."""
+        return self._foreign("bytes after the runtime's report") if self._stray and not self.problem else ""
 
     def _foreign(self, what: str) -> str:
         return f"{self.subject} channel was written by something other than the grader's rank runtime: {what}"
