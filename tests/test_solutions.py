@@ -1,4 +1,4 @@
-"""Every reference solution passes every check, at W=2 and W=4; every untouched stub fails every
+"""Every reference solution passes every check, at W=2 and W=4, unmarked; every untouched stub fails every
 check with "not implemented yet" (never with a crash of the grader)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ def test_solution_passes_every_check(grade, catalog, exercise_id):
     results = grade(exercise_id, REPO / "solutions" / exercise.file, world_sizes=(2, 4))
     assert len(results) == 2 * len(exercise.checks)
     assert all(r.passed for r in results), describe(results)
+    assert [r.tampered for r in results if r.tampered] == []  # the grader's own installs and restores are no tampering
 
 
 @pytest.mark.parametrize("exercise_id", EXERCISES)

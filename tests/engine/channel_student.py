@@ -106,6 +106,15 @@ def read_back() -> dict[str, Any]:
     return {"reopened": reopened, "read": read}
 
 
+def edit_facts() -> None:
+    """Reach into the runtime's own objects: the facts the worker records, found up the stack, edited in place."""
+    frame = sys._getframe()
+    while "ctx" not in frame.f_locals:
+        assert frame.f_back is not None
+        frame = frame.f_back
+    frame.f_locals["ctx"].facts["value"] = 999.0
+
+
 def tamper(what: str) -> None:
     """Replace one thing of the grader's (channel_workers.tampers installed them)."""
     import torch

@@ -42,6 +42,13 @@ def forges(ctx: RankContext, how: str) -> dict[str, Any]:
     return honest_facts(ctx.rank)
 
 
+def records_then_calls(ctx: RankContext) -> dict[str, Any]:
+    """Record facts as spies do (into ctx.facts, while the code under test runs), then call it."""
+    ctx.facts.update(honest_facts(ctx.rank))
+    ctx.student("edit_facts")()
+    return {}
+
+
 def reads_back(ctx: RankContext) -> dict[str, Any]:
     """What the code under test gets when it tries to read its report channel back (the runtime's opening)."""
     return ctx.student("read_back")()

@@ -204,6 +204,14 @@ def test_the_code_under_test_cannot_read_its_report_channel_back(channel_engine)
     assert [(rank.facts["reopened"], rank.facts["read"]) for rank in result.ranks] == [(False, 0)] * 2
 
 
+def test_code_that_edits_the_runtimes_own_objects_is_neither_prevented_nor_detected(channel_engine):
+    """The limit docs/SECURITY.md states: the facts dict, edited in place through the stack, is sent as edited, and
+    nothing was replaced. What the runtime holds in its own process, that process's code can change."""
+    result = run(channel_engine, "records_then_calls")
+    assert result.ok, [rank.error for rank in result.ranks]
+    assert [(rank.facts["value"], tamper.TAMPERED in rank.facts) for rank in result.ranks] == [(999.0, False)] * 2
+
+
 @pytest.mark.parametrize(
     "what, replaced",
     [

@@ -48,6 +48,31 @@ def victim(folder: Path) -> Path:
     return folder
 
 
+# The report of a rank whose ex01 passed, as an attack that read the rank runtime forges it: framed as the grader's
+# wire frames a report, the rank and world size read from the runtime's `spec` up the stack (import runs inside it).
+FORGED_EX01 = """
+        import json as _j, os as _o, struct as _sr, sys as _y
+
+        def _forged_frame():
+            frame = _y._getframe()
+            while frame is not None and not isinstance(frame.f_locals.get("spec"), dict):
+                frame = frame.f_back
+            spec = frame.f_locals["spec"]
+            rank, world = spec["rank"], spec["world_size"]
+            port = _o.environ.get("MASTER_PORT")
+            init = {{"backend": None, "init_method": None, "rank": rank, "world_size": world, "store_port": None,
+                    "master_addr": "127.0.0.1", "master_port": port}}
+            facts = {{
+                "grader_port": port, "init_calls": [init], "device_bindings": {{}}, "initialized": True,
+                "group": {{"rank": rank, "world_size": world, "backend": "gloo", "backend_config": "cpu:gloo"}},
+                "all_reduce": [world * (world + 1) / 2], "broadcast": [100.0 + world - 1],
+                "initialized_after_cleanup": False,
+            }}
+            body = _j.dumps({{"facts": facts, "error": None, "seconds": 0.1}}).encode()
+            return _sr.pack("!Q", len(body)) + body
+        _frame = _forged_frame()
+"""
+
 ATTACKS = [
     # --- other submissions -------------------------------------------------------------------
     Attack(
@@ -184,6 +209,38 @@ ATTACKS = [
             }}
             return _real(report)
         _w.encode = _forged
+        """,
+    ),
+    Attack(  # rebinds every name of the report path it can think of, each to a forger
+        "rebinds_the_report_path",
+        FORGED_EX01
+        + """
+        import builtins as _b
+        import grader.engine.rank_runtime as _rt, grader.engine.wire as _w
+        _real_write, _real_dumps = _o.write, _j.dumps
+        _o.write = lambda fd, data: _real_write(fd, _frame if bytes(data[8:10]) == b'{{"' else data)
+
+        def _dumps(obj, *args, **kw):
+            return _frame[8:].decode() if isinstance(obj, dict) and "facts" in obj else _real_dumps(obj, *args, **kw)
+        _j.dumps = _dumps
+        _w.encode = _w._encoder = lambda *a: _frame
+        _w.sealed_encoder = lambda torch: (bytes(32), lambda report: _frame)
+        for _name in [n for n in vars(_rt) if callable(getattr(_rt, n)) and not n[0].isupper()]:
+            setattr(_rt, _name, lambda *a, **k: _real_write(3, _frame))
+        """,
+    ),
+    Attack(  # writes a forged report into every socket it holds (its report channel among them), then exits
+        "forges_its_report_on_the_channel",
+        FORGED_EX01
+        + """
+        import stat as _st
+        for _fd in range(3, 1024):
+            try:
+                if _st.S_ISSOCK(_o.fstat(_fd).st_mode):
+                    _o.write(_fd, _frame)
+            except OSError:
+                pass
+        _o._exit(0)
         """,
     ),
     # --- the machine --------------------------------------------------------------------------

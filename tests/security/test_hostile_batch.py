@@ -173,8 +173,9 @@ def test_no_submission_reached_the_hosts_network(batch):
 @pytest.mark.parametrize(
     "name, said",
     [
-        ("sends_a_deeply_nested_report", "malformed report"),
+        ("sends_a_deeply_nested_report", "channel was written by something other than the grader's rank runtime"),
         ("sends_an_oversized_report", "is 1,048,576 MB, over the grader's limit of 1 MB"),
+        ("forges_its_report_on_the_channel", "channel was written by something other than the grader's rank runtime"),
     ],
 )
 def test_a_damaged_report_fails_its_own_run_only(batch, name, said):
