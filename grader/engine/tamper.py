@@ -5,10 +5,14 @@ Three things are held, each as it was before any student code ran:
 - what the grader installs on torch and the standard library (its spies and wrappers): `install(owner, name, value)`
   sets the attribute and holds it until `forget`, where the grader puts back what it had replaced (and which says
   whether it was still there);
-- the grader's own code: when the student's file is first imported (`freeze`), every function and class of every
-  grader module then loaded, and the functions, properties and static or class methods of each class they define;
-- the optimizer step hooks registered by then (torch's global tables, which the grader's workers fill), and the
-  tables themselves; a hook the grader removes when done is checked as it is removed (RemovableHandle.remove).
+- the grader's own code: every function and class of every grader module loaded, and the functions, properties and
+  static or class methods of each class they define. A launcher holds them once it has preloaded them
+  (`hold_grader_code`, in preload.import_all), before any rank runs: a forked rank shares those records, where making
+  them itself would cost it 15-30 ms (its first write to each page it touches). A rank started without such a
+  launcher (torchrun's) holds them when the student's file is first imported (`freeze`);
+- the optimizer step hooks registered when the student's file is first imported (`freeze`; torch's global tables,
+  which the grader's workers fill), and the tables themselves; a hook the grader removes when done is checked as it is
+  removed (RemovableHandle.remove).
 `replaced()` lists what no longer is what was held: rebinding a name is found. Its code, like the report's, reads no
 global: what it calls is bound when this module loads, before any student code, so rebinding a name it uses (a
 builtin, one of this module's) changes nothing in what it finds.
@@ -33,9 +37,11 @@ def _bind() -> tuple[
     Callable[[Any, str, Any], None],
     Callable[[Any, str], None],
     Callable[[], None],
+    Callable[[], None],
     Callable[[], list[str]],
 ]:
-    """install, forget, freeze and replaced, as closures over the records and everything they call (see above)."""
+    """install, forget, hold_grader_code, freeze and replaced, as closures over the records and everything they call
+    (see above)."""
     from builtins import (  # noqa: UP029 - bound now: a builtin rebound later is not read
         classmethod,
         dict,
@@ -56,6 +62,7 @@ def _bind() -> tuple[
     frozen: list[tuple[str, Any, dict[str, Any]]] = []  # (label, live namespace, what it held at the freeze)
     hooks: list[tuple[str, dict[Any, Any], dict[Any, Any]]] = []  # (which table, the table, its entries at the freeze)
     lost: list[str] = []  # what was replaced while installed, found when the grader put back the original
+    held_modules: dict[str, Any] = {}  # the grader's modules held so far, by name
 
     def label(owner: Any) -> str:
         if isinstance(owner, module_type):
@@ -80,18 +87,21 @@ def _bind() -> tuple[
     def hold(label: str, namespace: Any, kinds: tuple[type, ...]) -> None:
         frozen.append((label, namespace, {k: v for k, v in list(namespace.items()) if isinstance(v, kinds)}))
 
-    def freeze() -> None:
-        if frozen:
-            return
+    def hold_grader_code() -> None:
         for name, module in list(modules.items()):
-            if module is None or not (name == package or name.startswith(prefix)):
+            if module is None or name in held_modules or not (name == package or name.startswith(prefix)):
                 continue
+            held_modules[name] = module
             hold(name, vars(module), (function, type))
             for value in list(vars(module).values()):
                 if isinstance(value, type) and value.__module__ == name:  # a class the module defines
                     hold(f"{name}.{value.__qualname__}", vars(value), (function, property, staticmethod, classmethod))
+
+    def freeze() -> None:
+        if not held_modules:  # no launcher held it (torchrun's ranks): listing sys.modules costs a forked rank ~10 ms
+            hold_grader_code()
         optimizer, handles = modules.get("torch.optim.optimizer"), modules.get("torch.utils.hooks")
-        if optimizer is None or handles is None:
+        if hooks or optimizer is None or handles is None:
             return
         for table_name in optimizer_tables:
             table = getattr(optimizer, table_name)
@@ -139,7 +149,7 @@ def _bind() -> tuple[
                     found.append(line)
         return found
 
-    return install, forget, freeze, replaced
+    return install, forget, hold_grader_code, freeze, replaced
 
 
-install, forget, freeze, replaced = _bind()
+install, forget, hold_grader_code, freeze, replaced = _bind()

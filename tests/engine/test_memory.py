@@ -62,7 +62,7 @@ def test_a_stack_dump_flood_is_held_to_its_tail_and_the_dump_at_the_deadline_sti
         (
             1000,
             "rank {}'s report channel was written by something other than the grader's rank runtime: "
-            "bytes after the runtime's report",
+            "a report the runtime did not seal",
         ),
     ],
     ids=["announced", "past-the-frame"],
