@@ -1,9 +1,10 @@
 """The report format between rank processes and the grader.
 
 Ranks run student code, so what they send is untrusted: it is JSON with arrays carried as raw
-bytes plus dtype and shape, never a pickle. Decoding cannot execute anything, accepts only plain
-numeric dtypes, and is bounded in what it holds and what it builds: a frame of at most
-MAX_REPORT_BYTES (refused from its header, before its body is read: `FrameReader`), at most
+bytes plus dtype and shape, never a pickle, sealed by the rank runtime with a key it wrote before
+any student code loaded (`sealed_encoder`, `ReportReader`). Decoding cannot execute anything, accepts
+only plain numeric dtypes, and is bounded in what it holds and what it builds: a frame of at most
+MAX_REPORT_BYTES (refused from its header, before its body is read: `ReportReader`), at most
 MAX_REPORT_VALUES JSON values (counted in the bytes before they are parsed), nesting at most
 MAX_DEPTH deep, and arrays whose bytes match their shape (so all of them together decode to at most
 three quarters of the frame). Anything else is a `WireError` for that rank alone.
