@@ -128,7 +128,7 @@ def tamper(what: str) -> None:
     elif what == "a spy":
         dist.all_reduce = dist.distributed_c10d.all_reduce
     elif what == "a patch":
-        torch.nn.Module.train = lambda self, mode=True: self  # type: ignore[method-assign, assignment]
+        torch.nn.Module.train = lambda self, mode=True: self  # type: ignore[method-assign]
     elif what == "a step hook":
         hooks = optimizer._global_optimizer_pre_hooks
         for key in list(hooks):
