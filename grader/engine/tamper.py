@@ -84,8 +84,8 @@ def _bind() -> tuple[
             if not held:
                 del installed[(id(owner), name)]
 
-    def hold(label: str, namespace: Any, kinds: tuple[type, ...]) -> None:
-        frozen.append((label, namespace, {k: v for k, v in list(namespace.items()) if isinstance(v, kinds)}))
+    def hold(where: str, namespace: Any, kinds: tuple[type, ...]) -> None:
+        frozen.append((where, namespace, {k: v for k, v in list(namespace.items()) if isinstance(v, kinds)}))
 
     def hold_grader_code() -> None:
         for name, module in list(modules.items()):
