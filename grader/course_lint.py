@@ -132,10 +132,10 @@ def _hypotheses(catalog: Catalog, exercise: Exercise) -> list[Problem]:
         return []
     shown = _relative(catalog, path)
     try:
-        entries = tomllib.loads(path.read_text()).get("hypothesis")
+        document = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         return [Problem(shown, None, f"not valid TOML: {exc}")]
-    return [Problem(shown, None, said) for said in replay.problems(entries, {hint.name for hint in exercise.hints})]
+    return [Problem(shown, None, said) for said in replay.problems(document, {hint.name for hint in exercise.hints})]
 
 
 def _registered(module: _Module) -> Iterator[tuple[str, int]]:

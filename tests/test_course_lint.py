@@ -89,7 +89,7 @@ def test_a_hint_by_number(course: Path) -> None:
     assert problem == f'{EX01_CHECKS}:{line}: a hint is named by HintName("..."), not 3 (3)'
 
 
-EX13_CHECKS = "grader/checks/ex13_zero1/checks.py"
+EX05_CHECKS = "grader/checks/ex05_no_sync/checks.py"
 EX14_CHECKS = "grader/checks/ex14_tensor_parallel/checks.py"
 EX14_HINTS = "(its hints: slices, f_and_g, bias_once, column_then_row, parallelize_module)"
 
@@ -98,7 +98,12 @@ EX14_HINTS = "(its hints: slices, f_and_g, bias_once, column_then_row, paralleli
     ("checks", "old", "new", "exercise"),
     [
         # in a dict (a hypothesis' hint), in a conditional, as a positional argument: all unseen by the lint before
-        (EX13_CHECKS, '"hint": HintName("zero_every_grad")', '"hint": HintName("zero_every_gradd")', "ex13_zero1"),
+        (
+            EX05_CHECKS,
+            'Cause("divided_by_k_twice"): HintName("divide_loss_by_k")',
+            'Cause("divided_by_k_twice"): HintName("divide_loss_by_kk")',
+            "ex05_no_sync",
+        ),
         (EX14_CHECKS, 'hint=HintName("f_and_g") if', 'hint=HintName("f_and_gg") if', "ex14_tensor_parallel"),
         (EX14_CHECKS, 'measured, HintName("f_and_g"))', 'measured, HintName("f_and_gg"))', "ex14_tensor_parallel"),
     ],
@@ -330,6 +335,34 @@ def test_a_broken_hypothesis(course: Path, old: str, new: str, said: str) -> Non
     _edit(course / EX03_HYPOTHESES, old, new)
     problems = _lint(course)
     assert any(p.startswith(EX03_HYPOTHESES) and said in p for p in problems), problems
+
+
+EX13_HYPOTHESES = "grader/checks/ex13_zero1/hypotheses.toml"
+EX14_HYPOTHESES = "grader/checks/ex14_tensor_parallel/hypotheses.toml"
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "said"),
+    [
+        (
+            EX13_HYPOTHESES,
+            'mistake = { reduce = "sum" }',
+            'mistake = { reduce = "summ" }',
+            "reduce = 'summ', not one of",
+        ),
+        (EX13_HYPOTHESES, 'mistake = { send = "none" }', 'mistake = { sent = "none" }', "unknown knob 'sent'"),
+        (EX13_HYPOTHESES, 'mistake = { lr_scale = "W" }', 'mistake = { lr_scale = "b" }', "names ['b'], not numbers"),
+        (EX13_HYPOTHESES, 'numbers = ["W"]', 'numbers = ["W"]\nbackend = "x"', "[replay]: unknown field 'backend'"),
+        (EX14_HYPOTHESES, "{W_1}·b2", "{W_2}·b2", "says names 'W_2'"),
+        (EX14_HYPOTHESES, 'bias = ["after", "every_rank"]', 'bias = "word"', "knob 'bias' must be"),
+    ],
+    ids=["word", "knob", "number", "replay-field", "sentence", "kind"],
+)
+def test_a_broken_exercise_replay(course: Path, path: str, old: str, new: str, said: str) -> None:
+    """A hypotheses.toml whose [replay] table declares its own worker's knobs is held to them, not the shared loop's."""
+    _edit(course / path, old, new)
+    problems = _lint(course)
+    assert any(p.startswith(path) and said in p for p in problems), problems
 
 
 def test_the_judges_knobs_are_the_replays() -> None:

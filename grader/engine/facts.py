@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
+import numpy as np
+
 F = TypeVar("F")
 
 
@@ -28,3 +30,28 @@ class Worker(Generic[F]):
 
     name: str
     facts: type[F]
+
+
+class ReplayRequest(TypedDict):
+    """One hypothesis as the judge asks a trusted replay worker for it (grader/judge/replay.py): the batch
+    schedule to replay and the knobs it changes, with the run's numbers already filled in."""
+
+    schedule: str
+    mistake: dict[str, Any]
+
+
+class ReplayedStep(TypedDict):
+    """One optimizer step of a replay: the gradient it used and the weights after it, by parameter name."""
+
+    grads: dict[str, np.ndarray]
+    params: dict[str, np.ndarray]
+
+
+class TrainingReplays(RankFacts):
+    """What the shared training loop's `replays` worker answers (grader/rank/training.py's replay_all): per
+    hypothesis asked, its replayed steps."""
+
+    replays: dict[str, list[ReplayedStep]]
+
+
+TRAINING_REPLAYS = Worker("replays", TrainingReplays)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from grader.checks.ex03_train_ddp.facts import INSPECT_CHECKPOINT, REFERENCE, TRAIN, Checkpoint, Reference, Train
+from grader.checks.ex03_train_ddp.facts import (
+    INSPECT_CHECKPOINT,
+    REFERENCE,
+    REPLAYS,
+    TRAIN,
+    Checkpoint,
+    Reference,
+    Train,
+)
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import Arrays, first_difference
@@ -164,6 +172,7 @@ def _setting(ctx: CheckContext, reference: Reference) -> Setting:
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
 
     replays = ctx.replayer(
+        REPLAYS,
         world_size=ctx.world_size,
         size=SIZE,
         epochs=EPOCHS,

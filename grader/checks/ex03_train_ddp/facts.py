@@ -11,7 +11,7 @@ from typing import Any, NotRequired
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 Batches = list[list[int]]  # dataset indices, batch after batch
@@ -57,3 +57,4 @@ class Checkpoint(RankFacts):
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Checkpoint)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from grader.checks.ex05_no_sync.facts import REFERENCE, TRAIN, Reference, Train
+from grader.checks.ex05_no_sync.facts import REFERENCE, REPLAYS, TRAIN, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -153,6 +153,7 @@ def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[Train], want: Re
 
 def _setting(ctx: CheckContext, k: int, want: Reference) -> Setting:
     replays = ctx.replayer(
+        REPLAYS,
         world_size=ctx.world_size,
         size=SIZE,
         batch_size=BATCH,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 Batches = list[list[int]]  # dataset indices, micro-batch after micro-batch
@@ -47,3 +47,4 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

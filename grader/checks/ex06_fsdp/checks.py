@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from grader.checks.ex06_fsdp.facts import REFERENCE, TRAIN, Held, Reference, Train
+from grader.checks.ex06_fsdp.facts import REFERENCE, REPLAYS, TRAIN, Held, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import Arrays, first_difference
@@ -29,6 +29,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
         return None
 
     replays = ctx.replayer(
+        REPLAYS,
         world_size=ctx.world_size,
         steps=STEPS,
         batch_size=BATCH,

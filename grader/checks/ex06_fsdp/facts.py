@@ -10,7 +10,7 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 
@@ -85,3 +85,4 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

@@ -3,7 +3,7 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
-from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, RESUME, Checkpoint, Resumed
+from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, REPLAYS, RESUME, Checkpoint, Resumed
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -178,6 +178,7 @@ def resume_matches(ctx: CheckContext) -> None:
     resumed = STEPS_BEFORE + 1
 
     replays = ctx.replayer(
+        REPLAYS,
         world_size=ctx.world_size,
         size=SIZE,
         batch_size=BATCH,

@@ -6,7 +6,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 Arrays = dict[str, np.ndarray]  # a state dict, or a step's gradients: tensor name -> values
 
@@ -104,3 +104,4 @@ class Checkpoint(RankFacts):
 RESUME = Worker("resume", Resumed)
 REFERENCE = Worker("reference", Reference)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Checkpoint)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

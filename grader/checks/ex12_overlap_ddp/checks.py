@@ -5,7 +5,7 @@ hooks registered on the tied weight and the frozen parameter's .grad."""
 
 from __future__ import annotations
 
-from grader.checks.ex12_overlap_ddp.facts import REFERENCE, TRAIN, Arrays, Call, Comm, Reference, Trained
+from grader.checks.ex12_overlap_ddp.facts import REFERENCE, REPLAYS, TRAIN, Arrays, Call, Comm, Reference, Trained
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -162,6 +162,7 @@ def matches_single_process(ctx: CheckContext) -> None:
     reference = _reference(ctx)
 
     replays = ctx.replayer(
+        REPLAYS,
         world_size=ctx.world_size,
         steps=STEPS,
         batch_size=BATCH,

@@ -6,7 +6,7 @@ from typing import NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 Arrays = dict[str, np.ndarray]  # a state dict, or a step's gradients: tensor name -> values
 
@@ -89,3 +89,4 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Trained)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

@@ -25,6 +25,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
 from grader.rank.training import FEATURES, MOMENTUM, make_regression, record_training, replay_all, train_reference
@@ -287,8 +288,8 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: each hypothesis of hypotheses.toml replayed from rank 0's initial weights on the same
     samples: the union batches ("correct") or rank 0's own batches alone ("rank0_own")."""
     dataset = make_regression(steps * world_size * batch_size, data_seed)
@@ -297,4 +298,7 @@ def replays(
         "rank0_own": rank_indices(steps, world_size, batch_size, 0),
     }
     replayed = replay_all(lambda: make_tied(model_seed), dataset, schedules, lr, hypotheses)
-    return {name: _without_frozen(steps_) for name, steps_ in replayed.items()}
+    for step in (step for steps_ in replayed["replays"].values() for step in steps_):
+        step["grads"].pop(FROZEN, None)
+        step["params"].pop(FROZEN, None)
+    return replayed

@@ -30,6 +30,7 @@ from torch._C._distributed_c10d import ProcessGroup
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
+from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import PROCESS_GROUP_COLLECTIVES, Patches
 from grader.rank.training import FEATURES, make_regression, state, train_reference
@@ -358,13 +359,13 @@ def replays(
     data_seed: int,
     model_seed: int,
     owned: list[list[str]],
-    hypotheses: dict[str, dict[str, Any]],
+    hypotheses: dict[str, ReplayRequest],
 ) -> dict[str, Any]:
-    """Trusted: each hypothesis of the judge (knobs of REPLAY_KNOBS) simulated from rank 0's initial weights
-    on the same samples, with the ownership the run showed."""
+    """Trusted: each hypothesis of hypotheses.toml (knobs of REPLAY_KNOBS) simulated from rank 0's initial
+    weights on the same samples, with the ownership the run showed."""
     return {
         "replays": {
-            name: simulate(world_size, steps, batch_size, lr, data_seed, model_seed, owned, knobs)
-            for name, knobs in hypotheses.items()
+            name: simulate(world_size, steps, batch_size, lr, data_seed, model_seed, owned, request["mistake"])
+            for name, request in hypotheses.items()
         }
     }

@@ -12,6 +12,7 @@ from grader.checks.ex15_pipeline.facts import (
     BUBBLE_FRACTIONS,
     BUBBLE_GRID,
     REFERENCE,
+    REPLAYS,
     SCHEDULES,
     SPLIT_GRID,
     STAGE_LAYERS,
@@ -246,7 +247,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
         context=f"with {schedule!r} and m = {m}, ",
         subject="the stages together",
         hypotheses=_HYPOTHESES,
-        replay=ctx.replayer(steps=STEPS, batch_size=BATCH, micro_batches=m, lr=LR),
+        replay=ctx.replayer(REPLAYS, steps=STEPS, batch_size=BATCH, micro_batches=m, lr=LR),
     )
     steps, start = _merged(ranks)
     finding = diagnose(steps, start, [dict(step) for step in reference["steps"]], reference["start"], setting)

@@ -16,6 +16,7 @@ import numpy as np
 from grader.checks.ex17_dcp_reshard.facts import (
     INSPECT_CHECKPOINT,
     REFERENCE,
+    REPLAYS,
     RESUME,
     SAVE,
     CheckpointCall,
@@ -30,6 +31,7 @@ from grader.checks.ex17_dcp_reshard.facts import (
     Trained,
 )
 from grader.engine import RunResult
+from grader.engine.facts import ReplayedStep, ReplayRequest
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -350,10 +352,10 @@ def resumes_at_half(ctx: CheckContext) -> None:
             f"{counts} optimizer steps recorded per rank after resuming, where the grader took {STEPS_AFTER}"
         )
     resumed = STEPS_BEFORE + 1
-    replayer = ctx.replayer(**_sizes(ctx))
+    replayer = ctx.replayer(REPLAYS, **_sizes(ctx))
 
-    def replays(hypotheses: dict[str, dict[str, Any]]) -> dict[str, list[dict]]:
-        return {name: trajectory[STEPS_BEFORE:] for name, trajectory in replayer(hypotheses).items()}
+    def replays(requests: dict[str, ReplayRequest]) -> dict[str, list[ReplayedStep]]:
+        return {name: trajectory[STEPS_BEFORE:] for name, trajectory in replayer(requests).items()}
 
     setting = Setting(
         lr=LR,

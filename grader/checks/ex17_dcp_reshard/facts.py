@@ -11,7 +11,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 
 class OptimizerBuilt(TypedDict):
@@ -152,3 +152,4 @@ SAVE = Worker("save", Saved)
 RESUME = Worker("resume", Resumed)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Inspected)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

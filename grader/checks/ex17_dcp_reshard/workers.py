@@ -29,6 +29,7 @@ from torch.distributed.fsdp._common_utils import clean_tensor_name
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
 from grader.rank.training import ShardStepRecorder, TinyTransformer, make_regression, replay_all, train_reference
@@ -403,14 +404,14 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: the judge's hypotheses (hypotheses.toml) replayed on the uninterrupted run's samples, with
     AdamW as the reference's optimizer."""
     steps = steps_before + steps_after
     dataset = make_regression(global_batch * steps, data_seed)
-    with_adamw = {
-        name: {**hypothesis, "mistake": {**ADAMW, **hypothesis.get("mistake", {})}}
+    with_adamw: dict[str, ReplayRequest] = {
+        name: {"schedule": hypothesis["schedule"], "mistake": {**ADAMW, **hypothesis["mistake"]}}
         for name, hypothesis in hypotheses.items()
     }
     schedules = {"correct": _union(global_batch, steps)}

@@ -11,37 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, TRAIN, Reference, Train
+from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, Reference, Replayed, Train
+from grader.engine.facts import ReplayRequest
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.tolerance import relative_difference
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
 STEPS, BATCH, LR = 3, 12, 0.02
-TP = 2  # the tp dimension; dp = W / 2 (the exercise's mesh at W=4 is (2, 2); W=2 gives (1, 2))
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
-REPLAYS: dict[Cause, str] = {
-    Cause("loss_summed"): (
-        "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
-        "times too large; use F.mse_loss's default mean"
-    ),
-    Cause("lr_times_world_size"): (
-        "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
-        "scaling; pass lr as given"
-    ),
-    Cause("lr_times_dp"): (
-        "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
-        "no scaling; pass lr as given"
-    ),
-    Cause("unchanged"): (
-        "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
-        "the model; build it after parallelize, over model.parameters() (the DTensors)"
-    ),
-    Cause("gradients_not_cleared"): (
-        "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step"
-    ),
-}
+_HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
@@ -255,21 +237,14 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
             )
 
 
-def _relative(got: Any, want: Any) -> float:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return math.inf
-    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-12)
-
-
 def _off(final: dict[str, Any], want: dict[str, Any]) -> tuple[str, float]:
-    return max(((name, _relative(final.get(name, []), w)) for name, w in want.items()), key=lambda item: item[1])
+    return max(((name, relative_difference(final.get(name), w)) for name, w in want.items()), key=lambda item: item[1])
 
 
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = _reference(ctx)["replays"]
+    trusted = _reference(ctx)
     counts = [f["steps"] for f in ranks]
     if any(c != STEPS for c in counts):
         raise ctx.fail(
@@ -279,7 +254,7 @@ def matches_reference(ctx: CheckContext) -> None:
     if final is None:
         error = ranks[0].get("gather_error", "no weights were reported")
         raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("fsdp"))
-    correct = reference["correct"]
+    correct = trusted["correct"]
     name, off = _off(final, correct["final"])
     if off <= TOLERANCE:
         return
@@ -297,11 +272,21 @@ def matches_reference(ctx: CheckContext) -> None:
         if first
         else ""
     )
-    matched = [h for h in REPLAYS if _off(final, reference[h]["final"])[1] <= TOLERANCE]
+    dp = ctx.world_size // TP
+
+    def replays(requests: dict[str, ReplayRequest]) -> dict[str, Replayed]:
+        asked = {"steps": STEPS, "batch_size": BATCH, "lr": LR, "hypotheses": requests}
+        return ctx.reference(REPLAYS, dp=dp, **asked, **ctx.seeds("data", "model"))["replays"]
+
+    numbers = {"W": float(ctx.world_size), "dp": float(dp)}
+    proof = replay.prove(
+        _HYPOTHESES, numbers, {}, replays, lambda replayed: _off(final, replayed["final"])[1] <= TOLERANCE
+    )
+    named = proof.named
     raise ctx.fail(
         f"after {STEPS} steps {name} differs from one process training on the union of the dp groups' batches by up to "
         f"{off:.2g} of its scale{where}"
-        + (f". It equals, within {TOLERANCE:g}, a replay with {REPLAYS[matched[0]]}" if len(matched) == 1 else ""),
-        hint=HintName("optimizer"),
-        cause=matched[0] if len(matched) == 1 else "",
+        + (f". It equals, within {TOLERANCE:g}, a replay with {named[1]}" if named else ""),
+        hint=named[0].hint or HintName("optimizer") if named else HintName("optimizer"),
+        cause=named[0].cause if named else "",
     )

@@ -13,6 +13,8 @@ import numpy as np
 
 from grader.engine.facts import RankFacts, Worker
 
+TP = 2  # the mesh's tp dimension, for the workers and the checks alike; dp = W / 2 ((2, 2) at W=4, (1, 2) at W=2)
+
 
 class Held(TypedDict):
     """One parameter as this rank holds it after training: its local shape and, for a DTensor, its mesh (the
@@ -54,12 +56,18 @@ class Replayed(TypedDict):
 
 
 class Reference(RankFacts):
-    """Trusted (`reference`): the correct training and each replayed mistake, by name (workers.hypotheses),
-    and every parameter's whole shape."""
+    """Trusted (`reference`): the correct training and every parameter's whole shape."""
+
+    correct: Replayed
+    shapes: dict[str, list[int]]
+
+
+class Replays(RankFacts):
+    """Trusted (`replays`): each hypothesis of hypotheses.toml replayed, by cause."""
 
     replays: dict[str, Replayed]
-    shapes: dict[str, list[int]]
 
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", Replays)
