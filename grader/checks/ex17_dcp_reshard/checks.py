@@ -249,6 +249,8 @@ def every_rank_writes(ctx: CheckContext) -> None:
             "coordinator rank once every rank has written its shard",
             hint=HintName("every_rank_saves"),
         )
+    if "problem" in saved:  # refused (it names what no checkpoint holds), damaged, or not DCP's
+        raise ctx.fail(saved["problem"])
     whole = [
         (r, plan)
         for r, facts in enumerate(ranks)
@@ -281,7 +283,12 @@ def every_rank_writes(ctx: CheckContext) -> None:
 
 
 def _keys_saved(ctx: CheckContext) -> list[str]:
-    return _inspect(ctx).get("keys", [])
+    """The keys the checkpoint's metadata lists; where the grader could not read them (a refused or damaged
+    .metadata), the check fails saying so, rather than judge as if the checkpoint held no key."""
+    saved = _inspect(ctx)
+    if "problem" in saved:
+        raise ctx.fail(saved["problem"])
+    return saved.get("keys", [])
 
 
 def _optimizer_saved(keys: list[str]) -> bool:

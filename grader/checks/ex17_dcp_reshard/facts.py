@@ -119,7 +119,7 @@ class Inspected(RankFacts):
     size: NotRequired[int]  # the path is one file
     files: NotRequired[dict[str, int]]  # a folder: each file's size
     keys: NotRequired[list[str]]
-    problem: NotRequired[str]  # the metadata could not be read
+    problem: NotRequired[str]  # why the metadata was not read (refused, damaged, not DCP's): a sentence
 
 
 class Step(TypedDict):

@@ -29,6 +29,7 @@ from torch.distributed.fsdp._common_utils import clean_tensor_name
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
+from grader.checks.ex17_dcp_reshard.dcp_metadata import METADATA, read_keys
 from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
@@ -362,14 +363,12 @@ def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:
     for folder, _, names in os.walk(path):
         for name in names:
             full = os.path.join(folder, name)
-            files[os.path.relpath(full, path)] = os.path.getsize(full)
+            files[os.path.relpath(full, path)] = os.lstat(full).st_size  # a link's own size: never followed
     facts: dict[str, Any] = {"exists": True, "folder": True, "files": files, "keys": []}
-    if ".metadata" in files:
-        try:
-            metadata = dcp.FileSystemReader(path).read_metadata()
-            facts["keys"] = sorted(metadata.state_dict_metadata)
-        except Exception as exc:  # a folder that is not a DCP checkpoint: said as measured
-            facts["problem"] = f"{type(exc).__name__}: {exc}"
+    if METADATA in files:  # read without DCP's reader, which unpickles whatever the file names (dcp_metadata.py)
+        facts["keys"], problem = read_keys(path)
+        if problem:
+            facts["problem"] = problem
     return facts
 
 
