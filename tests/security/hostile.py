@@ -281,7 +281,7 @@ ATTACKS = [
                 try:
                     if stat.S_ISFIFO(os.fstat(fd).st_mode):
                         os.set_blocking(fd, False)
-                        os.write(fd, b"\xff" * 100_000)
+                        os.write(fd, b"\\xff" * 100_000)
                 except OSError:
                     pass
             os._exit(0)
