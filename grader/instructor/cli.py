@@ -349,6 +349,12 @@ def _grade(
         f"graded {len(grades)} submission(s) in {report.seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
         f"{report.written or 'no class report'}"
     )
+    marked = [g.name for g in grades if g.review]
+    if marked:  # stdout: on Gradescope, the autograder's output, which only instructors see
+        print(
+            f"{len(marked)} submission(s) marked for review by the tamper scan, scores unchanged (the gradebook's "
+            f"review column, the class report): {one_line(', '.join(marked), 500)}"
+        )
     unwritten = [g.name for g in grades if any(n.startswith(gradescope.UNWRITTEN) for n in g.notes)]
     if unwritten:
         print(

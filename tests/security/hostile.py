@@ -26,6 +26,7 @@ class Attack:
     code: str  # appended to `file` at the top level: it runs at import and may redefine the functions
     file: str = EX01
     honest: dict[str, str] = field(default_factory=lambda: {EX01: "stub"})  # file -> "stub" | "solution"
+    marked: bool = False  # it uses a primitive a forgery needs: the tamper scan marks it for review
 
     @property
     def deserves(self) -> dict[str, float]:
@@ -62,6 +63,7 @@ ATTACKS = [
             except OSError:
                 pass
         """,
+        marked=True,
     ),
     # --- the results --------------------------------------------------------------------------
     Attack(
@@ -124,6 +126,7 @@ ATTACKS = [
                 except OSError:
                     pass
         """,
+        marked=True,
     ),
     # --- the secrets --------------------------------------------------------------------------
     Attack(
@@ -138,6 +141,7 @@ ATTACKS = [
             except OSError:
                 pass
         """,
+        marked=True,
     ),
     Attack(
         "shows_secrets_in_its_messages",
@@ -185,6 +189,7 @@ ATTACKS = [
             return _real(report)
         _w.encode = _forged
         """,
+        marked=True,
     ),
     # --- the machine --------------------------------------------------------------------------
     Attack(
@@ -258,6 +263,7 @@ ATTACKS = [
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
     Attack(
         "sends_an_oversized_report",
@@ -271,6 +277,7 @@ ATTACKS = [
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
     Attack(
         "writes_garbage_to_every_pipe",
@@ -281,11 +288,12 @@ ATTACKS = [
                 try:
                     if stat.S_ISFIFO(os.fstat(fd).st_mode):
                         os.set_blocking(fd, False)
-                        os.write(fd, b"\xff" * 100_000)
+                        os.write(fd, b"\\xff" * 100_000)
                 except OSError:
                     pass
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
 ]
