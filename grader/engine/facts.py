@@ -8,7 +8,7 @@ crosses the boundary, and the judge checks every report against the schema befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 import numpy as np
@@ -55,3 +55,14 @@ class TrainingReplays(RankFacts):
 
 
 TRAINING_REPLAYS = Worker("replays", TrainingReplays)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The sizes of an exercise's runs (samples, steps, batch, learning rate...), declared once in its facts.py as
+    a frozen subclass and passed whole to every worker that runs them: the shared run of two checks is one run
+    because both pass the same object, not because two spellings of its arguments agree."""
+
+    def arguments(self) -> dict[str, Any]:
+        """The fields as a worker's keyword arguments."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}

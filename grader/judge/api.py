@@ -199,11 +199,12 @@ class CheckContext:
     ) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
         `allowance`: seconds on top of the deadline, for runs that must start interpreters. `deadline`: this
-        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one)."""
+        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one).
+        The arguments are kept in name order: two checks that ask for the same run in another order share it."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
             world_size=self.world_size if nprocs is None else nprocs,
-            kwargs=kwargs,
+            kwargs=dict(sorted(kwargs.items())),
             student_file=self.student_file if student else None,
             backend=self.backend,
             deadline=(self.deadline if deadline is None else deadline) + allowance,

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from grader.checks.ex06_fsdp.facts import REFERENCE, REPLAYS, TRAIN, Held, Reference, Train
+from grader.checks.ex06_fsdp.facts import REFERENCE, REPLAYS, TRAIN, WORKLOAD, Held, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import Arrays, first_difference
@@ -16,7 +16,7 @@ from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 
-STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 _HYPOTHESES = replay.load(__package__ or "")
 
 
@@ -28,13 +28,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
     if steps is None or len(steps) != len(want["steps"]):
         return None
 
-    replays = ctx.replayer(
-        REPLAYS,
-        world_size=ctx.world_size,
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     setting = Setting(
         lr=LR,
@@ -49,7 +43,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    result = ctx.run(TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    result = ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     if not result.ok:
         expected = "cuda" if ctx.backend == "nccl" else "cpu"
         reported = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
@@ -74,9 +68,7 @@ def _ranks(ctx: CheckContext) -> list[Train]:
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 

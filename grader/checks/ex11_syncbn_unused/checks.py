@@ -5,30 +5,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.checks.ex11_syncbn_unused.facts import REFERENCE, TRAIN, Arrays, Reference, Trained
+from grader.checks.ex11_syncbn_unused.facts import REFERENCE, TRAIN, WORKLOAD, Arrays, Reference, Trained
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
 
-SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
+SIZE, BATCH, STEPS, LR = WORKLOAD.size, WORKLOAD.batch_size, WORKLOAD.steps, WORKLOAD.lr  # as messages name them
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
 STATISTICS = ("norm.running_mean", "norm.running_var")
 
 
 def _run(ctx: CheckContext) -> RunResult:
-    return ctx.run(TRAIN.name, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
 
 
 def _reference(ctx: CheckContext) -> Reference:
     facts = ctx.reference(
         REFERENCE,
         world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        steps=STEPS,
-        lr=LR,
+        **WORKLOAD.arguments(),
         **ctx.seeds("data", "model"),
     )
     return facts
