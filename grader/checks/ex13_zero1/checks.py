@@ -460,15 +460,22 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
 
 # --- communication_volume --------------------------------------------------------------------------
 
+# the collectives' op names (c10d's, then the functional collectives')
 _OPS = {
     "allreduce": "all-reduce",
+    "allreduce_coalesced": "all-reduce",
+    "all_reduce": "all-reduce",
+    "all_reduce_coalesced": "all-reduce",
+    "all_gather_into_tensor": "all-gather",
+    "all_gather_into_tensor_coalesced": "all-gather",
+    "allgather_into_tensor_coalesced": "all-gather",
+    "reduce_scatter_tensor": "reduce-scatter",
+    "reduce_scatter_tensor_coalesced": "reduce-scatter",
     "broadcast": "broadcast",
     "allgather": "all-gather",
     "_allgather_base": "all-gather",
-    "all_gather_single": "all-gather",
     "reduce_scatter": "reduce-scatter",
     "_reduce_scatter_base": "reduce-scatter",
-    "reduce_scatter_single": "reduce-scatter",
 }
 
 

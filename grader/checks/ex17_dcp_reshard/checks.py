@@ -474,11 +474,14 @@ def optimizer_resharded(ctx: CheckContext) -> None:
 def loads_own_shard(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
     half = _half(ctx)
-    readers = [r for r, facts in enumerate(ranks) if _calls(facts, FileLoaded, "torch.load")]
+    # a file of whole tensors; one of none (metadata beside DCP's files, as Lightning writes) holds no state
+    loaded = [sum(e["whole_elements"] for e in _calls(facts, FileLoaded, "torch.load")) for facts in ranks]
+    readers = [r for r, elements in enumerate(loaded) if elements]
     if readers:
         raise ctx.fail(
-            f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load: every rank held the "
-            "whole state at once. Load with dcp.load into the sharded state dict, each rank reading its pieces",
+            f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load (whole tensors of "
+            f"{_elements(loaded[readers[0]])} on rank {readers[0]}): every rank held the whole state at once. Load "
+            "with dcp.load into the sharded state dict, each rank reading its pieces",
             hint=HintName("shard_then_load"),
         )
     if not any(_calls(facts, CheckpointCall, "dcp.load") for facts in ranks):

@@ -194,19 +194,37 @@ def _share(parts: int, index: int) -> list[int]:
     return list(range(index * size, (index + 1) * size))
 
 
+def _split(fed: list[list[int]], dp_size: int) -> bool:
+    """Whether one step's samples, per rank, split the batch as the contract asks: the ranks of a tp group
+    (one dp coordinate) feed the same samples, and the dp groups' shares are equal, disjoint and cover the
+    batch: then FSDP's average over dp is the mean over the whole batch, whichever samples each share holds
+    (a chunk, or a DistributedSampler's stride)."""
+    groups = [fed[d * TP : (d + 1) * TP] for d in range(dp_size)]
+    if any(any(got != group[0] for got in group) for group in groups):
+        return False
+    shares = [group[0] for group in groups]
+    return all(len(share) == BATCH // dp_size for share in shares) and sorted(
+        sample for share in shares for sample in share
+    ) == list(range(BATCH))
+
+
 @check("data_by_dp_coordinate")
 def data_by_dp_coordinate(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     dp_size = ctx.world_size // TP
     for rank, facts in enumerate(ranks):
-        rows = facts["rows"]
-        if len(rows) < STEPS:
+        if len(facts["rows"]) < STEPS:
             raise ctx.fail(
-                f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint=HintName("data")
+                f"rank {rank} ran {len(facts['rows'])} forward passes of the model for {STEPS} batches",
+                hint=HintName("data"),
             )
-        dp = rank // TP
-        want = _share(dp_size, dp)
-        for step, got in enumerate(rows[:STEPS]):
+    for step in range(STEPS):
+        if _split([sorted(facts["rows"][step]) for facts in ranks], dp_size):
+            continue
+        for rank, facts in enumerate(ranks):
+            got = facts["rows"][step]
+            dp = rank // TP
+            want = _share(dp_size, dp)
             if sorted(got) == want:
                 continue
             said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
@@ -227,7 +245,11 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                     Cause("dp_from_tp"),
                 )
             else:
-                reason, cause = "", ""
+                reason, cause = (
+                    "the shares do not split the batch (the same samples on the ranks of a tp group, equal and "
+                    "disjoint shares across the dp groups, all of the batch)",
+                    "",
+                )
             raise ctx.fail(
                 f"{said}, where its dp group's share is {want}"
                 + (f": {reason}" if reason else "")
