@@ -9,11 +9,13 @@ code or holds more than SKETCH_CHARS characters of code (statements, however muc
 The lint reports a mostly-code hint before the last rung, and an exercise with more than one code sketch.
 
 The causes. A hint declares the causes whose fix it teaches (`causes = [...]`). Every cause an exercise
-names (a `Cause("...")` in its checks package, an entry of its hypotheses.toml) is declared by one hint of
-it, and wherever a cause and a hint are written together (a hypothesis, a call with `hint=` and `cause=`, a
-table from causes to hints) the hint is the one that declares the cause. A pair made at run time (a cause a
-replay proves, a hint held in a variable) is beyond an AST: tests/test_mistakes.py holds each failure it
-provokes to the same rule (`Exercise.hint_for_cause`).
+names (a `Cause("...")` in its checks package, an entry of its hypotheses.toml) is declared by a hint of it
+(by two where it is fixed in two places), and wherever a cause and a hint are written together (a
+hypothesis, a call with `hint=` and `cause=`, a table from causes to hints) the hint is one that declares
+the cause. A pair made at run time (a cause a replay proves, a hint held in a variable) is beyond an AST:
+tests/test_mistakes.py holds each failure it provokes to the same rule (`Exercise.hints_declaring`). A
+generic slip the judge itself names (grader/judge/slips.py: "factor_2_missing") is declared nowhere: its
+message points at the hint of the function it was found in.
 """
 
 from __future__ import annotations

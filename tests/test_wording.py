@@ -69,6 +69,15 @@ def test_shorten_cuts_inside_one_long_token() -> None:
     assert wording.shorten(path, 100) == path[:97] + wording.ELLIPSIS
 
 
+def test_brief_keeps_a_values_brackets_closed() -> None:
+    """A cut repr leaves brackets open ("[[0, {'rank': 0, ..."); brief elides inside them instead."""
+    results = [[rank, {"rank": rank, "token": "token-42", "pid": 30384 + rank, "payload": "x" * 90}] for rank in (0, 1)]
+    said = wording.brief(results)
+    assert len(said) <= 200 and said.startswith("[[0, {") and said.endswith("}]]") and "..." in said
+    assert wording.problems(f"the results are not fn's return values: {said}") == []
+    assert wording.brief(list(range(1000))) == "[0, 1, 2, 3, ...]"
+
+
 def test_a_rank_error_is_quoted_at_a_word_boundary() -> None:
     """The engine caps a reported message without regard to words; the verdict quotes less, cut between words."""
     long = "the tensor was too large to send " * 1000
@@ -95,3 +104,23 @@ def test_ex17_counts_whole_tensors_as_the_ranks_do() -> None:
         "rank 1 asked dcp.load to fill 1 whole tensor (128 elements) of the model's 3 tensors of more than one "
         "element (160 elements; out.bias, of one element, is not counted)"
     )
+
+
+@pytest.mark.parametrize(
+    ("word", "said"),
+    [
+        ("8", "an 8"),
+        ("2", "a 2"),
+        ("11", "an 11"),
+        ("180", "a 180"),
+        ("int", "an int"),
+        ("dict", "a dict"),
+        ("OrderedDict", "an OrderedDict"),
+        ("uint8", "a uint8"),
+        ("unused", "an unused"),
+    ],
+)
+def test_the_article_a_message_writes(word: str, said: str) -> None:
+    """What checks write before a drawn number or a type's name ("a stage of an 8-stage pipeline")."""
+    assert wording.article(word) == said
+    assert wording.problems(f"{said}-stage pipeline") == []

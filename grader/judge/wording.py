@@ -12,6 +12,7 @@ fragment reads as a word here; that is why the code that shortens a quote never 
 from __future__ import annotations
 
 import re
+import reprlib
 
 ELLIPSIS = "..."  # where `shorten` cut: what follows it is left out on purpose
 SHORT_WORDS = frozenset(
@@ -37,12 +38,34 @@ def shorten(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:.\n") + ELLIPSIS
 
 
+def brief(value: object, limit: int = 200) -> str:
+    """A value's repr in a few words with its brackets closed: what is deep or long is elided as `...`
+    (reprlib), shallower until it fits, where a cut of the whole repr would leave brackets open."""
+    short = reprlib.Repr()
+    short.maxlist, short.maxtuple, short.maxdict, short.maxstring, short.maxother = 4, 4, 3, 40, 40
+    for level in (3, 2, 1):
+        short.maxlevel = level
+        said = short.repr(value)
+        if len(said) <= limit:
+            return said
+    return shorten(said, limit)
+
+
 def _wants_an(number: str) -> bool:
     """Whether a number is said with a vowel first: eight..., eleven..., eighteen..."""
     if not number[0].isdigit():
         return True  # eight, eleven, eighteen, eighty
     digits = number.replace(",", "")
     return digits.startswith("8") or digits[:2] in ("11", "18") and len(digits) % 3 == 2
+
+
+def article(word: str) -> str:
+    """`word` after "a" or "an", as it is said: "an 8-stage", "a 2D", "an int", "a dict", "a uint8"."""
+    number = re.match(r"\d[\d,]*", word)
+    if number:
+        return f"{'an' if _wants_an(number[0]) else 'a'} {word}"
+    vowel = word[:1].lower() in "aeio" or word[:1].lower() == "u" and not word.lower().startswith(("uni", "uint", "us"))
+    return f"{'an' if vowel else 'a'} {word}"
 
 
 def problems(message: str) -> list[str]:

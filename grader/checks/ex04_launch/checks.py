@@ -9,7 +9,7 @@ from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payloa
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
-from grader.judge.wording import shorten
+from grader.judge.wording import brief, shorten
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading (workers.py forces it)
@@ -77,7 +77,7 @@ def _what(value: Any) -> str:
     name = type(value).__name__
     article = "an" if name[0] in "aeiou" else "a"
     if isinstance(value, (list, dict)):
-        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}: {shorten(str(value), 200)}"
+        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}: {brief(value)}"
     return f"{article} {name}, {shorten(str(value), 200)!r}"
 
 
@@ -99,9 +99,7 @@ def runs_every_rank(ctx: CheckContext) -> None:
             hint=HintName("result_queue"),
         )
     if not all(_is_identity(r) for r in results):
-        raise ctx.fail(
-            f"the results are not fn's return values: {shorten(str(results), 250)}", hint=HintName("result_queue")
-        )
+        raise ctx.fail(f"the results are not fn's return values: {brief(results)}", hint=HintName("result_queue"))
     ranks = [r["rank"] for r in results]
     if sorted(ranks) != list(range(world)):
         shifted = " (numbered from 1)" if sorted(ranks) == list(range(1, world + 1)) else ""

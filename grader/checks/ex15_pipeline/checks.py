@@ -30,7 +30,7 @@ from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
-from grader.judge.wording import shorten
+from grader.judge.wording import article, shorten
 
 STEPS, BATCH, LR = 3, 16, 0.1
 LAYERS = 5  # the model's layers (workers.LAYERS)
@@ -194,7 +194,8 @@ def _observed_split(ctx: CheckContext, ranks: list[Train], schedule: str) -> Non
         stage = stages[0]
         if stage["count"] != world:
             raise ctx.fail(
-                f"rank {rank} built a stage of a {stage['count']}-stage pipeline; W = {world}", HintName("build_stage")
+                f"rank {rank} built a stage of {article(str(stage['count']))}-stage pipeline; W = {world}",
+                HintName("build_stage"),
             )
         if stage["foreign"]:
             raise ctx.fail(
@@ -265,7 +266,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
         mine = facts["stages"][0]["names"]
         if names != mine or foreign:
             raise ctx.fail(
-                f"rank {rank} returned a {facts['returned']} holding {len(names)} of the model's "
+                f"rank {rank} returned {article(str(facts['returned']))} holding {len(names)} of the model's "
                 f"parameters ({foreign} others) where its stage holds {len(mine)}: return the "
                 "stage module it trained",
                 hint=HintName("split"),
