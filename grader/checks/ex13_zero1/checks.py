@@ -29,6 +29,7 @@ from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
+from grader.judge.wording import shorten
 
 STEPS, BATCH, LR = 10, 4, 0.01
 BYTES = 4  # fp32
@@ -327,7 +328,7 @@ def balanced_partition(ctx: CheckContext) -> None:
         asked = f"partition_parameters({sizes}, {world})"
         for rank, calls in enumerate(per_rank):
             if "shards" not in calls[number]:
-                shown = calls[number].get("other", "nothing the grader recorded")
+                shown = shorten(calls[number].get("other", "nothing the grader recorded"), 150)
                 raise ctx.fail(
                     f"{asked} returned {shown} on rank {rank}; expected a list of {world} lists of parameter indices",
                     hint=HintName("partition"),

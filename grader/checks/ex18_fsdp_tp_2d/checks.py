@@ -17,6 +17,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.tolerance import relative_difference
+from grader.judge.wording import article
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
 STEPS, BATCH, LR = 3, 12, 0.02
@@ -118,7 +119,7 @@ def placements_2d(ctx: CheckContext) -> None:
                 kind = (
                     "only sharded by FSDP, never split by TP"
                     if placements == ["Shard(dim=0)"]
-                    else f"on a {len(placements)}D mesh"
+                    else f"on {article(str(len(placements)))}D mesh"
                 )
                 raise ctx.fail(
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
