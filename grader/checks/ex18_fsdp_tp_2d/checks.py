@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, Reference, Replayed, Train
+from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, WORKLOAD, Reference, Replayed, Train
 from grader.engine.facts import ReplayRequest
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -20,7 +20,7 @@ from grader.judge.tolerance import relative_difference
 from grader.judge.wording import article
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
-STEPS, BATCH, LR = 3, 12, 0.02
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
@@ -28,13 +28,11 @@ _HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matc
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    return ctx.facts(TRAIN, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.facts(TRAIN, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, dp=ctx.world_size // TP, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
