@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from grader.judge.tolerance import close, close_each, close_either_way
+from grader.judge.tolerance import close, close_each, close_either_way, relative_difference
 
 TOLERANCE = Path("grader/judge/tolerance.py")
 # A name that says "numerically close": close, _close, allclose, isclose, close_each... but not `closed_to_others`.
@@ -105,3 +105,10 @@ def test_close_each_and_close_either_way() -> None:
     assert not close_each([[1.0, 2.0]], [[1.0, 2.0], [3.0]], rtol=0, atol=0)
     assert close_either_way(100.0, 1.0, rtol=0.99, atol=0) and close_either_way(1.0, 100.0, rtol=0.99, atol=0)
     assert not close_either_way(None, 1.0, rtol=1, atol=1)
+
+
+def test_relative_difference_is_of_the_references_scale_and_never_small_for_a_wrong_shape() -> None:
+    assert relative_difference([1.0, 2.0], [1.0, 4.0]) == 0.5
+    assert relative_difference(np.zeros(3), np.zeros(3)) == 0.0
+    assert relative_difference(None, [1.0]) == relative_difference([1.0], [[1.0]]) == float("inf")
+    assert relative_difference(["a"], [1.0]) == float("inf")

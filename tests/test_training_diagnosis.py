@@ -289,7 +289,7 @@ def test_ex03_names_epochs_from_0_as_set_epoch_counts_them():
 
     per_epoch = 7
     reference = {"batches": [[[0]] * (per_epoch * checks.EPOCHS)], "steps": [], "momentum": 0.0}
-    context = SimpleNamespace(world_size=2, replayer=lambda **_: None)  # no replay is run here
+    context = SimpleNamespace(world_size=2, replayer=lambda *_, **__: None)  # no replay is run here
     setting = checks._setting(context, reference)  # type: ignore[arg-type]
     assert setting.labels[per_epoch + 1] == "the first step of epoch 1"
     assert all(f"epoch {checks.EPOCHS}" not in label for label in setting.labels.values())

@@ -8,8 +8,10 @@ crosses the boundary, and the judge checks every report against the schema befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Generic, NotRequired, TypedDict, TypeVar
+
+import numpy as np
 
 F = TypeVar("F")
 
@@ -29,3 +31,39 @@ class Worker(Generic[F]):
 
     name: str
     facts: type[F]
+
+
+class ReplayRequest(TypedDict):
+    """One hypothesis as the judge asks a trusted replay worker for it (grader/judge/replay.py): the batch
+    schedule to replay and the knobs it changes, with the run's numbers already filled in."""
+
+    schedule: str
+    mistake: dict[str, Any]
+
+
+class ReplayedStep(TypedDict):
+    """One optimizer step of a replay: the gradient it used and the weights after it, by parameter name."""
+
+    grads: dict[str, np.ndarray]
+    params: dict[str, np.ndarray]
+
+
+class TrainingReplays(RankFacts):
+    """What the shared training loop's `replays` worker answers (grader/rank/training.py's replay_all): per
+    hypothesis asked, its replayed steps."""
+
+    replays: dict[str, list[ReplayedStep]]
+
+
+TRAINING_REPLAYS = Worker("replays", TrainingReplays)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The sizes of an exercise's runs (samples, steps, batch, learning rate...), declared once in its facts.py as
+    a frozen subclass and passed whole to every worker that runs them: the shared run of two checks is one run
+    because both pass the same object, not because two spellings of its arguments agree."""
+
+    def arguments(self) -> dict[str, Any]:
+        """The fields as a worker's keyword arguments."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}

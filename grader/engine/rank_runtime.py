@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from grader.engine import collectives, spawn_log, tamper, wire
 from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
+from grader.engine.wrapped_errors import short_message, traceback_text, wrapped_failures
 
 AGENT_STORE_VARIABLE = "TORCHELASTIC_USE_AGENT_STORE"  # torch's rendezvous: every rank a store client
 
@@ -202,15 +203,20 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
     ]
     raised_by_student = bool(frames) and student is not None and frames[-1].filename == student
     inner = cause or exc
+    wrapped = wrapped_failures(inner)  # a DCP or spawn error: each rank's own error, not 60 lines said twice
+    chain = chain_facts(inner)
+    if wrapped:
+        chain[0]["message"] = short_message(wrapped)
+        chain[1:1] = [{"type": f.type, "message": f.message[-CHAIN_MESSAGE_CHARS:], "who": f.who} for f in wrapped]
     return {
         "type": type(inner).__name__,
-        "message": str(inner),
+        "message": short_message(wrapped) if wrapped else str(inner),
         "grader_message": str(exc) if cause is not None else "",
         "student_load_error": isinstance(exc, StudentCodeError),
         "not_implemented": isinstance(inner, NotImplementedError) and raised_by_student,
         "student_frames": student_frames,
-        "traceback": "".join(traceback.format_exception(inner)),
-        "chain": chain_facts(inner),
+        "traceback": traceback_text(inner, wrapped) if wrapped else "".join(traceback.format_exception(inner)),
+        "chain": chain,
     }
 
 

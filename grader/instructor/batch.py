@@ -34,7 +34,7 @@ from grader.catalog import Catalog
 from grader.engine import Engine, Job, Runner, RunResult
 from grader.grading import BackendProbe, grade_files
 from grader.grading_engines import EngineContext, EngineLender, open_batch
-from grader.instructor import submissions
+from grader.instructor import submissions, tamper_scan
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.api import CheckFailed, References, Verdict
 from grader.judge.runner import load_checks, not_run
@@ -172,8 +172,9 @@ def grade_one(lender: EngineLender, batch: _Batch, path: Path) -> SubmissionGrad
                     started,
                     traceback.format_exc(limit=-8),
                 )
+            review = tamper_scan.scan_files(submission)  # the files as handed in, before any of them runs
             results, problem = _graded(lender, batch, submission)
-        return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes)
+        return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes, review)
     except Exception as exc:  # anywhere else (the temporary folder, the report): still this submission's row only
         return _failed(
             name,

@@ -97,6 +97,15 @@ class Trouble:
 
 
 @dataclass(frozen=True)
+class Review:
+    """A line the tamper scan marked in a submission (grader/instructor/tamper_scan.py); its score stands."""
+
+    submission: str
+    where: str  # file:line
+    reason: str
+
+
+@dataclass(frozen=True)
 class ClassSummary:
     submissions: int
     max_score: float
@@ -109,6 +118,12 @@ class ClassSummary:
     seconds: tuple[tuple[str, float], ...]  # per submission, slowest first
     exercise_seconds: tuple[tuple[str, float], ...]  # mean per submission, in catalog order
     wall_seconds: float | None  # the batch's own wall time, when one run graded it all
+    reviews: tuple[Review, ...] = ()  # by submission, then line
+
+    @property
+    def marked(self) -> int:
+        """Submissions with a line marked for review."""
+        return len({r.submission for r in self.reviews})
 
     @property
     def mean(self) -> float:
@@ -266,4 +281,9 @@ def summarize(catalog: Catalog, grades: Sequence[SubmissionGrade], wall_seconds:
         seconds=tuple(sorted(((g.name, g.seconds) for g in grades), key=lambda item: -item[1])),
         exercise_seconds=exercise_seconds,
         wall_seconds=wall_seconds,
+        reviews=tuple(
+            Review(g.name, f"{m.file}:{m.line}", m.reason)
+            for g in sorted(grades, key=lambda g: g.name)
+            for m in g.review
+        ),
     )

@@ -27,7 +27,7 @@ from grader.instructor.display import BatchProgress
 from grader.instructor.new_exercise import NewExerciseError, new_exercise
 from grader.instructor.release import ReleaseError, release
 from grader.instructor.submission_grade import SubmissionGrade
-from grader.instructor.submissions import name_of
+from grader.instructor.submissions import leftover, name_of
 from grader.instructor.templating import UnsafeValue
 from grader.notebook_source import NotebookError
 from grader.paths import course_root
@@ -272,6 +272,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     maker.set_defaults(func=cmd_new_exercise)
 
 
+def _graded(command: str, paths: list[Path]) -> list[Path]:
+    """The paths that are submissions; each one left out (a tool's leftover: .DS_Store, __MACOSX...) is named on
+    stderr with the reason, never dropped silently. A name starting with a dot is graded like any other."""
+    kept = []
+    for path in paths:
+        reason = leftover(path)
+        if reason is None:
+            kept.append(path)
+        else:
+            print(f"grader {command}: left out {one_line(path.name, 200)}: {reason}, not a submission", file=sys.stderr)
+    return kept
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     plan = GradingPlan.from_args(args, hidden=True)
     if args.launcher == "portable" and args.sandbox != "none":
@@ -279,13 +292,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
             "--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
             "the sandbox is Linux-only and starts ranks with the fork launcher"
         )
-    names = [name_of(path) for path in args.submissions]
+    submissions = _graded("grade", args.submissions)
+    if not submissions:
+        raise InstructorError("nothing to grade: every path given is a leftover of a tool, not a submission")
+    names = [name_of(path) for path in submissions]
     folders = [gradescope.results_folder(name) for name in names]
     repeated = sorted({f for f in folders if folders.count(f) > 1})
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
     catalog = course_catalog(args.exercises)
-    paths = shard.select(args.submissions, args.shard) if args.shard else list(args.submissions)
+    paths = shard.select(submissions, args.shard) if args.shard else submissions
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
         args.out / manifest.FILENAME
@@ -333,6 +349,12 @@ def _grade(
         f"graded {len(grades)} submission(s) in {report.seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
         f"{report.written or 'no class report'}"
     )
+    marked = [g.name for g in grades if g.review]
+    if marked:  # stdout: on Gradescope, the autograder's output, which only instructors see
+        print(
+            f"{len(marked)} submission(s) marked for review by the tamper scan, scores unchanged (the gradebook's "
+            f"review column, the class report): {one_line(', '.join(marked), 500)}"
+        )
     unwritten = [g.name for g in grades if any(n.startswith(gradescope.UNWRITTEN) for n in g.notes)]
     if unwritten:
         print(
@@ -477,14 +499,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     check_counts(args)
     if not args.submissions_dir.is_dir():
         raise InstructorError(f"{args.submissions_dir} is not a folder of submissions")
-    entries = sorted(args.submissions_dir.iterdir())
-    for hidden in (p for p in entries if p.name.startswith(".")):  # never left out silently
-        print(
-            f"grader slurm: left out {one_line(hidden.name, 200)}: a name starting with a dot is a hidden "
-            "file, which the job's glob does not match; rename it to grade it",
-            file=sys.stderr,
-        )
-    count = sum(1 for p in entries if not p.name.startswith("."))
+    count = len(_graded("slurm", sorted(args.submissions_dir.iterdir())))
     if count == 0:
         raise InstructorError(f"{args.submissions_dir} holds no submissions")
     if args.shards is not None and args.shards < 1:

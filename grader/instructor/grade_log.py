@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.instructor.submission_grade import SubmissionGrade
+from grader.instructor.tamper_scan import ReviewMark
 from grader.judge.verdict import CheckResult
 from grader.report.inert import printable
 
@@ -46,13 +47,20 @@ def _record(grade: SubmissionGrade) -> dict[str, Any]:
         "problem": _text(grade.problem),
         "notes": list(map(_text, grade.notes)),
         "results": list(map(_result, grade.results)),
+        "review": [{"file": _text(m.file), "line": m.line, "reason": _text(m.reason)} for m in grade.review],
     }
 
 
 def _grade(record: dict[str, Any]) -> SubmissionGrade:
     results = [CheckResult.from_record(r) for r in record["results"]]
+    review = tuple(ReviewMark(str(m["file"]), int(m["line"]), str(m["reason"])) for m in record.get("review", []))
     return SubmissionGrade(
-        record["name"], results, float(record["seconds"]), record.get("problem", ""), list(record.get("notes", []))
+        record["name"],
+        results,
+        float(record["seconds"]),
+        record.get("problem", ""),
+        list(record.get("notes", [])),
+        review,
     )
 
 

@@ -1,4 +1,5 @@
-"""The batch's gradebook: one CSV row per submission, one column per exercise, and the total.
+"""The batch's gradebook: one CSV row per submission, one column per exercise, the total, the problem, and
+the tamper scan's marks for review (`file:line: reason`; the gradebook is the instructor's alone).
 
 Rows are appended and flushed as submissions finish, so a batch stopped half-way (Ctrl-C, a crash
 of the machine) still leaves the rows of everything graded; `close` rewrites it sorted by name.
@@ -34,7 +35,7 @@ class Gradebook:
     def __init__(self, path: Path, catalog: Catalog) -> None:
         self.path = path
         self._ids = [e.id for e in catalog.exercises]
-        self._header = ["submission", *self._ids, "total", "max_score", "seconds", "problem"]
+        self._header = ["submission", *self._ids, "total", "max_score", "seconds", "problem", "review"]
         self._rows: list[list[str]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "w", newline="")
@@ -54,6 +55,7 @@ class Gradebook:
                 f"{grade.max_score:g}",
                 f"{grade.seconds:.1f}",
                 grade.problem_column,
+                "; ".join(map(str, grade.review)),
             ]
         )
         self._rows.append(row)

@@ -6,6 +6,11 @@ visibility the instructor chose ("hidden" by default: never shown to students). 
 or message can reach a student through it. Only the fields Gradescope documents are written; the
 maximum score, which it takes from the assignment's settings, is kept in `extra_data`.
 
+The tamper scan's marks (grader/instructor/tamper_scan.py) are for instructors only: they go where
+Gradescope shows students nothing, `extra_data.review` (stored, never displayed) and, when there are
+marks, one test of visibility "hidden" whatever `hidden_as` says ("never shown to students"), worth 0
+of 0 points, so an instructor sees them on the submission's page. Never in `output` or a visible test.
+
 What the student's code wrote (exception messages, file names) is shown, never obeyed: outputs are
 plain text with control characters escaped, each cut to `TEST_OUTPUT_LIMIT` characters and those of
 the visible tests together to about `OUTPUT_LIMIT` (the hidden ones' apart, so that no visible output
@@ -29,6 +34,7 @@ TEST_OUTPUT_LIMIT = 10_000  # characters of one test's output
 OUTPUT_LIMIT = 100_000  # of the visible tests' together; once spent, each still gets `TEST_OUTPUT_FLOOR`
 TEST_OUTPUT_FLOOR = 500
 UNWRITTEN = "its results.json could not be written"  # a note in the gradebook's problem column
+REVIEW_TEST = "for review (instructors only): the tamper scan marked these lines; the score is unchanged"
 
 
 def _output(results: list[CheckResult]) -> str:
@@ -66,6 +72,16 @@ def _tests(catalog: Catalog, grade: SubmissionGrade, hidden_as: str) -> list[dic
     return tests
 
 
+def _review_test(grade: SubmissionGrade) -> list[dict[str, Any]]:
+    """The marks as one hidden test worth nothing, where an instructor sees them and a student never does."""
+    if not grade.review:
+        return []
+    output = printable("\n".join(map(str, grade.review)), TEST_OUTPUT_LIMIT)
+    return [
+        {"name": REVIEW_TEST, "score": 0, "max_score": 0, "status": "failed", "output": output, "visibility": "hidden"}
+    ]
+
+
 def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden") -> dict[str, Any]:
     if hidden_as not in HIDDEN_VISIBILITIES:
         raise ValueError(f"hidden checks' visibility must be one of {HIDDEN_VISIBILITIES}, not {hidden_as!r}")
@@ -83,8 +99,14 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
         "test_output_format": "text",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"max_score": round(grade.max_score, 4)},
-        "tests": tests,
+        "extra_data": {
+            "max_score": round(grade.max_score, 4),
+            "review": [
+                {"file": printable(m.file, TEST_OUTPUT_FLOOR), "line": m.line, "reason": printable(m.reason, 1000)}
+                for m in grade.review
+            ],
+        },
+        "tests": tests + _review_test(grade),
     }
 
 

@@ -89,6 +89,7 @@ def _files(root: Path, exercise_id: str, name: str) -> dict[Path, str]:
         package / "facts.py": "facts.py.j2",
         package / "workers.py": "workers.py.j2",
         package / "checks.py": "checks.py.j2",
+        package / "hypotheses.toml": "hypotheses.toml.j2",
         QUIZZES / f"{max(banks, default=0) + 1:02d}_{name}.toml": "quiz.toml.j2",
         Path("tests") / "mistakes" / f"{exercise_id}.toml": "mistakes.toml.j2",
         Path("tests") / "alternatives" / f"{exercise_id}.toml": "alternatives.toml.j2",

@@ -7,7 +7,8 @@ waits for the whole array (`--dependency=afterany`: it runs even if a shard fail
 what is missing). One file, one `sbatch` to submit it.
 
 The submissions' own names never enter the script: the tasks find them with a quoted glob when they
-run. The paths that do are quoted (`sh`), and one holding a control character or a line break is
+run (dotglob: a name starting with a dot is a submission too; `grader grade` leaves out tools' leftovers,
+naming each). The paths that do are quoted (`sh`), and one holding a control character or a line break is
 refused (`templating.UnsafeValue`): in a comment or an #SBATCH line it would start a command of its own.
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from grader.instructor.tamper_scan import ReviewMark
 from grader.judge.verdict import CheckResult
 
 
@@ -18,6 +19,8 @@ class SubmissionGrade:
     seconds: float
     problem: str = ""  # about the submission as a whole: unreadable, out of time
     notes: list[str] = field(default_factory=list)  # which file was graded, where the submission held several
+    # what the tamper scan found in the graded files: for instructors only, and never a change of score
+    review: tuple[ReviewMark, ...] = ()
 
     @property
     def problem_column(self) -> str:

@@ -65,6 +65,26 @@ class Submission(ExerciseFiles):
         return None
 
 
+# What a file manager, an archiver or Jupyter leaves beside the submissions in a class folder: never one of
+# them, so left out of a batch and named with this reason. Any other name is graded, a leading dot included.
+_LEFTOVERS = {
+    ".ds_store": "macOS Finder's folder settings",
+    "__macosx": "the resource forks a macOS archiver leaves",
+    "thumbs.db": "Windows Explorer's thumbnail cache",
+    "desktop.ini": "Windows Explorer's folder settings",
+    ".ipynb_checkpoints": "Jupyter's autosaves",
+}
+
+
+def leftover(path: Path) -> str | None:
+    """Why an entry of a class folder is no submission but a tool's leftover (None: it is graded, whatever its
+    name). A `._NAME` file is the AppleDouble half macOS writes beside NAME on a disk that cannot hold its
+    metadata; a folder of that name is graded."""
+    if path.name.startswith("._") and not path.is_dir():
+        return "the AppleDouble metadata file macOS writes beside a file"
+    return _LEFTOVERS.get(path.name.casefold())
+
+
 def name_of(path: Path) -> str:
     return path.name.removesuffix(".zip").removesuffix(".ipynb") or path.name
 

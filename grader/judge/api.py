@@ -16,10 +16,11 @@ from typing import Any, TypeVar, cast, overload
 
 from grader.catalog import Exercise
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
-from grader.engine.facts import Worker
+from grader.engine.facts import ReplayedStep, TrainingReplays, Worker
 from grader.judge.diagnose import failure_verdict
 from grader.judge.facts import problems as facts_problems
 from grader.judge.names import HintName, MaybeCause
+from grader.judge.replay import Replayer
 from grader.judge.verdict import Verdict
 
 
@@ -198,11 +199,12 @@ class CheckContext:
     ) -> Job:
         """A job for one of this exercise's workers; `nprocs` defaults to the check's world size.
         `allowance`: seconds on top of the deadline, for runs that must start interpreters. `deadline`: this
-        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one)."""
+        run's own, instead of the grading's (a run whose mistake shows as a hang need not wait the whole one).
+        The arguments are kept in name order: two checks that ask for the same run in another order share it."""
         return Job(
             target=f"{self.exercise.workers_module}:{worker}",
             world_size=self.world_size if nprocs is None else nprocs,
-            kwargs=kwargs,
+            kwargs=dict(sorted(kwargs.items())),
             student_file=self.student_file if student else None,
             backend=self.backend,
             deadline=(self.deadline if deadline is None else deadline) + allowance,
@@ -283,13 +285,13 @@ class CheckContext:
         result = self.runs.reference(self.job(name, 1, student=False, scratch=False, **kwargs))
         return self._trusted(worker, result)
 
-    def replayer(self, **kwargs: Any) -> Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]]:
-        """The exercise's trusted `replays` worker with these arguments and the grading's data and model seeds,
-        as grader.judge.trajectory.Setting.replay takes it: hypotheses in, each one's replayed steps out. It
-        runs only when called, that is once a trajectory has left the reference."""
-        return lambda hypotheses: self.reference(
-            "replays", hypotheses=hypotheses, **kwargs, **self.seeds("data", "model")
-        )
+    def replayer(self, worker: Worker[TrainingReplays], **kwargs: Any) -> Replayer[list[ReplayedStep]]:
+        """The exercise's trusted replay `worker` of the shared training loop with these arguments and the
+        grading's data and model seeds, as grader.judge.replay.prove takes it: requests in, each hypothesis'
+        replayed steps out. It runs only when called, that is once a trajectory has left the reference."""
+        return lambda requests: self.reference(worker, hypotheses=requests, **kwargs, **self.seeds("data", "model"))[
+            "replays"
+        ]
 
     @overload
     def inspect(self, worker: Worker[F], **kwargs: Any) -> F: ...

@@ -1,11 +1,16 @@
 """Causes as hypotheses the judge can run: a mistake is named only when replaying it reproduces the run.
 
-Each training exercise keeps its hypotheses as data, in `hypotheses.toml` next to its checks. A
-hypothesis is one change to the trusted reference loop (a knob of grader.rank.training.MISTAKE_KNOBS,
-or another batch schedule the exercise's reference computes). Its values may be the run's numbers
-("b", "W", "1/W", "k"...) or a parameter fitted from the first step that differs ("fit"). The
-exercise's trusted worker replays every hypothesis on the same inputs; the judge names a cause only
-when its replay equals the student's run at every recorded step and no other hypothesis' does.
+Every exercise that names a cause from its numbers keeps its hypotheses as data, in `hypotheses.toml` next to
+its checks, in one format: a cause, the sentence that names it, a hint, and what to replay. A hypothesis is one
+change to a trusted replay: knobs of the shared training loop (grader.rank.training.MISTAKE_KNOBS) and another
+batch schedule, or, where the file's `[replay]` table declares them, the knobs of the exercise's own trusted
+replay worker (a simulation of W ranks in one process, say). Its values may be the run's numbers ("b", "W",
+"1/W", "k"...) or a parameter fitted from the first step that differs ("fit").
+
+One protocol for all of them (`prove`): the hypotheses that can differ from the correct run here become
+requests; the exercise's trusted worker replays them on the same inputs (a `Replayer`); the check says what
+"reproduces" means for its facts; the judge names a cause only when its replay reproduces the student's run
+and no other hypothesis' does.
 """
 
 from __future__ import annotations
@@ -13,36 +18,45 @@ from __future__ import annotations
 import ast
 import operator
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from grader.engine.facts import ReplayRequest
 from grader.judge.names import Cause, HintName
+
+R = TypeVar("R")
+# an exercise's trusted replay worker as a check hands it over: requests in, each hypothesis' replay out
+Replayer = Callable[[dict[str, ReplayRequest]], Mapping[str, R]]
 
 # a run's recorded steps as a check hands them over: its typed facts (a TypedDict per step) or plain dicts
 Steps = Sequence[Mapping[str, Any]]
 FIT = "fit"  # a knob's value fitted from the student's numbers (grader.judge.trajectory's Observation.fits)
-# the knobs of grader.rank.training.MISTAKE_KNOBS (the rank side, which the judge does not import)
-KNOBS = frozenset(
-    {
-        "loss_scale",
-        "summed_in",
-        "lr_scale",
-        "optimizer",
-        "momentum",
-        "nesterov",
-        "weight_decay",
-        "clip_norm",
-        "keep_grads",
-        "fresh_optimizer_at",
-    }
-)
+# What a knob takes: "number" (a number, an expression of the run's numbers, or "fit"), "flag" (true or false),
+# or the list of the words it may be.
+KnobKind = str | list[str]
+# the knobs of grader.rank.training.MISTAKE_KNOBS (the rank side, which the judge does not import): the replay
+# of a hypotheses.toml without a [replay] table
+SHARED_KNOBS: dict[str, KnobKind] = {
+    "loss_scale": "number",
+    "summed_in": "number",
+    "lr_scale": "number",
+    "optimizer": ["sgd", "adam", "adamw"],
+    "momentum": "number",
+    "nesterov": "flag",
+    "weight_decay": "number",
+    "clip_norm": "number",
+    "keep_grads": "flag",
+    "fresh_optimizer_at": "number",
+}
+KNOBS = frozenset(SHARED_KNOBS)
 # the run's numbers a value or a sentence may name (resumed: the first step after resuming, ex09)
 NUMBERS = frozenset({"b", "W", "k", "m", "lr", "momentum", "resumed"})  # k: accumulation steps; m: micro-batches
 FIELDS = frozenset({"cause", "says", "hint", "schedule", "mistake", "fitted"})
+REPLAY_FIELDS = frozenset({"knobs", "numbers"})
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,7 @@ class Hypothesis:
     schedule: str = "correct"  # the samples of each step: a key of the reference's schedules
     mistake: dict[str, Any] = field(default_factory=dict)  # knob -> value, a symbol of the run, or "fit"
     fitted: bool = False  # tried only when no hypothesis without a fitted value reproduces the run
+    words: frozenset[str] = frozenset({"optimizer"})  # the knobs whose strings are words, not numbers of the run
 
     def resolved(self, numbers: dict[str, float], fits: dict[str, float]) -> dict[str, Any] | None:
         """The replay's knobs with the run's numbers; None where it cannot differ from the correct run
@@ -63,7 +78,7 @@ class Hypothesis:
                 if knob not in fits:
                     return None
                 value = fits[knob]
-            elif isinstance(value, str) and knob not in ("optimizer",):
+            elif isinstance(value, str) and knob not in self.words:
                 if not names_in(value) <= numbers.keys():
                     return None  # a number this run does not have (k where nothing accumulates)
                 value = evaluate(value, numbers)
@@ -100,13 +115,65 @@ def evaluate(expression: str, numbers: dict[str, float]) -> float:
     return value(ast.parse(expression, mode="eval").body)
 
 
-def problems(entries: object, hints: set[str]) -> list[str]:
-    """What is wrong with a hypotheses.toml's entries (for `grader lint-course`): each must say a cause with
-    known fields, a hint of its exercise, known knobs, values that are the run's numbers, "fit" only where
-    fitted, and sentences that name only what is filled in."""
+def declared(document: Mapping[str, Any]) -> tuple[dict[str, KnobKind], frozenset[str]]:
+    """The knobs and the run's numbers a hypotheses.toml may use: its `[replay]` table's, else the shared
+    loop's."""
+    table = document.get("replay", {})
+    return dict(table.get("knobs", SHARED_KNOBS)), frozenset(table.get("numbers", NUMBERS))
+
+
+def _replay_problems(table: object) -> list[str]:
+    if not isinstance(table, dict):
+        return ["[replay] must be a table"]
+    found = [f"[replay]: unknown field {key!r} (fields: knobs, numbers)" for key in sorted(set(table) - REPLAY_FIELDS)]
+    knobs, numbers = table.get("knobs", {}), table.get("numbers", [])
+    if not isinstance(knobs, dict) or not knobs:
+        found.append("[replay]: knobs must be a table of the replay worker's knobs")
+    else:
+        found += [
+            f'[replay]: knob {knob!r} must be "number", "flag" or a list of words'
+            for knob, kind in knobs.items()
+            if kind not in ("number", "flag") and not (isinstance(kind, list) and all(isinstance(w, str) for w in kind))
+        ]
+    if not isinstance(numbers, list) or not all(isinstance(n, str) and n.isidentifier() for n in numbers):
+        found.append("[replay]: numbers must be a list of names")
+    return found
+
+
+def _value_problems(where: str, knob: str, value: object, kind: KnobKind, numbers: frozenset[str]) -> list[str]:
+    if value == FIT:
+        return [] if kind == "number" else [f'{where}: {knob} = "fit", but only a number is fitted']
+    if isinstance(kind, list):
+        return [] if value in kind else [f"{where}: {knob} = {value!r}, not one of {kind}"]
+    if kind == "flag":
+        return [] if isinstance(value, bool) else [f"{where}: {knob} = {value!r}, not true or false"]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return [f"{where}: {knob} = {value!r}, not a number"]
+    if isinstance(value, str):
+        try:
+            unknown = names_in(value) - numbers
+        except SyntaxError:
+            unknown = {value}
+        if unknown:
+            return [f"{where}: {knob} = {value!r} names {sorted(unknown)}, not numbers of the run"]
+    return []
+
+
+def problems(document: object, hints: set[str]) -> list[str]:
+    """What is wrong with a hypotheses.toml (for `grader lint-course`): its `[replay]` table, if any, must declare
+    the replay's knobs and numbers; each hypothesis must say a cause with known fields, a hint of its exercise,
+    known knobs with values of their kind (the run's numbers, "fit" only where fitted), and sentences that name
+    only what is filled in."""
+    if not isinstance(document, dict):
+        return ["it holds no [[hypothesis]] entries"]
+    found = [] if "replay" not in document else _replay_problems(document["replay"])
+    if found:
+        return found
+    knobs, numbers = declared(document)
+    entries = document.get("hypothesis")
     if not isinstance(entries, list) or not entries:
         return ["it holds no [[hypothesis]] entries"]
-    found, seen = [], set()
+    seen: set[str] = set()
     for number, entry in enumerate(entries, 1):
         where = f"hypothesis {number}"
         if (
@@ -128,42 +195,41 @@ def problems(entries: object, hints: set[str]) -> list[str]:
             found.append(f"{where}: mistake must be a table of knobs")
             continue
         found += [
-            f"{where}: unknown knob {knob!r} (knobs: {', '.join(sorted(KNOBS))})" for knob in set(mistake) - KNOBS
+            f"{where}: unknown knob {knob!r} (knobs: {', '.join(sorted(knobs))})" for knob in set(mistake) - set(knobs)
         ]
         fits = [knob for knob, value in mistake.items() if value == FIT]
         if bool(fits) != bool(entry.get("fitted", False)):
             found.append(f'{where}: a fitted hypothesis has one knob = "fit", and only a fitted one')
         for knob, value in mistake.items():
-            if isinstance(value, str) and value != FIT and knob != "optimizer":
-                try:
-                    unknown = names_in(value) - NUMBERS
-                except SyntaxError:
-                    unknown = {value}
-                if unknown:
-                    found.append(f"{where}: {knob} = {value!r} names {sorted(unknown)}, not numbers of the run")
+            if knob in knobs:
+                found += _value_problems(where, knob, value, knobs[knob], numbers)
         try:
-            entry["says"].format(**dict.fromkeys(NUMBERS, 1), value=1)
+            entry["says"].format(**dict.fromkeys(numbers, 1), value=1)
         except (KeyError, IndexError, ValueError) as exc:
-            found.append(f"{where}: says names {exc}, which is not filled in (only {sorted(NUMBERS)} and value)")
+            found.append(f"{where}: says names {exc}, which is not filled in (only {sorted(numbers)} and value)")
     return found
 
 
 def load(package: str) -> tuple[Hypothesis, ...]:
     """The hypotheses of an exercise: `hypotheses.toml` in its checks package."""
-    text = resources.files(package).joinpath("hypotheses.toml").read_text()
-    return tuple(_hypothesis(entry) for entry in tomllib.loads(text)["hypothesis"])
+    document = tomllib.loads(resources.files(package).joinpath("hypotheses.toml").read_text())
+    knobs, _ = declared(document)
+    words = frozenset(knob for knob, kind in knobs.items() if isinstance(kind, list))
+    return tuple(_hypothesis(entry, words) for entry in document["hypothesis"])
 
 
-def _hypothesis(entry: dict[str, Any]) -> Hypothesis:
+def _hypothesis(entry: dict[str, Any], words: frozenset[str]) -> Hypothesis:
     """One entry as the judge uses it; its names are checked by `grader lint-course`, from the TOML."""
     hint = entry.get("hint")
-    return Hypothesis(**{**entry, "cause": Cause(entry["cause"]), "hint": None if hint is None else HintName(hint)})
+    return Hypothesis(
+        **{**entry, "cause": Cause(entry["cause"]), "hint": None if hint is None else HintName(hint), "words": words}
+    )
 
 
 REPLAY_RTOL = 1e-3  # of each tensor's largest value: fp32 rounding differs between DDP and one process
 
 
-def _within(got: dict, want: dict, scales: dict[str, float]) -> bool:
+def _within(got: Mapping[str, Any], want: Mapping[str, Any], scales: dict[str, float]) -> bool:
     """Every tensor of `want` in `got`, off by at most REPLAY_RTOL of its scale over the whole replay. Gradients
     and updates are compared, not weights: a weight's size would hide a wrong update."""
     for name, expected in want.items():
@@ -178,7 +244,7 @@ def _within(got: dict, want: dict, scales: dict[str, float]) -> bool:
     return True
 
 
-def _scales(steps: list[dict]) -> dict[str, float]:
+def _scales(steps: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Each tensor's largest magnitude over all the steps. A step whose own values are small (a saturated
     layer after a too-large step, say) still carries the rounding the earlier, larger steps left in the
     weights: judged against its own scale, a true replay could fail there."""
@@ -190,7 +256,7 @@ def _scales(steps: list[dict]) -> dict[str, float]:
     return scales
 
 
-def _updates(steps: Steps, start: dict) -> list[dict]:
+def _updates(steps: Steps, start: Mapping[str, Any]) -> list[dict]:
     before, updates = start, []
     for step in steps:
         updates.append({name: step["params"][name] - before[name] for name in step["params"] if name in before})
@@ -198,15 +264,16 @@ def _updates(steps: Steps, start: dict) -> list[dict]:
     return updates
 
 
-def reproduces(observed: Steps, replayed: list[dict], start: dict) -> bool:
+def reproduces(observed: Steps, replayed: Steps, start: Mapping[str, Any]) -> bool:
     """Whether a replay from the same `start` equals the run at every recorded step: the gradient each step
-    used and the update it made."""
+    used (where the run saw one: a rank whose optimizer holds nothing steps with none) and the update it made."""
     if len(observed) != len(replayed) or not observed:
         return False
     replayed_updates = _updates(replayed, start)
     grad_scales, update_scales = _scales([s["grads"] for s in replayed]), _scales(replayed_updates)
     return all(
-        _within(got["grads"], want["grads"], grad_scales) and _within(got_update, want_update, update_scales)
+        (got["grads"] is None or _within(got["grads"], want["grads"], grad_scales))
+        and _within(got_update, want_update, update_scales)
         for got, want, got_update, want_update in zip(observed, replayed, _updates(observed, start), replayed_updates)
     )
 
@@ -223,30 +290,40 @@ class Proof:
         return self.proven[0] if len(self.proven) == 1 else None
 
 
+def requests(
+    hypotheses: Sequence[Hypothesis],
+    numbers: dict[str, float],
+    fits: dict[str, float] | None = None,
+    fitted: bool = False,
+) -> dict[str, tuple[Hypothesis, ReplayRequest]]:
+    """The hypotheses (fitted ones, or the others) that can differ from the correct run with these numbers, each
+    with the request its replay worker takes."""
+    found = {}
+    for h in hypotheses:
+        if h.fitted == fitted and (knobs := h.resolved(numbers, fits or {})) is not None:
+            found[str(h.cause)] = (h, ReplayRequest(schedule=h.schedule, mistake=knobs))
+    return found
+
+
 def prove(
-    observed: Steps,
-    start: dict,
-    hypotheses: tuple[Hypothesis, ...],
+    hypotheses: Sequence[Hypothesis],
     numbers: dict[str, float],
     fits: dict[str, float],
-    replay: Any,
+    replay: Replayer[R],
+    reproduced: Callable[[R], bool],
 ) -> Proof:
-    """Replay the hypotheses that can differ from the correct run here (`replay`: {name: {"schedule",
-    "mistake"}} -> {name: steps}, the exercise's trusted worker) and keep those that reproduce
-    `observed`. Fitted hypotheses are replayed only when no other one reproduces the run."""
+    """Replay the hypotheses that can differ from the correct run here (`replay`: the exercise's trusted worker)
+    and keep those whose replay `reproduced` says is the run. Fitted hypotheses are replayed only when no other
+    one reproduces the run."""
     for fitted in (False, True):
-        candidates = {
-            h.cause: (h, knobs)
-            for h in hypotheses
-            if h.fitted == fitted and (knobs := h.resolved(numbers, fits)) is not None
-        }
-        if not candidates:
+        asked = requests(hypotheses, numbers, fits, fitted)
+        if not asked:
             continue
-        replays = replay({name: {"schedule": h.schedule, "mistake": knobs} for name, (h, knobs) in candidates.items()})
+        replays = replay({name: request for name, (_, request) in asked.items()})
         proven = tuple(
-            (h, h.sentence(numbers, knobs))
-            for name, (h, knobs) in candidates.items()
-            if reproduces(observed, replays.get(name) or [], start)
+            (h, h.sentence(numbers, request["mistake"]))
+            for name, (h, request) in asked.items()
+            if name in replays and reproduced(replays[name])
         )
         if proven:
             return Proof(proven)

@@ -43,3 +43,20 @@ def close_either_way(a: float | None, b: float | None, *, rtol: float, atol: flo
     if a is None or b is None:
         return False
     return math.isclose(a, b, rel_tol=rtol, abs_tol=atol)
+
+
+def relative_difference(got: object, want: object) -> float:
+    """The largest |got - want| over the largest |want| (the reference's scale, at least 1e-12): how far a
+    tensor is from the reference, as a fraction of the reference. Infinite for None, another shape or a
+    non-numeric value, which are never close."""
+    if got is None or want is None:
+        return math.inf
+    try:
+        actual, expected = np.asarray(got), np.asarray(want)
+    except ValueError:
+        return math.inf
+    if actual.shape != expected.shape or actual.dtype.kind not in _NUMERIC or expected.dtype.kind not in _NUMERIC:
+        return math.inf
+    if not expected.size:
+        return 0.0
+    return float(np.max(np.abs(actual - expected))) / max(float(np.max(np.abs(expected))), 1e-12)

@@ -11,15 +11,15 @@ if its replay equals the run at every step and no other one's does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
+from grader.engine.facts import ReplayedStep
 from grader.judge.compare import Arrays, first_difference, scale_of
 from grader.judge.names import Cause, HintName, MaybeCause
-from grader.judge.replay import Hypothesis, Steps, prove
+from grader.judge.replay import Hypothesis, Replayer, Steps, prove, reproduces
 from grader.judge.tolerance import close
 
 
@@ -46,7 +46,7 @@ class Setting:
     context: str = ""  # prefixed to the measurement ("with k=2, ")
     subject: str = "rank 0"  # whose trajectory this is
     hypotheses: tuple[Hypothesis, ...] = ()
-    replay: Callable[[dict[str, dict[str, Any]]], dict[str, list[dict]]] | None = None  # the trusted replays
+    replay: Replayer[list[ReplayedStep]] | None = None  # the exercise's trusted replay worker
     losses: list[list[float]] | None = None  # per step, the mean losses of the rank's (micro-)batches
     optimizer: str = ""  # the reference's optimizer as messages name it; "" for SGD(lr, momentum)
 
@@ -295,7 +295,13 @@ def diagnose(
         return Finding("measured", plain, observation.step)
     numbers = {name: float(value) for name, value in setting.factors.items()}
     numbers |= {"lr": setting.lr, "momentum": setting.momentum}
-    proof = prove(steps, start, setting.hypotheses, numbers, observation.fits, setting.replay)
+    proof = prove(
+        setting.hypotheses,
+        numbers,
+        observation.fits,
+        setting.replay,
+        lambda replayed: reproduces(steps, replayed, start),
+    )
     named = proof.named
     recorded = f"replaying it on the reference reproduces all {len(steps)} recorded steps"
     if named is not None:

@@ -22,6 +22,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from grader.engine import tamper
+from grader.engine.facts import ReplayedStep, ReplayRequest, TrainingReplays
 
 FEATURES, HIDDEN = 8, 16
 MOMENTUM = 0.9
@@ -426,21 +427,20 @@ def replay_all(
     dataset: TensorDataset,
     schedules: dict[str, list[list[int]]],
     lr: float,
-    hypotheses: dict[str, dict[str, Any]],
+    hypotheses: dict[str, ReplayRequest],
     shares: dict[str, list[list[list[int]]]] | None = None,
-) -> dict[str, list[dict[str, Any]]]:
-    """Each hypothesis (name -> {"schedule": a key of `schedules`, "mistake": knobs}) replayed from
-    the same initial weights on the same samples: its steps ({"grads", "params"} each). `shares`: per
-    schedule, each step's batches of every rank (train_reference's `shares`)."""
-    replays = {}
+) -> TrainingReplays:
+    """Each hypothesis (name -> its schedule, a key of `schedules`, and its knobs) replayed from the same
+    initial weights on the same samples: its steps. `shares`: per schedule, each step's batches of every
+    rank (train_reference's `shares`)."""
+    replays: dict[str, list[ReplayedStep]] = {}
     for name, hypothesis in hypotheses.items():
-        schedule = hypothesis.get("schedule", "correct")
-        steps = schedules[schedule]
+        schedule = hypothesis["schedule"]
         recorder = train_reference(
-            make(), dataset, steps, lr, mistake=hypothesis.get("mistake"), shares=(shares or {}).get(schedule)
+            make(), dataset, schedules[schedule], lr, mistake=hypothesis["mistake"], shares=(shares or {}).get(schedule)
         )
         replays[name] = [{"grads": step["grads"], "params": step["params"]} for step in recorder.steps]
-    return replays
+    return {"replays": replays}
 
 
 def steps_per_epoch(size: int, world_size: int, batch_size: int) -> int:

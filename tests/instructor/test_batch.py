@@ -35,6 +35,10 @@ def batch(hidden_course: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     partial = folder / "partial"
     partial.mkdir()
     shutil.copyfile(support.SOLUTIONS / "ex01_process_group.py", partial / "ex01_process_group.py")
+    marked = folder / "marked"  # the same file, with a forgery's primitive it never calls
+    marked.mkdir()
+    source = (support.SOLUTIONS / "ex01_process_group.py").read_text()
+    (marked / "ex01_process_group.py").write_text(source + "\nimport gc\n\n_referrers = gc.get_referrers\n")
     zipped = support.solutions(folder / "zipped_src")
     shutil.make_archive(str(folder / "zipped"), "zip", zipped.parent, zipped.name)  # a zip of a folder
     shutil.rmtree(zipped)
@@ -78,6 +82,7 @@ def test_gradebook_has_a_row_per_submission(batch: tuple[Path, str]) -> None:
         "correct",
         "hangs",
         "loss_summed",
+        "marked",
         "no_set_epoch",
         "notebook",
         "partial",
@@ -96,7 +101,7 @@ def test_gradebook_has_a_row_per_submission(batch: tuple[Path, str]) -> None:
     assert "not a notebook" in rows["broken"]["problem"]
     for name in ("loss_summed", "no_set_epoch"):
         assert 0 < float(rows[name]["total"]) < full
-    assert "graded 10 submission(s)" in stdout and "[10/10]" in stdout
+    assert "graded 11 submission(s)" in stdout and "[11/11]" in stdout
 
 
 def test_named_mistakes_and_breakage_are_explained(batch: tuple[Path, str]) -> None:
@@ -136,8 +141,8 @@ def test_hidden_checks_are_graded_but_not_shown(batch: tuple[Path, str]) -> None
 def test_the_batch_leaves_a_manifest_a_grade_log_and_a_class_report(batch: tuple[Path, str]) -> None:
     out, _ = batch
     manifest = json.loads((out / "batch.json").read_text())
-    assert len(manifest["submissions"]) == 10 and manifest["shard"] is None
-    assert len((out / "grades.jsonl").read_text().splitlines()) == 10
+    assert len(manifest["submissions"]) == 11 and manifest["shard"] is None
+    assert len((out / "grades.jsonl").read_text().splitlines()) == 11
     report = (out / "report.html").read_text()
     assert 'id="histogram"' in report
     diagnoses = report[report.index('id="diagnoses"') : report.index('id="troubles"')]
@@ -146,3 +151,20 @@ def test_the_batch_leaves_a_manifest_a_grade_log_and_a_class_report(batch: tuple
     for name in ("hangs", "broken", "syntax"):
         assert f"<td>{name}</td>" in troubles, name
     assert "timed out" in troubles and "correct" not in troubles
+
+
+def test_a_marked_submission_keeps_its_score_and_only_instructors_see_the_marks(batch: tuple[Path, str]) -> None:
+    out, stdout = batch
+    rows = {row["submission"]: row for row in csv.DictReader((out / "gradebook.csv").open())}
+    line = len((support.SOLUTIONS / "ex01_process_group.py").read_text().splitlines()) + 4
+    said = f"ex01_process_group.py:{line}: uses gc.get_referrers"
+    assert rows["marked"]["total"] == rows["partial"]["total"] and float(rows["marked"]["total"]) > 0
+    assert rows["marked"]["review"].startswith(said) and not rows["marked"]["problem"]
+    assert all(not row["review"] for name, row in rows.items() if name != "marked")
+    marked, partial = _results(out, "marked"), _results(out, "partial")
+    assert marked["score"] == partial["score"] and marked["extra_data"]["review"][0]["line"] == line
+    shown = [[data["output"], [t for t in data["tests"] if t["visibility"] != "hidden"]] for data in (marked, partial)]
+    assert shown[0] == shown[1]  # what Gradescope shows a student: nothing of the marks
+    report = (out / "report.html").read_text()
+    assert "<td>marked</td>" in report[report.index('id="reviews"') :]
+    assert "1 submission(s) marked for review by the tamper scan" in stdout and ": marked" in stdout

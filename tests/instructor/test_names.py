@@ -1,12 +1,15 @@
 """Names a class may hand in: reserved ones (`gradebook.csv`), names that are not UTF-8, names starting
 with a dot, and zips that hold a file twice. Every one is graded into its own results folder or named
-with the reason it is not, on every path (`--shard` included)."""
+with the reason it is not, on every path (`--shard` and `grader slurm`'s job included): only what tools
+leave in a class folder (.DS_Store, __MACOSX...) is left out, and named."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
+import subprocess
 import warnings
 import zipfile
 from pathlib import Path
@@ -72,15 +75,72 @@ def test_reserved_and_undecodable_names_each_get_their_results_json(tmp_path: Pa
     assert (out / "gradebook.csv").is_file() and (out / "report.html").is_file()
 
 
-def test_slurm_names_each_entry_it_leaves_out_and_why(tmp_path: Path) -> None:
-    folder = tmp_path / "submissions"
-    for name in ("ada", ".late_bob", ".DS_Store"):
+LEFTOVERS = {  # what tools leave in a class folder, and the reason each is said to be no submission
+    ".DS_Store": "macOS Finder's folder settings",
+    "__MACOSX": "the resource forks a macOS archiver leaves",
+    "._ada.zip": "the AppleDouble metadata file macOS writes beside a file",
+    "Thumbs.db": "Windows Explorer's thumbnail cache",
+}
+SRUN = '#!/bin/sh\nexec "$@"\n'  # the job's one task, run here
+SBATCH = "#!/bin/sh\necho 99\n"  # the merge job task 1 submits: not run
+
+
+def _class_with_dot_names_and_leftovers(folder: Path) -> None:
+    for name in ("ada", ".late_bob"):  # a student's folder that starts with a dot is a submission
         (folder / name).mkdir(parents=True)
-    done = support.run_grader(support.REPO, "slurm", str(folder), "--out", "job.sh", cwd=tmp_path)
+        shutil.copyfile(support.SOLUTIONS / "ex01_process_group.py", folder / name / "ex01_process_group.py")
+    (folder / "__MACOSX").mkdir()
+    for name in (".DS_Store", "._ada.zip", "Thumbs.db"):
+        (folder / name).write_bytes(b"\x00\x05\x16\x07")
+
+
+def _names_what_it_leaves_out(command: str, stderr: str) -> None:
+    for name, reason in LEFTOVERS.items():
+        assert f"grader {command}: left out {name}: {reason}, not a submission" in stderr, stderr
+    assert ".late_bob" not in stderr, stderr
+
+
+def test_slurm_grades_a_dot_name_and_names_each_leftover_it_leaves_out(tmp_path: Path) -> None:
+    """A submission whose name starts with a dot is counted by `grader slurm` and graded by its job (the task's
+    glob matches it); each tool leftover is named with the reason, by `grader slurm` and in the task's log."""
+    folder = tmp_path / "submissions"
+    _class_with_dot_names_and_leftovers(folder)
+    results = tmp_path / "graded"
+    options = ("--exercises", "ex01", "--world-size", "2", "--no-sandbox", "--shards", "1", "--results", str(results))
+    done = support.run_grader(support.REPO, "slurm", str(folder), "--out", "job.sh", *options, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in (".late_bob", ".DS_Store"):
-        assert f"left out {name}: a name starting with a dot" in done.stderr
-    assert "1 submission(s)" in done.stdout
+    _names_what_it_leaves_out("slurm", done.stderr)
+    assert "2 submission(s)" in done.stdout
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", SRUN), ("sbatch", SBATCH)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(support.REPO),
+        "SLURM_ARRAY_TASK_ID": "1",
+        "SLURM_ARRAY_JOB_ID": "41",
+        "NO_COLOR": "1",
+    }
+    task = subprocess.run(["bash", str(tmp_path / "job.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert task.returncode == 0, task.stdout + task.stderr
+    _names_what_it_leaves_out("grade", task.stderr)
+    with (results / "shard-1" / "gradebook.csv").open() as rows:
+        totals = {row["submission"]: float(row["total"]) for row in csv.DictReader(rows)}
+    assert totals == {"ada": 5.0, ".late_bob": 5.0}, totals
+
+
+def test_grade_names_each_leftover_and_refuses_when_nothing_else_is_given(tmp_path: Path) -> None:
+    folder = tmp_path / "submissions"
+    _class_with_dot_names_and_leftovers(folder)
+    leftovers = [str(folder / name) for name in LEFTOVERS]
+    done = support.run_grader(support.REPO, "grade", *leftovers, "--out", str(tmp_path / "out"), "--no-sandbox")
+    assert done.returncode == 2, done.stderr
+    _names_what_it_leaves_out("grade", done.stderr)
+    assert done.stderr.strip().endswith("nothing to grade: every path given is a leftover of a tool, not a submission")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_zip_holding_a_file_twice_is_refused_as_ambiguous(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ class Attack:
     code: str  # appended to `file` at the top level: it runs at import and may redefine the functions
     file: str = EX01
     honest: dict[str, str] = field(default_factory=lambda: {EX01: "stub"})  # file -> "stub" | "solution"
+    marked: bool = False  # it uses a primitive a forgery needs: the tamper scan marks it for review
 
     @property
     def deserves(self) -> dict[str, float]:
@@ -87,6 +88,7 @@ ATTACKS = [
             except OSError:
                 pass
         """,
+        marked=True,
     ),
     # --- the results --------------------------------------------------------------------------
     Attack(
@@ -149,6 +151,7 @@ ATTACKS = [
                 except OSError:
                     pass
         """,
+        marked=True,
     ),
     # --- the secrets --------------------------------------------------------------------------
     Attack(
@@ -163,6 +166,7 @@ ATTACKS = [
             except OSError:
                 pass
         """,
+        marked=True,
     ),
     Attack(
         "shows_secrets_in_its_messages",
@@ -210,6 +214,7 @@ ATTACKS = [
             return _real(report)
         _w.encode = _forged
         """,
+        marked=True,
     ),
     Attack(  # rebinds every name of the report path it can think of, each to a forger
         "rebinds_the_report_path",
@@ -315,6 +320,7 @@ ATTACKS = [
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
     Attack(
         "sends_an_oversized_report",
@@ -328,6 +334,7 @@ ATTACKS = [
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
     Attack(
         "writes_garbage_to_every_pipe",
@@ -338,11 +345,12 @@ ATTACKS = [
                 try:
                     if stat.S_ISFIFO(os.fstat(fd).st_mode):
                         os.set_blocking(fd, False)
-                        os.write(fd, b"\xff" * 100_000)
+                        os.write(fd, b"\\xff" * 100_000)
                 except OSError:
                     pass
             os._exit(0)
         """,
         honest={EX01: "stub", EX02: "solution", EX03: "solution"},
+        marked=True,
     ),
 ]

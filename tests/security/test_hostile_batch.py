@@ -184,3 +184,10 @@ def test_a_damaged_report_fails_its_own_run_only(batch, name, said):
     tests = json.loads(batch["results"][name])["tests"]
     ex01 = [t for t in tests if t["name"].startswith("ex01")]
     assert ex01 and all(said in t["output"] for t in ex01), ex01
+
+
+def test_the_forgeries_are_marked_for_review_and_no_other_submission(batch):
+    """Their rows keep the points they deserve (test_an_attack_gains_nothing); the marks are said beside them."""
+    rows = _gradebook(batch["out"])
+    assert {name for name, row in rows.items() if row["review"]} == {a.name for a in ATTACKS if a.marked}, rows
+    assert "7 submission(s) marked for review" in batch["stdout"]

@@ -30,6 +30,7 @@ from grader.instructor.grade_log import TEXT_LIMIT, GradeLog, read_grades
 from grader.instructor.gradescope_submission import main as locate_main
 from grader.instructor.manifest import Manifest
 from grader.instructor.submission_grade import SubmissionGrade
+from grader.instructor.tamper_scan import ReviewMark
 from grader.judge.runner import CheckResult
 from grader.report.inert import NAME_LIMIT, csv_cell, file_name, one_line, printable
 from grader.report.terminal import Terminal
@@ -90,7 +91,8 @@ def hostile_grade(name: str = "=evil" + HOSTILE, flood: int = 0) -> SubmissionGr
                         notes=[HOSTILE],
                     )
                 )
-    return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE])
+    review = (ReviewMark("=" + HOSTILE + ".ipynb", 3, "-rebinds " + HOSTILE),)  # a notebook's name is the student's
+    return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE], review)
 
 
 # --- the remedies --------------------------------------------------------------------------------------
@@ -223,9 +225,18 @@ def test_a_merged_gradebook_is_disarmed_and_finds_every_hostile_name(tmp_path: P
     with open(two / "gradebook.csv", "w", newline="") as handle:  # written by hand, or by an older grader
         writer = csv.writer(handle)
         writer.writerow(
-            ["submission", "ex01_process_group", "ex02_data_sharding", "total", "max_score", "seconds", "problem"]
+            [
+                "submission",
+                "ex01_process_group",
+                "ex02_data_sharding",
+                "total",
+                "max_score",
+                "seconds",
+                "problem",
+                "review",
+            ]
         )
-        writer.writerow([names[2], "0", "0", "0", "10", "1.0", "=1+1"])
+        writer.writerow([names[2], "0", "0", "0", "10", "1.0", "=1+1", "+f.py:1: x"])
     for folder in (one, two):
         Manifest(names, ("ex01_process_group", "ex02_data_sharding")).write(folder / "batch.json")
     result = gradebook.merge([one, two], tmp_path / "merged.csv")

@@ -3,9 +3,18 @@ checkpoint: who wrote it, whether the others waited for it, what it holds."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from grader.checks.ex03_train_ddp.facts import INSPECT_CHECKPOINT, REFERENCE, TRAIN, Checkpoint, Reference, Train
+from grader.checks.ex03_train_ddp.facts import (
+    INSPECT_CHECKPOINT,
+    REFERENCE,
+    REPLAYS,
+    TRAIN,
+    WORKLOAD,
+    Checkpoint,
+    Reference,
+    Train,
+)
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import Arrays, first_difference
@@ -15,7 +24,7 @@ from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, s
 from grader.judge.trajectory import Finding, Setting, diagnose
 from grader.judge.writes import barrier_callers, landed_at, went_on_early, writers_problem
 
-SIZE, EPOCHS, BATCH, LR = 100, 2, 8, 0.05
+SIZE, EPOCHS, BATCH, LR = WORKLOAD.size, WORKLOAD.epochs, WORKLOAD.batch_size, WORKLOAD.lr  # for messages
 _HYPOTHESES = replay.load(__package__ or "")
 
 # the hint that addresses each cause a diagnosis can name
@@ -27,6 +36,7 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("dropped_partial_batch"),
             Cause("no_set_epoch"),
             Cause("unshuffled"),
+            Cause("epochs_from_one"),
             Cause("shards_overlap"),
             Cause("data"),
         ),
@@ -64,16 +74,13 @@ def _checkpoint_path(ctx: CheckContext) -> str:
     return str(ctx.scratch / f"checkpoint-w{ctx.world_size}.pt")
 
 
+def _training(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments of the one training run every check reads."""
+    return {**WORKLOAD.arguments(), "checkpoint_path": _checkpoint_path(ctx), **ctx.seeds("data", "model")}
+
+
 def _ranks(ctx: CheckContext) -> list[Train]:
-    ranks = ctx.facts(
-        TRAIN,
-        size=SIZE,
-        epochs=EPOCHS,
-        batch_size=BATCH,
-        lr=LR,
-        checkpoint_path=_checkpoint_path(ctx),
-        **ctx.seeds("data", "model"),
-    )
+    ranks = ctx.facts(TRAIN, **_training(ctx))
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(
@@ -86,15 +93,7 @@ def _ranks(ctx: CheckContext) -> list[Train]:
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE,
-        world_size=ctx.world_size,
-        size=SIZE,
-        epochs=EPOCHS,
-        batch_size=BATCH,
-        lr=LR,
-        **ctx.seeds("data", "model"),
-    )
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
@@ -163,13 +162,7 @@ def _setting(ctx: CheckContext, reference: Reference) -> Setting:
     # steps count from 1 (the first update is step 1); epochs from 0, as set_epoch(epoch) counts them
     labels = {epoch * per_epoch + 1: f"the first step of epoch {epoch}" for epoch in range(1, EPOCHS)}
 
-    replays = ctx.replayer(
-        world_size=ctx.world_size,
-        size=SIZE,
-        epochs=EPOCHS,
-        batch_size=BATCH,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     return Setting(
         lr=LR,
@@ -266,15 +259,7 @@ def _barrier_reached_by_some(ctx: CheckContext) -> None:
     """A run that failed because a barrier only some ranks called was left alone by the others (rank 0
     then raises in it, its peers gone): fail with who called the barrier and who went on, measured
     from the facts every rank reported, before the run's failure is reported as a crash."""
-    result = ctx.run(  # the shared run of _ranks: same arguments, run once
-        TRAIN.name,
-        size=SIZE,
-        epochs=EPOCHS,
-        batch_size=BATCH,
-        lr=LR,
-        checkpoint_path=_checkpoint_path(ctx),
-        **ctx.seeds("data", "model"),
-    )
+    result = ctx.run(TRAIN.name, **_training(ctx))  # the shared run of _ranks
     failed = [outcome for outcome in result.ranks if not outcome.ok]
     if not failed or any((outcome.error or {}).get("not_implemented") for outcome in failed):
         return

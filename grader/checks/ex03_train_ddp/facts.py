@@ -7,11 +7,12 @@ several kinds (save, load, write, rename, link, barrier) with keys of their own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NotRequired
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 Batches = list[list[int]]  # dataset indices, batch after batch
@@ -57,3 +58,17 @@ class Checkpoint(RankFacts):
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Checkpoint)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """The run every check of exercise 3 shares: `size` samples, `epochs`, a per-rank `batch_size`, SGD at `lr`."""
+
+    size: int = 100
+    epochs: int = 2
+    batch_size: int = 8
+    lr: float = 0.05
+
+
+WORKLOAD = Training()

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -97,8 +98,8 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: each of the judge's hypotheses (hypotheses.toml) replayed from rank 0's initial weights on
     the same samples: the correct steps' union batches, each rank's share on its own as under DDP (so that a
     diverging run's replay rounds as the run does), or rank 0's own batches alone ("rank0_own")."""

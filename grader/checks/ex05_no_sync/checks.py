@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from grader.checks.ex05_no_sync.facts import REFERENCE, TRAIN, Reference, Train
+from grader.checks.ex05_no_sync.facts import REFERENCE, REPLAYS, TRAIN, WORKLOAD, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
@@ -17,7 +17,7 @@ from grader.judge.trajectory import Finding, Setting, diagnose
 # 151 samples, batches of 3: the sampler pads, the loader drops a partial micro-batch, and at W=2 a
 # trailing group of fewer than k micro-batches makes no step. b = 3 is neither a world size nor a k,
 # so a gradient ratio of b, W or k names one cause.
-SIZE, BATCH, LR = 151, 3, 0.05
+SIZE, BATCH, LR = WORKLOAD.size, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 KS = (2, 4)
 _HYPOTHESES = replay.load(__package__ or "")
 
@@ -26,6 +26,7 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
         (
             Cause("partial_batch_used"),
             Cause("unshuffled"),
+            Cause("epochs_from_one"),
             Cause("shards_overlap"),
             Cause("no_sampler"),
             Cause("batch_size"),
@@ -53,6 +54,8 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("lr_times_batch"),
             Cause("learning_rate"),
             Cause("no_update"),
+            Cause("returned"),
+            Cause("eval_mode"),
             "measured",
         ),
         HintName("data_and_optimizer"),
@@ -62,7 +65,7 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
 
 
 def _ranks(ctx: CheckContext, k: int) -> list[Train]:
-    ranks = ctx.facts(TRAIN, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model"))
+    ranks = ctx.facts(TRAIN, k=k, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     if not ranks[0]["ddp_wraps"]:
         raise ctx.fail(
             "no DDP wrap: the model was never wrapped in DistributedDataParallel, so no_sync has nothing "
@@ -79,7 +82,7 @@ def _ranks(ctx: CheckContext, k: int) -> list[Train]:
 
 def _reference(ctx: CheckContext, k: int) -> Reference:
     facts = ctx.reference(
-        REFERENCE, world_size=ctx.world_size, size=SIZE, batch_size=BATCH, k=k, lr=LR, **ctx.seeds("data", "model")
+        REFERENCE, world_size=ctx.world_size, k=k, **WORKLOAD.arguments(), **ctx.seeds("data", "model")
     )
     return facts
 
@@ -152,13 +155,7 @@ def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[Train], want: Re
 
 
 def _setting(ctx: CheckContext, k: int, want: Reference) -> Setting:
-    replays = ctx.replayer(
-        world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        k=k,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, k=k, **WORKLOAD.arguments())
 
     return Setting(
         lr=LR,

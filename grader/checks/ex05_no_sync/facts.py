@@ -6,11 +6,12 @@ A step and a forward pass stay plain tables (`dict[str, Any]`): the shared judge
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 Batches = list[list[int]]  # dataset indices, micro-batch after micro-batch
@@ -47,3 +48,16 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """The training runs of every k: `size` samples, a per-rank micro-batch of `batch_size`, SGD at `lr`."""
+
+    size: int = 151
+    batch_size: int = 3
+    lr: float = 0.05
+
+
+WORKLOAD = Training()

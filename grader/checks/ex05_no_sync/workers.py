@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from grader.engine import tamper
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -114,8 +115,8 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: the judge's hypotheses (hypotheses.toml) replayed from rank 0's initial weights on the same
     samples: each step's k micro-batches of every rank ("correct"), or only the last of them ("last_micro")."""
     dataset = make_regression(size, data_seed)

@@ -8,15 +8,16 @@ import math
 
 import numpy as np
 
-from grader.checks.ex06_fsdp.facts import REFERENCE, TRAIN, Held, Reference, Train
+from grader.checks.ex06_fsdp.facts import REFERENCE, REPLAYS, TRAIN, WORKLOAD, Held, Reference, Train
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import Arrays, first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
+from grader.judge.wording import article
 
-STEPS, BATCH, LR = 2, 4, 0.05  # two steps: the second one uses the momentum buffer
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 _HYPOTHESES = replay.load(__package__ or "")
 
 
@@ -28,12 +29,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
     if steps is None or len(steps) != len(want["steps"]):
         return None
 
-    replays = ctx.replayer(
-        world_size=ctx.world_size,
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     setting = Setting(
         lr=LR,
@@ -48,7 +44,7 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    result = ctx.run(TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    result = ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     if not result.ok:
         expected = "cuda" if ctx.backend == "nccl" else "cpu"
         reported = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
@@ -73,9 +69,7 @@ def _ranks(ctx: CheckContext) -> list[Train]:
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
@@ -321,7 +315,8 @@ def full_checkpoint(ctx: CheckContext) -> None:
     saved = ranks[0]["checkpoint"]
     if saved.get("type") != "dict":
         raise ctx.fail(
-            f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint=HintName("full_state_dict")
+            f"train_fsdp returned {article(str(saved.get('type')))} on rank 0, not a state dict",
+            hint=HintName("full_state_dict"),
         )
     sharded = [e for e in saved["entries"] if e["kind"] != "Tensor" and e["shape"] is not None]
     if sharded:

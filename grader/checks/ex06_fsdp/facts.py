@@ -6,11 +6,12 @@ A recorded step stays a plain table (`dict[str, Any]`): the shared judge that jo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state_dict, or a step's gradients or weights, by parameter name
 
@@ -85,3 +86,17 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """The run every check shares: `steps` (two: the second one uses the momentum buffer), a per-rank `batch_size`, SGD
+    at `lr`."""
+
+    steps: int = 2
+    batch_size: int = 4
+    lr: float = 0.05
+
+
+WORKLOAD = Training()

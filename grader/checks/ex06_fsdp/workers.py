@@ -26,6 +26,7 @@ from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
 from grader.engine import tamper
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -252,8 +253,8 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: the judge's hypotheses (hypotheses.toml) replayed from the reference's initial weights on
     each step's batches of every rank together."""
     union = batch_size * world_size

@@ -3,7 +3,15 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
-from grader.checks.ex09_checkpoint.facts import INSPECT_CHECKPOINT, REFERENCE, RESUME, Checkpoint, Resumed
+from grader.checks.ex09_checkpoint.facts import (
+    INSPECT_CHECKPOINT,
+    REFERENCE,
+    REPLAYS,
+    RESUME,
+    WORKLOAD,
+    Checkpoint,
+    Resumed,
+)
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -13,8 +21,13 @@ from grader.judge.names import HintName
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.writes import barrier_callers, went_on_early, writers_problem
 
-SIZE, BATCH, LR = 96, 4, 0.05
-STEPS_BEFORE, STEPS_AFTER = 3, 3
+SIZE, BATCH, STEPS_BEFORE, STEPS_AFTER, LR = (
+    WORKLOAD.size,
+    WORKLOAD.batch_size,
+    WORKLOAD.steps_before,
+    WORKLOAD.steps_after,
+    WORKLOAD.lr,
+)  # as messages name them
 PARAMETERS = 4  # TinyRegressor: two weights, two biases
 _HYPOTHESES = replay.load(__package__ or "")
 MODEL_KEYS = "hidden.weight, hidden.bias, out.weight, out.bias"
@@ -48,12 +61,8 @@ def _run(ctx: CheckContext) -> RunResult:
     """The shared run; a load that raced the save is named before anything else."""
     result = ctx.run(
         RESUME.name,
-        size=SIZE,
-        batch_size=BATCH,
-        steps_before=STEPS_BEFORE,
-        steps_after=STEPS_AFTER,
-        lr=LR,
         path=_path(ctx),
+        **WORKLOAD.arguments(),
         **ctx.seeds("data", "model"),
     )
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
@@ -155,11 +164,7 @@ def resume_matches(ctx: CheckContext) -> None:
     reference = ctx.reference(
         REFERENCE,
         world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        steps_before=STEPS_BEFORE,
-        steps_after=STEPS_AFTER,
-        lr=LR,
+        **WORKLOAD.arguments(),
         **ctx.seeds("data", "model"),
     )
     for rank, facts in enumerate(ranks):
@@ -177,14 +182,7 @@ def resume_matches(ctx: CheckContext) -> None:
             )
     resumed = STEPS_BEFORE + 1
 
-    replays = ctx.replayer(
-        world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        steps_before=STEPS_BEFORE,
-        steps_after=STEPS_AFTER,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     for rank, facts in enumerate(ranks):
         setting = Setting(

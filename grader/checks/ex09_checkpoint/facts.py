@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state dict, or a step's gradients: tensor name -> values
 
@@ -104,3 +105,19 @@ class Checkpoint(RankFacts):
 RESUME = Worker("resume", Resumed)
 REFERENCE = Worker("reference", Reference)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Checkpoint)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """The interrupted run and its resume: `size` samples, a per-rank `batch_size`, `steps_before` the save and
+    `steps_after` it, SGD at `lr`."""
+
+    size: int = 96
+    batch_size: int = 4
+    steps_before: int = 3
+    steps_after: int = 3
+    lr: float = 0.05
+
+
+WORKLOAD = Training()

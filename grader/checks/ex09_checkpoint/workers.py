@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
     MOMENTUM,
@@ -124,8 +125,8 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: the judge's hypotheses (hypotheses.toml) replayed on the uninterrupted run's samples."""
     dataset = make_regression(size, data_seed)
     schedules = {"correct": union_batches(size, world_size, batch_size, epochs=1)[: steps_before + steps_after]}

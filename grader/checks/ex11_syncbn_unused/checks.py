@@ -5,30 +5,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.checks.ex11_syncbn_unused.facts import REFERENCE, TRAIN, Arrays, Reference, Trained
+from grader.checks.ex11_syncbn_unused.facts import REFERENCE, TRAIN, WORKLOAD, Arrays, Reference, Trained
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
+from grader.judge.wording import article
 
-SIZE, BATCH, STEPS, LR = 96, 4, 4, 0.05
+SIZE, BATCH, STEPS, LR = WORKLOAD.size, WORKLOAD.batch_size, WORKLOAD.steps, WORKLOAD.lr  # as messages name them
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
 STATISTICS = ("norm.running_mean", "norm.running_var")
 
 
 def _run(ctx: CheckContext) -> RunResult:
-    return ctx.run(TRAIN.name, size=SIZE, batch_size=BATCH, steps=STEPS, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
 
 
 def _reference(ctx: CheckContext) -> Reference:
     facts = ctx.reference(
         REFERENCE,
         world_size=ctx.world_size,
-        size=SIZE,
-        batch_size=BATCH,
-        steps=STEPS,
-        lr=LR,
+        **WORKLOAD.arguments(),
         **ctx.seeds("data", "model"),
     )
     return facts
@@ -89,7 +87,7 @@ def _ranks(ctx: CheckContext) -> list[Trained]:
         on = f" on rank {number}" if number else ""
         if facts["returned"] != "DistributedDataParallel":
             raise ctx.fail(
-                f"prepare_model returned a {facts['returned']}{on}, not the DistributedDataParallel model",
+                f"prepare_model returned {article(str(facts['returned']))}{on}, not the DistributedDataParallel model",
                 hint=HintName("return_ddp"),
             )
         if "steps" not in facts:  # a class of that name, not torch's: the grader's loop never ran

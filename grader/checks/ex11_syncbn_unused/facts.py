@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NotRequired
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state dict: tensor name -> values
 
@@ -30,3 +31,16 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Trained)
 REFERENCE = Worker("reference", Reference)
+
+
+@dataclass(frozen=True)
+class Training(Workload):
+    """The run every check shares: `size` samples, a per-rank `batch_size`, `steps`, SGD at `lr`."""
+
+    size: int = 96
+    batch_size: int = 4
+    steps: int = 4
+    lr: float = 0.05
+
+
+WORKLOAD = Training()

@@ -3,8 +3,8 @@ holds, the partition, the exchange of updated parameters and the bytes communica
 
 Every check reads one shared run per world size (the `train` worker). A cause is named only where
 it is measured directly (the state of every parameter on every rank; a non-owner still holding its
-own pre-step value) or where a replay of it, a simulation of W ranks with one change to the correct
-loop (`replays` in workers.py), reproduces every recorded step on every rank.
+own pre-step value) or where a replay of it (hypotheses.toml: a simulation of W ranks with one change to the
+correct loop, `replays` in workers.py) reproduces every recorded step on every rank.
 """
 
 from __future__ import annotations
@@ -17,25 +17,27 @@ from grader.checks.ex13_zero1.facts import (
     REFERENCE,
     REPLAYS,
     TRAIN,
-    Arrays,
+    WORKLOAD,
     Partition,
     Reference,
     ReferenceStep,
     Trained,
     Training,
 )
+from grader.engine.facts import ReplayRequest
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
+from grader.judge.wording import shorten
 
-STEPS, BATCH, LR = 10, 4, 0.01
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 BYTES = 4  # fp32
 # fp32 sums over ranks differ from one process's by ~1e-7 of a gradient; AdamW's weight decay alone moves a
 # weight by lr * 0.01 = 1e-4 of itself per step, which the weights' tolerance must see
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
 RTOL, ATOL = 1e-5, 1e-6
-REPLAY_RTOL = 1e-3
 # AdamW's first step moves a weight by lr * g / (|g| + eps). Where |g| is within a few rounding errors of zero,
 # the rounding of a sum over ranks changes that update beyond any tolerance that still sees a mistake (a correct
 # run left the reference by up to 5e-5 on 2% of the draws), and replays of a mistake no longer reproduce it. The
@@ -43,58 +45,7 @@ REPLAY_RTOL = 1e-3
 # 12% of the draws at W=2, 18% at W=4. (Each rank's own gradient is computed alike in the run and in a replay.)
 SMALLEST_GRADIENT, DRAWS = 1e-6, 8
 
-# The causes matches_adamw can name: one change to the simulated ZeRO-1 loop each (REPLAY_KNOBS in workers.py).
-HYPOTHESES: dict[Cause, dict[str, Any]] = {
-    Cause("gradients_summed"): {
-        "knobs": {"reduce": "sum"},
-        "says": "gradients summed over the ranks, not averaged: each is W = {W} times the mean of the union "
-        "batch (Adam hides most of it in the weights, not in its state); divide by world_size after the "
-        "all-reduce, or use op=dist.ReduceOp.AVG",
-        "hint": HintName("average_gradients"),
-    },
-    Cause("gradients_not_averaged"): {
-        "knobs": {"reduce": "none"},
-        "says": "gradients not averaged across the ranks before the step: each owner stepped with its own "
-        "batch's gradient (no all-reduce, or one after optimizer.step())",
-        "hint": HintName("average_gradients"),
-    },
-    Cause("adam_not_adamw"): {
-        "knobs": {"optimizer": "adam"},
-        "says": "Adam, not AdamW (or AdamW with weight_decay=0): the updates lack AdamW's decoupled weight "
-        "decay of 0.01; use torch.optim.AdamW(owned, lr=lr) with its defaults",
-        "hint": HintName("adamw_over_owned"),
-    },
-    Cause("lr_times_world_size"): {
-        "knobs": {"lr_scale": "W"},
-        "says": "learning rate scaled by the world size (lr x {W}): the averaged gradient is already the "
-        "union batch's; use the lr given",
-        "hint": HintName("adamw_over_owned"),
-    },
-    Cause("gradients_not_cleared"): {
-        "knobs": {"zero": "none"},
-        "says": "gradients never cleared: each step's gradient adds to those of the steps before; call "
-        "model.zero_grad() once per step",
-        "hint": HintName("zero_every_grad"),
-    },
-    Cause("only_owned_gradients_cleared"): {
-        "knobs": {"zero": "owned"},
-        "says": "only the owned parameters' gradients are cleared: optimizer.zero_grad() knows only this "
-        "rank's shard, so the other gradients pile up and are all-reduced again; call model.zero_grad()",
-        "hint": HintName("zero_every_grad"),
-    },
-    Cause("updated_params_not_sent"): {
-        "knobs": {"send": "none"},
-        "says": "updated parameters not sent: each rank keeps its own stale copy of the parameters it does "
-        "not own; broadcast each parameter from its owner after the step",
-        "hint": HintName("broadcast_from_owner"),
-    },
-    Cause("broadcast_from_rank0"): {
-        "knobs": {"send": "rank0"},
-        "says": "every parameter broadcast from rank 0, not from its owner: the updates of the parameters "
-        "other ranks own are overwritten by rank 0's stale values; use src=owner",
-        "hint": HintName("broadcast_from_owner"),
-    },
-}
+_HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_adamw can name
 
 
 def _inputs(ctx: CheckContext) -> dict[str, int]:
@@ -108,7 +59,7 @@ def _inputs(ctx: CheckContext) -> dict[str, int]:
 
 
 def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
-    return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **_inputs(ctx), **ctx.seeds("sizes")}
+    return {**WORKLOAD.arguments(), **_inputs(ctx), **ctx.seeds("sizes")}
 
 
 def _ranks(ctx: CheckContext) -> list[Training]:
@@ -132,7 +83,7 @@ def _ranks(ctx: CheckContext) -> list[Training]:
 
 
 def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> Reference:
-    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **seeds)
     return facts
 
 
@@ -170,16 +121,6 @@ def _steps_taken(ctx: CheckContext, ranks: list[Training]) -> None:
 # --- matches_adamw ---------------------------------------------------------------------------------
 
 
-def _within(got: Arrays, want: Arrays) -> bool:
-    for name, expected in want.items():
-        if name not in got or np.shape(got[name]) != np.shape(expected):
-            return False
-        scale = float(np.max(np.abs(expected))) if np.size(expected) else 0.0
-        if np.size(expected) and float(np.max(np.abs(np.asarray(got[name]) - expected))) > REPLAY_RTOL * scale + 1e-7:
-            return False
-    return True
-
-
 def _observed(facts: Training) -> list[dict[str, Any]]:
     """Per step, the gradient the rank's first optimizer step saw (absent on a rank that stepped nothing)
     and the weights after the exchange."""
@@ -189,45 +130,22 @@ def _observed(facts: Training) -> list[dict[str, Any]]:
     ]
 
 
-def _reproduces(observed: list[dict[str, Any]], replayed: list[ReferenceStep], start: Arrays) -> bool:
-    if len(observed) != len(replayed):
-        return False
-    before_got, before_want = start, start
-    for got, want in zip(observed, replayed):
-        if got["grads"] is not None and not _within(got["grads"], want["grads"]):
-            return False
-        got_update = {n: got["params"][n] - before_got[n] for n in got["params"]}
-        want_update = {n: want["params"][n] - before_want[n] for n in want["params"]}
-        if not _within(got_update, want_update):
-            return False
-        before_got, before_want = got["params"], want["params"]
-    return True
-
-
-def _proven(ctx: CheckContext, ranks: list[Training]) -> list[tuple[Cause, str]]:
-    """The hypotheses whose replay reproduces every step on every rank, each with its sentence."""
-    numbers = {"W": ctx.world_size}
-    knobs = {
-        name: {k: (numbers[v] if isinstance(v, str) and v in numbers else v) for k, v in h["knobs"].items()}
-        for name, h in HYPOTHESES.items()
-    }
-    facts = ctx.reference(
-        REPLAYS,
-        world_size=ctx.world_size,
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-        owned=[_held(f) for f in ranks],
-        hypotheses=knobs,
-        **_inputs(ctx),
-    )
-    replays = facts["replays"]
+def _proof(ctx: CheckContext, ranks: list[Training]) -> replay.Proof:
+    """The hypotheses whose replay (the W ranks simulated with the ownership the run showed) reproduces every
+    step on every rank."""
     start = ranks[0]["snapshots"][0]
-    return [
-        (name, HYPOTHESES[name]["says"].format(W=ctx.world_size))
-        for name in HYPOTHESES
-        if all(_reproduces(_observed(f), replays[name][r], start) for r, f in enumerate(ranks))
-    ]
+
+    def replayer(requests: dict[str, ReplayRequest]) -> dict[str, list[list[ReferenceStep]]]:
+        owned = [_held(f) for f in ranks]
+        asked = {**WORKLOAD.arguments(), "owned": owned, "hypotheses": requests}
+        return ctx.reference(REPLAYS, world_size=ctx.world_size, **asked, **_inputs(ctx))["replays"]
+
+    def reproduced(per_rank: list[list[ReferenceStep]]) -> bool:
+        return len(per_rank) == len(ranks) and all(
+            replay.reproduces(_observed(f), per_rank[r], start) for r, f in enumerate(ranks)
+        )
+
+    return replay.prove(_HYPOTHESES, {"W": ctx.world_size}, {}, replayer, reproduced)
 
 
 def _first_difference(ranks: list[Training], reference: Reference) -> tuple[int, int, str, str, float] | None:
@@ -289,16 +207,16 @@ def matches_adamw(ctx: CheckContext) -> None:
             f"to {largest:.3g}, the gradients at the step being right"
         )
         advice = "look at the optimizer, its learning rate and how the updated parameters reach every rank"
-    proven = _proven(ctx, ranks)
-    if len(proven) == 1:
-        cause, says = proven[0]
+    proof = _proof(ctx, ranks)
+    if proof.named is not None:
+        hypothesis, says = proof.named
         raise ctx.fail(
             f"{says}. Measured: {measured}; replaying it on the reference reproduces all {STEPS} steps on every rank",
-            hint=HYPOTHESES[cause]["hint"],
-            cause=cause,
+            hint=hypothesis.hint,
+            cause=hypothesis.cause,
         )
-    if proven:
-        candidates = "; or ".join(says for _, says in proven)
+    if proof.proven:
+        candidates = "; or ".join(says for _, says in proof.proven)
         raise ctx.fail(
             f"{measured}. Each of these reproduces every step, and this run cannot tell them apart: {candidates}"
         )
@@ -411,7 +329,7 @@ def balanced_partition(ctx: CheckContext) -> None:
         asked = f"partition_parameters({sizes}, {world})"
         for rank, calls in enumerate(per_rank):
             if "shards" not in calls[number]:
-                shown = calls[number].get("other", "nothing the grader recorded")
+                shown = shorten(calls[number].get("other", "nothing the grader recorded"), 150)
                 raise ctx.fail(
                     f"{asked} returned {shown} on rank {rank}; expected a list of {world} lists of parameter indices",
                     hint=HintName("partition"),
@@ -544,15 +462,22 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
 
 # --- communication_volume --------------------------------------------------------------------------
 
+# the collectives' op names (c10d's, then the functional collectives')
 _OPS = {
     "allreduce": "all-reduce",
+    "allreduce_coalesced": "all-reduce",
+    "all_reduce": "all-reduce",
+    "all_reduce_coalesced": "all-reduce",
+    "all_gather_into_tensor": "all-gather",
+    "all_gather_into_tensor_coalesced": "all-gather",
+    "allgather_into_tensor_coalesced": "all-gather",
+    "reduce_scatter_tensor": "reduce-scatter",
+    "reduce_scatter_tensor_coalesced": "reduce-scatter",
     "broadcast": "broadcast",
     "allgather": "all-gather",
     "_allgather_base": "all-gather",
-    "all_gather_single": "all-gather",
     "reduce_scatter": "reduce-scatter",
     "_reduce_scatter_base": "reduce-scatter",
-    "reduce_scatter_single": "reduce-scatter",
 }
 
 

@@ -13,7 +13,6 @@ every shard's gradient on every rank.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from grader.checks.ex14_tensor_parallel.facts import (
     BY_HAND,
     PARALLELIZED,
     REFERENCE,
+    REPLAYS,
     ByHand,
     Collective,
     Parallelized,
@@ -29,11 +29,14 @@ from grader.checks.ex14_tensor_parallel.facts import (
     Replay,
     TensorFacts,
 )
+from grader.engine.facts import ReplayRequest
+from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.verdict import Verdict
+from grader.judge.wording import article
 
 RTOL, ATOL = 1e-5, 1e-5  # a sum of W partial products against one matrix product, in fp32
 REPLAY_RTOL = 1e-4
@@ -46,80 +49,7 @@ EXPECTED_PLACEMENTS = {
     "fc2.bias": "Replicate()",
 }
 
-# The causes the numbers can name: one change each to the correct column-then-row split, replayed by the
-# trusted `reference` worker, which simulates the W ranks in one process (knobs of workers.simulate).
-HYPOTHESES: dict[Cause, dict[str, Any]] = {
-    Cause("no_backward_all_reduce"): {
-        "knobs": {"f_backward": "identity"},
-        "says": "the all-reduce missing in backward: f is the identity both ways, so x's gradient on each "
-        "rank is only the part that flowed through its own h/W hidden features (the W ranks' gradients add "
-        "up to the reference's); f's backward all-reduces the gradient",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("no_forward_all_reduce"): {
-        "knobs": {"g_forward": "identity"},
-        "says": "g's all-reduce missing in forward: each rank's output is its own partial product plus b2, "
-        "and the output is the sum of the W partials; g all-reduces in forward",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("no_all_reduce"): {
-        "knobs": {"f_backward": "identity", "g_forward": "identity"},
-        "says": "no all-reduce at all: each rank's output is its own partial product plus b2 and its x "
-        "gradient its own partial; g all-reduces in forward, f in backward",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("f_and_g_swapped"): {
-        "knobs": {
-            "f_forward": "all_reduce",
-            "f_backward": "identity",
-            "g_forward": "identity",
-            "g_backward": "all_reduce",
-        },
-        "says": "f and g swapped: the input was all-reduced in forward (the first layer saw W·x) and the "
-        "partial outputs never were; f is the identity in forward and all-reduces in backward, g the reverse",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("g_reduces_both_ways"): {
-        "knobs": {"g_backward": "all_reduce"},
-        "says": "g all-reduces in backward too: the output gradient is already whole on every rank, so "
-        "summing it gives W = {W} times it, and every gradient below g is W times the reference's "
-        "(torch.distributed.nn.functional.all_reduce does that: its backward all-reduces); g's backward is "
-        "the identity",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("f_reduces_both_ways"): {
-        "knobs": {"f_forward": "all_reduce"},
-        "says": "f all-reduces in forward too: x is the same on every rank, so the first layer saw W·x = "
-        "{W}·x; f's forward is the identity",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("bias_every_rank"): {
-        "knobs": {"bias": "every_rank"},
-        "says": "b2 added on every rank before the reduction: the all-reduce sums it W times, so the output "
-        "is the reference's plus exactly (W-1)·b2 = {W_1}·b2; add b2 once, after g",
-        "hint": HintName("bias_once"),
-    },
-    Cause("averaged_in_forward"): {
-        "knobs": {"g_forward": "mean"},
-        "says": "g averages instead of summing: the partial outputs are W parts of one sum, not W estimates "
-        "of it, so the output before b2 is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
-        "hint": HintName("f_and_g"),
-    },
-    Cause("averaged_in_backward"): {
-        "knobs": {"f_backward": "mean"},
-        "says": "f averages x's gradient in backward instead of summing: the W partial gradients are parts "
-        "of one sum, so x's gradient is 1/W = 1/{W} of the reference's; all-reduce with SUM (the default)",
-        "hint": HintName("f_and_g"),
-    },
-}
-
-
-def _hypotheses() -> dict[str, dict[str, str]]:
-    return {name: h["knobs"] for name, h in HYPOTHESES.items()}
-
-
-def _says(name: Cause, world_size: int) -> str:
-    return HYPOTHESES[name]["says"].format(W=world_size, W_1=world_size - 1)
+_HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes the numbers can name
 
 
 # --- the facts -----------------------------------------------------------------------------------
@@ -181,7 +111,7 @@ WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": 
 
 def _reference(ctx: CheckContext) -> Reference:
     """The trusted numbers: the weights every rank is given, the unsplit block's, and the replays."""
-    facts = ctx.reference(REFERENCE, world=ctx.world_size, hypotheses=_hypotheses(), **ctx.seeds("data"))
+    facts = ctx.reference(REFERENCE, world=ctx.world_size, **ctx.seeds("data"))
     return facts
 
 
@@ -199,7 +129,7 @@ def _shards(facts: ByHand, rank: int) -> dict[str, np.ndarray] | str:
     if shards is None:
         return ""
     if shards["type"] != "dict":
-        return f"shard_mlp returned a {shards['type']} on rank {rank}, not a dict of tensors"
+        return f"shard_mlp returned {article(str(shards['type']))} on rank {rank}, not a dict of tensors"
     keys, tensors = shards.get("keys", []), shards.get("tensors", {})
     missing = [k for k in KEYS if k not in keys or k not in tensors]
     if missing:
@@ -325,16 +255,6 @@ def shards_hold_their_slice(ctx: CheckContext) -> None:
     _layout_failure(ctx, ranks, _reference(ctx)["full"], "" if verdict is None else f". Then: {verdict.message}")
 
 
-def _matching(ranks: list[ByHand], replays: dict[str, list[Replay]], with_backward: bool) -> list[Cause]:
-    """The hypotheses whose replay (trusted: every rank simulated in one process) reproduces every rank's
-    output (and gradients) within REPLAY_RTOL."""
-    return [
-        name
-        for name in HYPOTHESES
-        if all(_reproduces(facts, replays[name][rank], with_backward) for rank, facts in enumerate(ranks))
-    ]
-
-
 def _near(got: np.ndarray | None, want: np.ndarray) -> bool:
     scale = float(np.abs(want).max()) if want.size else 0.0
     return close(got, want, rtol=0, atol=REPLAY_RTOL * max(scale, 1e-6))
@@ -351,22 +271,32 @@ def _reproduces(facts: ByHand, replay: Replay, with_backward: bool) -> bool:
     )
 
 
-def _named(
-    ctx: CheckContext, ranks: list[ByHand], replays: dict[str, list[Replay]], measured: str, hint: HintName
-) -> CheckFailed:
-    """The failure: the measurement, and the one hypothesis whose replay reproduces every number, if one does."""
+def _named(ctx: CheckContext, ranks: list[ByHand], measured: str, hint: HintName) -> CheckFailed:
+    """The failure: the measurement, and the one hypothesis whose replay (trusted: every rank simulated in one
+    process) reproduces every rank's output (and gradients, once backward ran), if one does."""
     complete = all("dx" in f for f in ranks)
-    names = _matching(ranks, replays, complete)
     what = "output, x's gradient and every shard's gradient" if complete else "output"
-    if len(names) == 1:
-        name = names[0]
-        return ctx.fail(
-            f"{_says(name, ctx.world_size)}. Measured: {measured}; replaying this on the unsplit block "
-            f"reproduces the {what} on all {ctx.world_size} ranks",
-            hint=HYPOTHESES[name]["hint"],
-            cause=name,
+
+    def replays(requests: dict[str, ReplayRequest]) -> dict[str, list[Replay]]:
+        return ctx.reference(REPLAYS, world=ctx.world_size, hypotheses=requests, **ctx.seeds("data"))["replays"]
+
+    def reproduced(per_rank: list[Replay]) -> bool:
+        return len(per_rank) == len(ranks) and all(
+            _reproduces(facts, per_rank[rank], complete) for rank, facts in enumerate(ranks)
         )
-    if names:
+
+    numbers = {"W": float(ctx.world_size), "W_1": float(ctx.world_size - 1)}
+    proof = replay.prove(_HYPOTHESES, numbers, {}, replays, reproduced)
+    if proof.named is not None:
+        hypothesis, says = proof.named
+        return ctx.fail(
+            f"{says}. Measured: {measured}; replaying this on the unsplit block reproduces the {what} on all "
+            f"{ctx.world_size} ranks",
+            hint=hypothesis.hint or hint,
+            cause=hypothesis.cause,
+        )
+    if proof.proven:
+        names = [str(hypothesis.cause) for hypothesis, _ in proof.proven]
         return ctx.fail(
             f"{measured}; the replays of {' and of '.join(names)} both reproduce it, and this run cannot tell "
             "them apart",
@@ -399,9 +329,8 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
             raise _named(
                 ctx,
                 ranks,
-                trusted["replays"],
-                f"rank {rank}'s output differs from the unsplit block's by up to {float(np.abs(extra).max()):.3g}"
-                + offset,
+                f"rank {rank}'s output differs from the unsplit block's by up to "
+                f"{float(np.abs(extra).max()):.3g}{offset}",
                 HintName("f_and_g"),
             )
 
@@ -434,7 +363,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
             dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
             if len(dxs) == len(ranks) and close(np.sum(dxs, axis=0), want, rtol=RTOL, atol=ATOL):
                 measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
-            raise _named(ctx, ranks, trusted["replays"], measured, HintName("f_and_g"))
+            raise _named(ctx, ranks, measured, HintName("f_and_g"))
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
             where = layouts[rank][key]
@@ -458,7 +387,6 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                 raise _named(
                     ctx,
                     ranks,
-                    trusted["replays"],
                     f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
                     f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
                     HintName("f_and_g"),

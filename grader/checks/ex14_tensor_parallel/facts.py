@@ -84,14 +84,20 @@ class Replay(TypedDict):
 
 
 class Reference(RankFacts):
-    """Trusted (`reference`): the weights every rank is given, the unsplit block's output and gradients
-    (y, dx, dw1, db1, dw2, db2), and each hypothesis' replay, per rank."""
+    """Trusted (`reference`): the weights every rank is given, and the unsplit block's output and gradients
+    (y, dx, dw1, db1, dw2, db2)."""
 
     full: dict[str, np.ndarray]
     unsplit: dict[str, np.ndarray]
+
+
+class Replays(RankFacts):
+    """Trusted (`replays`): each hypothesis of hypotheses.toml replayed, per rank."""
+
     replays: dict[str, list[Replay]]
 
 
 BY_HAND = Worker("by_hand", ByHand)
 PARALLELIZED = Worker("parallelized", Parallelized)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", Replays)

@@ -25,6 +25,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 
 BATCH, DIM, HIDDEN = 5, 8, 24  # x is (BATCH, DIM); Linear(DIM, h) -> GELU -> Linear(h, DIM), h = hidden(W)
@@ -102,15 +103,28 @@ def unsplit(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"y": y.detach(), **{f"d{k}": grad for k, grad in zip(names, grads)}}
 
 
-def reference(ctx: RankContext, data_seed: int, world: int, hypotheses: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """Trusted: the weights the W ranks are given, the unsplit block's numbers and every hypothesis' replay,
-    from the ranks' seed in one process (`world`: the W of the ranks, which sets the hidden width)."""
+def reference(ctx: RankContext, data_seed: int, world: int) -> dict[str, Any]:
+    """Trusted: the weights the W ranks are given and the unsplit block's numbers, from the ranks' seed in one
+    process (`world`: the W of the ranks, which sets the hidden width)."""
     full = drawn(data_seed, world)
-    return {
-        "full": {k: full[k] for k in KEYS},
-        "unsplit": unsplit(full),
-        "replays": {name: simulate(full, world, knobs) for name, knobs in hypotheses.items()},
-    }
+    return {"full": {k: full[k] for k in KEYS}, "unsplit": unsplit(full)}
+
+
+def replays(ctx: RankContext, data_seed: int, world: int, hypotheses: dict[str, ReplayRequest]) -> dict[str, Any]:
+    """Trusted: each hypothesis of hypotheses.toml (knobs of REPLAY_KNOBS) simulated on the W ranks' weights."""
+    full = drawn(data_seed, world)
+    return {"replays": {name: simulate(full, world, request["mistake"]) for name, request in hypotheses.items()}}
+
+
+# What a replay may change in the split block (hypotheses.toml), and the correct split's value of each: what f
+# (before the first layer) and g (after the second) do in forward and backward, and where the second bias is added
+REPLAY_KNOBS: dict[str, str] = {
+    "f_forward": "identity",
+    "f_backward": "all_reduce",
+    "g_forward": "all_reduce",
+    "g_backward": "identity",
+    "bias": "after",  # "after" the reduction, or on "every_rank" before it
+}
 
 
 def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
@@ -121,18 +135,20 @@ def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
     return total / len(parts) if how == "mean" else total
 
 
-def simulate(full: dict[str, torch.Tensor], world_size: int, knobs: dict[str, str]) -> list[dict[str, Any]]:
+def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, str]) -> list[dict[str, Any]]:
     """Trusted replay: every rank's output and gradients when the block is split column-then-row over
-    `world_size` ranks and f (before the first layer), g (after the second) and the second bias do what
-    `knobs` says (f_forward, f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after
-    the reduction or on every rank before it). Every rank's part is computed here, in one process."""
+    `world_size` ranks and f, g and the second bias do what `mistake` changes of REPLAY_KNOBS (f_forward,
+    f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after the reduction or on every rank
+    before it). Every rank's part is computed here, in one process."""
+    knobs = {**REPLAY_KNOBS, **mistake}
+    unknown = set(knobs) - set(REPLAY_KNOBS)
+    if unknown:
+        raise ValueError(f"unknown replay knobs: {sorted(unknown)}")
     n = full["w1"].shape[0] // world_size
     parts = [slice(k * n, (k + 1) * n) for k in range(world_size)]
     dy = full["dy"]
     xs = [full["x"]] * world_size  # x is the same on every rank
-    inputs = [
-        _reduce(xs, k, knobs.get("f_forward", "identity")).clone().requires_grad_(True) for k in range(world_size)
-    ]
+    inputs = [_reduce(xs, k, knobs["f_forward"]).clone().requires_grad_(True) for k in range(world_size)]
     leaves = [
         {
             "w1": full["w1"][p].clone().requires_grad_(True),
@@ -142,21 +158,21 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, knobs: dict[str, st
         }
         for p in parts
     ]
-    every_rank = knobs.get("bias") == "every_rank"
+    every_rank = knobs["bias"] == "every_rank"
     partials = []
     for a, leaf in zip(inputs, leaves):
         partial = F.linear(F.gelu(F.linear(a, leaf["w1"], leaf["b1"])), leaf["w2"])
         partials.append(partial + leaf["b2"] if every_rank else partial)
     outputs = [p.detach() for p in partials]
-    upstream = _reduce([dy] * world_size, 0, knobs.get("g_backward", "identity"))  # dy is the same on every rank
+    upstream = _reduce([dy] * world_size, 0, knobs["g_backward"])  # dy is the same on every rank
     grads = []
     for a, leaf, partial in zip(inputs, leaves, partials):
         wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if every_rank else [])
         grads.append(torch.autograd.grad(partial, wanted, upstream))
     replayed = []
     for rank, mine in enumerate(grads):
-        y = _reduce(outputs, rank, knobs.get("g_forward", "all_reduce"))
-        dx = _reduce([g[0] for g in grads], rank, knobs.get("f_backward", "all_reduce"))
+        y = _reduce(outputs, rank, knobs["g_forward"])
+        dx = _reduce([g[0] for g in grads], rank, knobs["f_backward"])
         db2 = mine[4] if every_rank else dy.sum(0)
         replayed.append(
             {

@@ -11,7 +11,7 @@ from typing import NotRequired, TypedDict, final
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 SPLIT_GRID = [(5, 2), (5, 4), (7, 4), (8, 4), (4, 4), (9, 2), (10, 3), (3, 2)]  # (num_layers, world_size)
 BUBBLE_GRID = [(p, m) for p in (2, 3, 4, 8) for m in (1, 2, 4, 7, 8, 16, 32)]  # (stages, micro_batches)
@@ -109,3 +109,4 @@ BUBBLE_FRACTIONS = Worker("bubble_grid", BubbleGrid)
 TRAIN = Worker("train", Train)
 UNEVEN = Worker("uneven", Uneven)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

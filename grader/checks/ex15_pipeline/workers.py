@@ -26,6 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex15_pipeline.facts import BUBBLE_GRID, SCHEDULES, SPLIT_GRID
+from grader.engine.facts import ReplayedStep, ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
 from grader.rank.training import MOMENTUM, StepRecorder, optimizer_state, replay_all, train_reference
@@ -292,22 +293,24 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: each hypothesis of hypotheses.toml replayed from the same weights on the same batches;
     schedule "uncleared" is the pipeline's own accumulation with zero_grad missing (uncleared below)."""
     dataset = make_data(steps * batch_size, data_seed)
     schedules = {"correct": step_indices(steps, batch_size)}
-    knobbed = {name: h for name, h in hypotheses.items() if h.get("schedule", "correct") in schedules}
+    knobbed = {name: h for name, h in hypotheses.items() if h["schedule"] in schedules}
     replayed = replay_all(lambda: make_pipe(model_seed), dataset, schedules, lr, knobbed)
     for name in set(hypotheses) - set(knobbed):
-        replayed[name] = uncleared(make_pipe(model_seed), dataset, step_indices(steps, batch_size), micro_batches, lr)
+        replayed["replays"][name] = uncleared(
+            make_pipe(model_seed), dataset, step_indices(steps, batch_size), micro_batches, lr
+        )
     return replayed
 
 
 def uncleared(
     model: nn.Module, dataset: TensorDataset, steps: list[list[int]], micro_batches: int, lr: float
-) -> list[dict[str, Any]]:
+) -> list[ReplayedStep]:
     """What a schedule with scale_grads does when .grad is never cleared: each micro-batch's mean-loss
     gradient added to .grad, then the whole .grad (last step's included) divided by m, then SGD."""
     recorder = StepRecorder(model)

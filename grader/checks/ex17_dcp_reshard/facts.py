@@ -11,7 +11,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 
 class OptimizerBuilt(TypedDict):
@@ -54,8 +54,14 @@ class FileSaved(TypedDict):
 
 
 class FileLoaded(TypedDict):
+    """torch.load from a file, and what the object loaded held."""
+
     op: Literal["torch.load"]
     path: str
+    dtensors: int
+    local: int
+    whole: int
+    whole_elements: int
 
 
 Event = OptimizerBuilt | CheckpointCall | Planned | FileSaved | FileLoaded
@@ -119,7 +125,7 @@ class Inspected(RankFacts):
     size: NotRequired[int]  # the path is one file
     files: NotRequired[dict[str, int]]  # a folder: each file's size
     keys: NotRequired[list[str]]
-    problem: NotRequired[str]  # the metadata could not be read
+    problem: NotRequired[str]  # why the metadata was not read (refused, damaged, not DCP's): a sentence
 
 
 class Step(TypedDict):
@@ -152,3 +158,4 @@ SAVE = Worker("save", Saved)
 RESUME = Worker("resume", Resumed)
 INSPECT_CHECKPOINT = Worker("inspect_checkpoint", Inspected)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop

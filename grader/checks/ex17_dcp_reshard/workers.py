@@ -29,6 +29,8 @@ from torch.distributed.fsdp._common_utils import clean_tensor_name
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
+from grader.checks.ex17_dcp_reshard.dcp_metadata import METADATA, read_keys
+from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
 from grader.rank.training import ShardStepRecorder, TinyTransformer, make_regression, replay_all, train_reference
@@ -172,12 +174,16 @@ class Watch:
         def call(*args: Any, **kwargs: Any) -> Any:
             saving = what == "torch.save"
             f = kwargs.get("f", args[1] if saving and len(args) > 1 else args[0] if not saving and args else None)
-            if isinstance(f, (str, os.PathLike)):  # DCP itself serializes small objects into BytesIO
-                event: dict[str, Any] = {"op": what, "path": str(f)}
-                if saving:
-                    event.update(_contents(kwargs.get("obj", args[0] if args else None)))
-                events.append(event)
-            return original(*args, **kwargs)
+            if not isinstance(f, (str, os.PathLike)):  # DCP itself serializes small objects into BytesIO
+                return original(*args, **kwargs)
+            event: dict[str, Any] = {"op": what, "path": str(f), **_contents(None)}
+            events.append(event)
+            if saving:
+                event.update(_contents(kwargs.get("obj", args[0] if args else None)))
+                return original(*args, **kwargs)
+            loaded = original(*args, **kwargs)
+            event.update(_contents(loaded))  # a checkpoint's tensors, or metadata of none (Lightning's meta.pt)
+            return loaded
 
         return call
 
@@ -361,14 +367,12 @@ def inspect_checkpoint(ctx: RankContext, path: str) -> dict[str, Any]:
     for folder, _, names in os.walk(path):
         for name in names:
             full = os.path.join(folder, name)
-            files[os.path.relpath(full, path)] = os.path.getsize(full)
+            files[os.path.relpath(full, path)] = os.lstat(full).st_size  # a link's own size: never followed
     facts: dict[str, Any] = {"exists": True, "folder": True, "files": files, "keys": []}
-    if ".metadata" in files:
-        try:
-            metadata = dcp.FileSystemReader(path).read_metadata()
-            facts["keys"] = sorted(metadata.state_dict_metadata)
-        except Exception as exc:  # a folder that is not a DCP checkpoint: said as measured
-            facts["problem"] = f"{type(exc).__name__}: {exc}"
+    if METADATA in files:  # read without DCP's reader, which unpickles whatever the file names (dcp_metadata.py)
+        facts["keys"], problem = read_keys(path)
+        if problem:
+            facts["problem"] = problem
     return facts
 
 
@@ -403,14 +407,14 @@ def replays(
     lr: float,
     data_seed: int,
     model_seed: int,
-    hypotheses: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+    hypotheses: dict[str, ReplayRequest],
+) -> TrainingReplays:
     """Trusted: the judge's hypotheses (hypotheses.toml) replayed on the uninterrupted run's samples, with
     AdamW as the reference's optimizer."""
     steps = steps_before + steps_after
     dataset = make_regression(global_batch * steps, data_seed)
-    with_adamw = {
-        name: {**hypothesis, "mistake": {**ADAMW, **hypothesis.get("mistake", {})}}
+    with_adamw: dict[str, ReplayRequest] = {
+        name: {"schedule": hypothesis["schedule"], "mistake": {**ADAMW, **hypothesis["mistake"]}}
         for name, hypothesis in hypotheses.items()
     }
     schedules = {"correct": _union(global_batch, steps)}

@@ -11,47 +11,28 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, TRAIN, Reference, Train
+from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, WORKLOAD, Reference, Replayed, Train
+from grader.engine.facts import ReplayRequest
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.tolerance import relative_difference
+from grader.judge.wording import article
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
-STEPS, BATCH, LR = 3, 12, 0.02
-TP = 2  # the tp dimension; dp = W / 2 (the exercise's mesh at W=4 is (2, 2); W=2 gives (1, 2))
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
-REPLAYS: dict[Cause, str] = {
-    Cause("loss_summed"): (
-        "the loss summed over the batch (reduction='sum'), not averaged: each gradient is the batch size "
-        "times too large; use F.mse_loss's default mean"
-    ),
-    Cause("lr_times_world_size"): (
-        "the learning rate multiplied by the world size: FSDP averages the gradients, so lr needs no "
-        "scaling; pass lr as given"
-    ),
-    Cause("lr_times_dp"): (
-        "the learning rate multiplied by the dp size: FSDP averages the gradients over dp, so lr needs "
-        "no scaling; pass lr as given"
-    ),
-    Cause("unchanged"): (
-        "no training at all: the weights are the initial ones, so the optimizer updated no parameter of "
-        "the model; build it after parallelize, over model.parameters() (the DTensors)"
-    ),
-    Cause("gradients_not_cleared"): (
-        "gradients never cleared: each step adds to the last one's; call optimizer.zero_grad() every step"
-    ),
-}
+_HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    return ctx.facts(TRAIN, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.facts(TRAIN, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, dp=ctx.world_size // TP, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
@@ -136,7 +117,7 @@ def placements_2d(ctx: CheckContext) -> None:
                 kind = (
                     "only sharded by FSDP, never split by TP"
                     if placements == ["Shard(dim=0)"]
-                    else f"on a {len(placements)}D mesh"
+                    else f"on {article(str(len(placements)))}D mesh"
                 )
                 raise ctx.fail(
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
@@ -212,19 +193,37 @@ def _share(parts: int, index: int) -> list[int]:
     return list(range(index * size, (index + 1) * size))
 
 
+def _split(fed: list[list[int]], dp_size: int) -> bool:
+    """Whether one step's samples, per rank, split the batch as the contract asks: the ranks of a tp group
+    (one dp coordinate) feed the same samples, and the dp groups' shares are equal, disjoint and cover the
+    batch: then FSDP's average over dp is the mean over the whole batch, whichever samples each share holds
+    (a chunk, or a DistributedSampler's stride)."""
+    groups = [fed[d * TP : (d + 1) * TP] for d in range(dp_size)]
+    if any(any(got != group[0] for got in group) for group in groups):
+        return False
+    shares = [group[0] for group in groups]
+    return all(len(share) == BATCH // dp_size for share in shares) and sorted(
+        sample for share in shares for sample in share
+    ) == list(range(BATCH))
+
+
 @check("data_by_dp_coordinate")
 def data_by_dp_coordinate(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     dp_size = ctx.world_size // TP
     for rank, facts in enumerate(ranks):
-        rows = facts["rows"]
-        if len(rows) < STEPS:
+        if len(facts["rows"]) < STEPS:
             raise ctx.fail(
-                f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint=HintName("data")
+                f"rank {rank} ran {len(facts['rows'])} forward passes of the model for {STEPS} batches",
+                hint=HintName("data"),
             )
-        dp = rank // TP
-        want = _share(dp_size, dp)
-        for step, got in enumerate(rows[:STEPS]):
+    for step in range(STEPS):
+        if _split([sorted(facts["rows"][step]) for facts in ranks], dp_size):
+            continue
+        for rank, facts in enumerate(ranks):
+            got = facts["rows"][step]
+            dp = rank // TP
+            want = _share(dp_size, dp)
             if sorted(got) == want:
                 continue
             said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
@@ -245,7 +244,11 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                     Cause("dp_from_tp"),
                 )
             else:
-                reason, cause = "", ""
+                reason, cause = (
+                    "the shares do not split the batch (the same samples on the ranks of a tp group, equal and "
+                    "disjoint shares across the dp groups, all of the batch)",
+                    "",
+                )
             raise ctx.fail(
                 f"{said}, where its dp group's share is {want}"
                 + (f": {reason}" if reason else "")
@@ -255,21 +258,14 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
             )
 
 
-def _relative(got: Any, want: Any) -> float:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return math.inf
-    return float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-12)
-
-
 def _off(final: dict[str, Any], want: dict[str, Any]) -> tuple[str, float]:
-    return max(((name, _relative(final.get(name, []), w)) for name, w in want.items()), key=lambda item: item[1])
+    return max(((name, relative_difference(final.get(name), w)) for name, w in want.items()), key=lambda item: item[1])
 
 
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
-    reference = _reference(ctx)["replays"]
+    trusted = _reference(ctx)
     counts = [f["steps"] for f in ranks]
     if any(c != STEPS for c in counts):
         raise ctx.fail(
@@ -279,7 +275,7 @@ def matches_reference(ctx: CheckContext) -> None:
     if final is None:
         error = ranks[0].get("gather_error", "no weights were reported")
         raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("fsdp"))
-    correct = reference["correct"]
+    correct = trusted["correct"]
     name, off = _off(final, correct["final"])
     if off <= TOLERANCE:
         return
@@ -297,11 +293,21 @@ def matches_reference(ctx: CheckContext) -> None:
         if first
         else ""
     )
-    matched = [h for h in REPLAYS if _off(final, reference[h]["final"])[1] <= TOLERANCE]
+    dp = ctx.world_size // TP
+
+    def replays(requests: dict[str, ReplayRequest]) -> dict[str, Replayed]:
+        asked = {"steps": STEPS, "batch_size": BATCH, "lr": LR, "hypotheses": requests}
+        return ctx.reference(REPLAYS, dp=dp, **asked, **ctx.seeds("data", "model"))["replays"]
+
+    numbers = {"W": float(ctx.world_size), "dp": float(dp)}
+    proof = replay.prove(
+        _HYPOTHESES, numbers, {}, replays, lambda replayed: _off(final, replayed["final"])[1] <= TOLERANCE
+    )
+    named = proof.named
     raise ctx.fail(
         f"after {STEPS} steps {name} differs from one process training on the union of the dp groups' batches by up to "
         f"{off:.2g} of its scale{where}"
-        + (f". It equals, within {TOLERANCE:g}, a replay with {REPLAYS[matched[0]]}" if len(matched) == 1 else ""),
-        hint=HintName("optimizer"),
-        cause=matched[0] if len(matched) == 1 else "",
+        + (f". It equals, within {TOLERANCE:g}, a replay with {named[1]}" if named else ""),
+        hint=named[0].hint or HintName("optimizer") if named else HintName("optimizer"),
+        cause=named[0].cause if named else "",
     )

@@ -22,23 +22,17 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.fsdp_units import OriginalNames, fsdp_units
 from grader.rank.training import make_regression, make_transformer
 
-TP = 2  # the tp dimension of the mesh; dp = W / 2
-
-
-def hypotheses(dp: int) -> dict[str, dict[str, Any]]:
-    """The replays of the reference: what a mistake changes in the trusted loop."""
-    return {
-        "correct": {},
-        "loss_summed": {"reduction": "sum"},
-        "lr_times_world_size": {"lr_scale": dp * TP},
-        "lr_times_dp": {"lr_scale": dp},
-        "gradients_not_cleared": {"accumulate": True},
-        "unchanged": {"lr_scale": 0},
-    }
+# What a replay may change in the trusted loop (hypotheses.toml), and the correct loop's value of each
+REPLAY_KNOBS: dict[str, Any] = {
+    "reduction": "mean",  # the loss's reduction: "mean" or "sum"
+    "lr_scale": 1.0,  # the learning rate times this
+    "accumulate": False,  # gradients never cleared: each step's adds to the ones before
+}
 
 
 def global_batches(steps: int, batch_size: int, data_seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -149,22 +143,27 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
 
 
 def _replay(
-    dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int, knobs: dict[str, Any]
+    dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int, mistake: dict[str, Any]
 ) -> dict[str, Any]:
     """Trusted: one process, each step the average over the dp groups of the gradient of each group's loss on its
-    chunk of the global batch (what FSDP's reduce-scatter averages), then plain SGD; `knobs` change the loss's
-    reduction, scale the learning rate or never clear the gradients. The losses are each group's mean loss."""
+    chunk of the global batch (what FSDP's reduce-scatter averages), then plain SGD; `mistake` (knobs of
+    REPLAY_KNOBS) changes the loss's reduction, scales the learning rate or never clears the gradients. The losses
+    are each group's mean loss."""
+    knobs = {**REPLAY_KNOBS, **mistake}
+    unknown = set(knobs) - set(REPLAY_KNOBS)
+    if unknown:
+        raise ValueError(f"unknown replay knobs: {sorted(unknown)}")
     model = make_transformer(seed=model_seed)
     losses = []
     grads = {name: torch.zeros_like(p) for name, p in model.named_parameters()}
     for inputs, targets in global_batches(steps, batch_size, data_seed):
-        if not knobs.get("accumulate"):
+        if not knobs["accumulate"]:
             grads = {name: torch.zeros_like(g) for name, g in grads.items()}
         step_losses = []
         for x, y in zip(inputs.chunk(dp), targets.chunk(dp)):
             model.zero_grad()
             output = model(x)
-            F.mse_loss(output, y, reduction=knobs.get("reduction", "mean")).backward()
+            F.mse_loss(output, y, reduction=knobs["reduction"]).backward()
             step_losses.append(F.mse_loss(output.detach(), y).item())
             for name, p in model.named_parameters():
                 assert p.grad is not None  # every parameter takes part in the loss
@@ -172,19 +171,35 @@ def _replay(
         losses.append(step_losses)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p.sub_(lr * knobs.get("lr_scale", 1) * grads[name])
+                p.sub_(lr * knobs["lr_scale"] * grads[name])
     return {"losses": losses, "final": {name: p.detach().clone() for name, p in model.named_parameters()}}
 
 
 def reference(
     ctx: RankContext, dp: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
 ) -> dict[str, Any]:
-    """The correct training and each replayed mistake (hypotheses), with `dp` data-parallel groups, and every
-    parameter's whole shape (what the ranks' shards are measured against)."""
+    """Trusted: the correct training with `dp` data-parallel groups, and every parameter's whole shape (what the
+    ranks' shards are measured against)."""
+    return {
+        "correct": _replay(dp, steps, batch_size, lr, data_seed, model_seed, {}),
+        "shapes": {name: list(p.shape) for name, p in make_transformer(seed=model_seed).named_parameters()},
+    }
+
+
+def replays(
+    ctx: RankContext,
+    dp: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, ReplayRequest],
+) -> dict[str, Any]:
+    """Trusted: each hypothesis of hypotheses.toml replayed on the same batches from the same weights."""
     return {
         "replays": {
-            name: _replay(dp, steps, batch_size, lr, data_seed, model_seed, knobs)
-            for name, knobs in hypotheses(dp).items()
-        },
-        "shapes": {name: list(p.shape) for name, p in make_transformer(seed=model_seed).named_parameters()},
+            name: _replay(dp, steps, batch_size, lr, data_seed, model_seed, request["mistake"])
+            for name, request in hypotheses.items()
+        }
     }
