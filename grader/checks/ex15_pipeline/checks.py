@@ -6,11 +6,13 @@ grader measures by replaying that order in unit time slots."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from grader.checks.ex15_pipeline.facts import (
     BUBBLE_FRACTIONS,
     BUBBLE_GRID,
+    OUTSIDE_RANKS,
     REFERENCE,
     REPLAYS,
     SCHEDULES,
@@ -18,6 +20,7 @@ from grader.checks.ex15_pipeline.facts import (
     STAGE_LAYERS,
     TRAIN,
     UNEVEN,
+    UNKNOWN_SCHEDULES,
     Layers,
     Raised,
     Train,
@@ -273,9 +276,19 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
             )
 
 
+def _asks_value_error(ctx: CheckContext, call: str, probe: Mapping[str, Any], why: str) -> None:
+    """Fail unless the probe raised the ValueError the docstring asks for."""
+    if "error" in probe and probe["error"].startswith("ValueError"):
+        return
+    got = f"returned {probe['value']!r}" if "value" in probe else shorten(probe["error"], QUOTED)
+    hint = HintName("split") if call.startswith("stage_layers") else HintName("bubble")
+    raise ctx.fail(f"{call} {got}; {why}, and the docstring asks for a ValueError there", hint=hint)
+
+
 @check("stage_split")
 def stage_split(ctx: CheckContext) -> None:
-    grid = ctx.facts(STAGE_LAYERS, nprocs=1)[0]["split"]
+    facts = ctx.facts(STAGE_LAYERS, nprocs=1)[0]
+    grid = facts["split"]
     probed = [(num_layers, world, rank) for num_layers, world, rank, _ in grid]
     if probed != [(n, w, r) for n, w in SPLIT_GRID for r in range(w)]:
         raise ctx.fail(f"the report of stage_layers' probes holds {probed}, not the grader's grid", HintName("split"))
@@ -295,6 +308,11 @@ def stage_split(ctx: CheckContext) -> None:
         problem = _split_problem(held, num_layers, f"stage_layers with {num_layers} layers on {world} stages")
         if problem:
             raise ctx.fail(problem, hint=HintName("split"))
+    if [(n, w, r) for n, w, r, _ in facts["outside"]] != OUTSIDE_RANKS:
+        raise ctx.fail("the report of stage_layers' probes outside the stages is not the grader's", HintName("split"))
+    for num_layers, world, rank, probe in facts["outside"]:
+        why = f"rank {rank} is no stage of a {world}-stage pipeline (0..{world - 1})"
+        _asks_value_error(ctx, f"stage_layers({num_layers}, {world}, {rank})", probe, why)
     _observed_split(ctx, _train(ctx, "gpipe"), "gpipe")
 
 
@@ -395,7 +413,8 @@ def runs_the_schedule(ctx: CheckContext) -> None:
 @check("bubble_fraction")
 def bubble_fraction(ctx: CheckContext) -> None:
     world, m = ctx.world_size, _micro_batches(ctx.world_size)
-    grid = ctx.facts(BUBBLE_FRACTIONS, nprocs=1)[0]["bubble"]
+    facts = ctx.facts(BUBBLE_FRACTIONS, nprocs=1)[0]
+    grid = facts["bubble"]
     probed = [(p, mb, schedule) for p, mb, schedule, _ in grid]
     if probed != [(p, mb, schedule) for p, mb in BUBBLE_GRID for schedule in SCHEDULES]:
         raise ctx.fail(
@@ -447,6 +466,13 @@ def bubble_fraction(ctx: CheckContext) -> None:
                 f"(wrong at {len(wrong)} of the probed (p, m)); it matches the measurement at ({world}, {m}) only",
                 hint=HintName("bubble"),
             )
+    if [(p, mb, schedule) for p, mb, schedule, _ in facts["unknown"]] != UNKNOWN_SCHEDULES:
+        raise ctx.fail(
+            "the report of bubble_fraction's probes of other schedules is not the grader's", HintName("bubble")
+        )
+    for p, mb, schedule, probe in facts["unknown"]:
+        why = f"{schedule!r} is neither 'gpipe' nor '1f1b'"
+        _asks_value_error(ctx, f"bubble_fraction({p}, {mb}, {schedule!r})", probe, why)
 
 
 @check("uneven_micro_batches")

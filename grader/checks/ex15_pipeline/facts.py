@@ -15,6 +15,9 @@ from grader.engine.facts import RankFacts, TrainingReplays, Worker
 
 SPLIT_GRID = [(5, 2), (5, 4), (7, 4), (8, 4), (4, 4), (9, 2), (10, 3), (3, 2)]  # (num_layers, world_size)
 BUBBLE_GRID = [(p, m) for p in (2, 3, 4, 8) for m in (1, 2, 4, 7, 8, 16, 32)]  # (stages, micro_batches)
+# what the docstring asks a ValueError for: a rank that is no stage of the pipeline, a schedule of another name
+OUTSIDE_RANKS = [(5, 2, -1), (5, 2, 2), (8, 4, 4)]  # (num_layers, world_size, rank)
+UNKNOWN_SCHEDULES = [(4, 8, "interleaved")]  # (stages, micro_batches, schedule)
 SCHEDULES = ("gpipe", "1f1b")
 
 
@@ -37,12 +40,14 @@ class SplitGrid(RankFacts):
     """stage_layers on SPLIT_GRID (`split_grid`): [num_layers, world_size, rank, what it gave]."""
 
     split: list[tuple[int, int, int, Layers | Raised]]
+    outside: list[tuple[int, int, int, Layers | Raised]]  # OUTSIDE_RANKS: each should raise ValueError
 
 
 class BubbleGrid(RankFacts):
     """bubble_fraction on BUBBLE_GRID x SCHEDULES (`bubble_grid`): [stages, micro_batches, schedule, what it gave]."""
 
     bubble: list[tuple[int, int, str, Fraction | Raised]]
+    unknown: list[tuple[int, int, str, Fraction | Raised]]  # UNKNOWN_SCHEDULES: each should raise ValueError
 
 
 class StageBuilt(TypedDict):

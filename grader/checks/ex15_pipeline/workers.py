@@ -25,7 +25,7 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
-from grader.checks.ex15_pipeline.facts import BUBBLE_GRID, SCHEDULES, SPLIT_GRID
+from grader.checks.ex15_pipeline.facts import BUBBLE_GRID, OUTSIDE_RANKS, SCHEDULES, SPLIT_GRID, UNKNOWN_SCHEDULES
 from grader.engine.facts import ReplayedStep, ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
@@ -215,6 +215,7 @@ def split_grid(ctx: RankContext) -> dict[str, Any]:
         for num_layers, world_size in SPLIT_GRID
         for rank in range(world_size)
     ]
+    ctx.facts["outside"] = [[n, w, r, _probe(stage_layers, (n, w, r), _layers)] for n, w, r in OUTSIDE_RANKS]
     return {}
 
 
@@ -226,6 +227,7 @@ def bubble_grid(ctx: RankContext) -> dict[str, Any]:
         for p, m in BUBBLE_GRID
         for schedule in SCHEDULES
     ]
+    ctx.facts["unknown"] = [[p, m, s, _probe(bubble_fraction, (p, m, s), _fraction)] for p, m, s in UNKNOWN_SCHEDULES]
     return {}
 
 
