@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grader.paths import CourseNotFound
 from grader.quiz import grade as grading
+from grader.quiz.analysis import reliability
 from grader.quiz.bank import POOLS, BankNotFound
 from grader.quiz.cli import (
     bank_directory,
@@ -140,6 +141,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot write to {args.out}: {exc}")
     print(f"graded {result.students} student(s): {', '.join(str(p) for p in written)}")
+    found = reliability(result.marks)
+    said = f"{found.value:.2f}" if found.value is not None else f"not computed ({found.why})"
+    print(f"reliability ({found.name}): {said}; flagged questions and unpicked distractors: {args.out / 'summary.md'}")
     skipped = sum(p.action == "row not graded" for p in result.problems)
     unreadable = sum(p.action == "answer scored 0" for p in result.problems)
     if skipped or unreadable:

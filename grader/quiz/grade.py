@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.quiz.analysis import item_statistics, option_counts
+from grader.quiz.analysis import MINIMUM_STUDENTS, REPLACE, flags, item_statistics, option_counts, reliability
 from grader.quiz.marks import Mark
 from grader.quiz.responses import (
     CELL_LIMIT,
@@ -223,12 +223,13 @@ def _oversized(entry: dict[str, Any], length: int) -> Outcome:
 
 
 def _questions(keys: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per question id (from the lowest version holding it), in id order."""
+    """One entry per question id, in exam order: the order (and the number) of the lowest version's sheet,
+    which every version holds the same questions as; a question only later versions hold comes after."""
     found: dict[str, dict[str, Any]] = {}
     for version in sorted(keys):
-        for entry in keys[version]["questions"]:
-            found.setdefault(entry["id"], entry)
-    return [found[qid] for qid in sorted(found)]
+        for entry in sorted(keys[version]["questions"], key=lambda e: e["number"]):
+            found.setdefault(entry["id"], {**entry, "sheet": version})
+    return list(found.values())
 
 
 def _gradable(
@@ -282,9 +283,9 @@ def _write_csv(path: Path, header: list[str], rows: Iterable[list[Any]]) -> Path
 
 
 def write_reports(result: Grading, out: Path) -> list[Path]:
-    """scores.csv (a row per student), questions.csv (a row per question, with item analysis),
-    options.csv (how often each option was chosen), feedback.csv (a row per answer) and
-    problems.csv (what was not graded, and why)."""
+    """scores.csv (a row per student), questions.csv (a row per question, with item analysis and flags),
+    options.csv (how often each option was chosen), feedback.csv (a row per answer), problems.csv (what
+    was not graded, and why) and summary.md (reliability, flagged questions); questions in exam order."""
     out.mkdir(parents=True, exist_ok=True)
     marks = result.marks
     questions = [q["id"] for q in result.questions]
@@ -313,6 +314,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
         mean = sum(m.earned for m in rows) / len(rows) if rows else 0.0
         question_rows.append(
             [
+                entry["number"],
                 entry["id"],
                 entry["type"],
                 len(rows),
@@ -323,6 +325,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
                 f"{100 * mean / entry['points']:.1f}" if rows else "",
                 f"{stats.difficulty:.2f}" if stats else "",
                 f"{stats.discrimination:.2f}" if stats and stats.discrimination is not None else "",
+                "; ".join(flags(stats, len(rows))),
             ]
         )
     feedback_rows = [
@@ -335,6 +338,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
         _write_csv(
             out / "questions.csv",
             [
+                "number",
                 "question",
                 "type",
                 "students",
@@ -345,6 +349,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
                 "mean_percent",
                 "difficulty",
                 "discrimination",
+                "flags",
             ],
             question_rows,
         ),
@@ -359,7 +364,50 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
             feedback_rows,
         ),
         _write_csv(out / "problems.csv", ["file", "line", "student", "action", "reason"], problem_rows),
+        _write_summary(out / "summary.md", result, [sum(m.earned for m in row.values()) for row in students.values()]),
     ]
+
+
+def _write_summary(path: Path, result: Grading, totals: list[float]) -> Path:
+    """summary.md: the class's totals, the reliability of the quiz, and the questions and distractors that
+    deserve a look before the grades go out, in exam order (the numbers of the lowest version's sheet)."""
+    points = sum(entry["points"] for entry in result.questions)
+    lines = ["# Item analysis", ""]
+    lines.append(f"{len(totals)} student(s) graded; {len(result.questions)} question(s), {_number(points)} points.")
+    if totals:
+        mean = sum(totals) / len(totals)
+        deviation = math.sqrt(sum((t - mean) ** 2 for t in totals) / len(totals))
+        share = f" ({100 * mean / points:.1f}%)" if points else ""
+        lines.append(f"Mean total {mean:.2f} of {_number(points)}{share}, standard deviation {deviation:.2f}.")
+    found = reliability(result.marks)
+    if found.value is None:
+        lines.append(f"Reliability ({found.name}): not computed, {found.why}.")
+    else:
+        lines.append(
+            f"Reliability ({found.name}): {found.value:.2f}. For a class test 0.7 or more is the usual aim; "
+            "below it a student's total owes much to which questions were asked."
+        )
+    statistics = item_statistics(result.marks)
+    flagged = [(entry, flags(statistics.get(entry["id"]), len(totals))) for entry in result.questions]
+    lines += ["", "## Flagged questions", ""]
+    if len(totals) < MINIMUM_STUDENTS:
+        lines.append(f"None: flags need {MINIMUM_STUDENTS} students or more.")
+    elif not any(why for _, why in flagged):
+        lines.append("None.")
+    else:
+        sheet = min(entry["sheet"] for entry in result.questions)
+        lines += [f"Numbered as on the sheet of version {sheet}.", "", "| # | question | why |", "|---|---|---|"]
+        lines += [f"| {e['number']} | {e['id']} | {'; '.join(why)} |" for e, why in flagged if why]
+    unpicked = [row for row in option_counts(result.questions, result.marks) if row[-1] == REPLACE]
+    lines += ["", "## Distractors nobody picked", ""]
+    lines += [f"- {r[0]}, option {r[1]} of the bank file: {_markdown_cell(r[2])}" for r in unpicked] or ["None."]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _markdown_cell(text: str) -> str:
+    """Bank text on one line of a Markdown table."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _number(value: float) -> str:
