@@ -20,6 +20,7 @@ import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -354,10 +355,14 @@ def parse_number(text: str, unit: str = "") -> tuple[float | None, str]:
 SEARCH_LIMIT = 10_000  # steps spent matching one answer to options before it is called unreadable
 
 
+_NOT_ALPHANUMERIC = re.compile(r"[\W_]+")
+
+
+@lru_cache(maxsize=4096)
 def plain(text: str) -> str:
     """Only the letters and digits of `text`, case folded: an option as the bank writes it (Markdown) and as an
     LMS writes it back (HTML made text: entities decoded, bold in capitals, marks gone) compare equal."""
-    return "".join(char for char in unicodedata.normalize("NFKC", html.unescape(text)).casefold() if char.isalnum())
+    return _NOT_ALPHANUMERIC.sub("", unicodedata.normalize("NFKC", html.unescape(text)).casefold())
 
 
 def parse_choice_text(text: str, options: Sequence[tuple[str, str]], several: bool) -> tuple[list[str] | None, str]:

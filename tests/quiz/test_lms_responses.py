@@ -281,3 +281,64 @@ def test_what_is_not_an_option_is_said_never_guessed() -> None:
     )
     ambiguous = [("A", "ab"), ("B", "c"), ("C", "a"), ("D", "bc")]
     assert parse_choice_text("abc", ambiguous, True) == (None, "'abc' reads as more than one choice (A;B or C;D)")
+
+
+def test_moodle_4_status_and_the_first_id_a_row_fills(keys: Path, tmp_path: Path) -> None:
+    """Moodle 4 names the state column Status; a student is named by ID number, else Username, else Email
+    address, whichever the row fills first."""
+    one = sheet(keys, 1)
+    path = tmp_path / "moodle4.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["Last name", "First name", "ID number", "Email address", "Status", "Grade/5.00"]
+            + [f"Response {n}" for n in range(1, len(one) + 1)]
+        )
+        writer.writerow(
+            ["Lovelace", "Ada", "A001", "ada@uni.example", "Finished", "5.00", *(answer(q, "; ") for q in one)]
+        )
+        writer.writerow(["Bolt", "Bo", "", "bo@uni.example", "Finished", "5.00", *(answer(q, "; ") for q in one)])
+        writer.writerow(["Xu", "Cy", "A003", "cy@uni.example", "Never submitted", "-", *["-"] * len(one)])
+    out = tmp_path / "g"
+    assert grade(keys, out, "--responses", str(path), "--version", "1") == 0
+    assert [(row["student"], row["percent"]) for row in read(out, "scores.csv")] == [
+        ("A001", "100.0"),
+        ("bo@uni.example", "100.0"),
+    ]
+    (skipped,) = [p for p in read(out, "problems.csv") if p["action"] == "row not graded"]
+    assert (skipped["student"], skipped["reason"]) == ("A003", "the attempt is 'Never submitted', not finished")
+
+
+def test_the_grader_csv_takes_its_version_from_the_column_or_the_flag(
+    keys: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    letters = {q["id"]: ";".join(q["answer"]) if "answer" in q else q["written"] for q in sheet(keys, 2)}
+    ids = list(letters)
+    without = tmp_path / "no-version.csv"
+    without.write_text(",".join(["student", *ids]) + "\n" + ",".join(["ada", *letters.values()]) + "\n")
+    out = tmp_path / "g"
+    assert grade(keys, out, "--responses", str(without), "--version", "2") == 0
+    assert [(row["student"], row["version"], row["percent"]) for row in read(out, "scores.csv")] == [
+        ("ada", "2", "100.0")
+    ]
+    both = tmp_path / "with-version.csv"
+    both.write_text(",".join(["student", "version", *ids]) + "\n" + ",".join(["ada", "2", *letters.values()]) + "\n")
+    assert grade(keys, out, "--responses", str(both), "--version", "2") == 1
+    assert "has a version column and --version was given too: drop one of them" in capsys.readouterr().err
+
+
+def test_a_row_without_an_attempt_is_no_second_row(keys: Path, tmp_path: Path) -> None:
+    """Downloaded with "enrolled users who have, or do not have, an attempt", version 2's report lists ada, who
+    took version 1, with "-" everywhere: that row is reported, and ada is graded from version 1's."""
+    one, two = sheet(keys, 1), sheet(keys, 2)
+    first = moodle_export(tmp_path / "a.csv", one, [("ada@uni.example", "Finished", [answer(q, "; ") for q in one])])
+    second = moodle_export(tmp_path / "b.csv", two, [("ada@uni.example", "-", ["-"] * len(two))])
+    out = tmp_path / "g"
+    assert (
+        grade(keys, out, "--responses", str(first), "--version", "1", "--responses", str(second), "--version", "2") == 0
+    )
+    assert [(row["student"], row["version"], row["percent"]) for row in read(out, "scores.csv")] == [
+        ("ada@uni.example", "1", "100.0")
+    ]
+    skipped = [(p["file"], p["reason"]) for p in read(out, "problems.csv") if p["action"] == "row not graded"]
+    assert skipped == [("b.csv", "no attempt")]
