@@ -327,6 +327,7 @@ def test_a_students_command_loads_no_instructor_code():
     assert re.findall(r"^    (\S+)", listed, re.M) == [
         *("list", "check", "hint", "watch", "reset", "node", "notebook", "doctor", "quiz"),
         *("grade", "gradebook", "report", "gradescope", "slurm", "release", "lint-course", "new-exercise"),
+        "export-grades",
     ]
 
 

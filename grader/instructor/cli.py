@@ -18,6 +18,7 @@ from grader.instructor import (
     gradebook,
     gradescope,
     gradescope_bundle,
+    lms_export,
     manifest,
     shard,
     slurm,
@@ -270,6 +271,35 @@ def register(commands: argparse._SubParsersAction) -> None:
     maker.add_argument("name", metavar="NAME", help="lower-case words joined by '_' (the id becomes exNN_NAME)")
     maker.add_argument("--title", metavar="TEXT", help="the title students see (default: from the name)")
     maker.set_defaults(func=cmd_new_exercise)
+
+    grades = commands.add_parser(
+        "export-grades",
+        help="a gradebook's totals as the CSV Canvas or Moodle imports, students found in the LMS's roster",
+        description="Write the grade-import CSV of Canvas (Gradebook > Import) or Moodle (Grade administration > "
+        "Import > CSV file) from a gradebook and the LMS's own export of its students. A submission of no "
+        "student, of several, or two of one student are named and left out (exit status 1).",
+    )
+    grades.add_argument(
+        "gradebook", type=Path, metavar="GRADEBOOK", help="a `grader grade --out` folder, or a gradebook.csv"
+    )
+    grades.add_argument(
+        "--roster",
+        type=Path,
+        required=True,
+        metavar="CSV",
+        help="the LMS's export: Canvas's Gradebook export; Moodle's grade export or participants download "
+        "(a `submission` column, if added, names each student's submission)",
+    )
+    grades.add_argument("--format", choices=lms_export.FORMATS, required=True, help="the LMS that imports the file")
+    grades.add_argument("--out", type=Path, required=True, metavar="FILE", help="the CSV to import")
+    grades.add_argument(
+        "--assignment",
+        default="Distributed training exercises",
+        metavar="NAME",
+        help="the grade column: Canvas's assignment (its `NAME (id)` column of the roster where there is one) or "
+        "Moodle's grade item (default: %(default)s)",
+    )
+    grades.set_defaults(func=cmd_export_grades)
 
 
 def _graded(command: str, paths: list[Path]) -> list[Path]:
@@ -565,6 +595,38 @@ def cmd_new_exercise(args: argparse.Namespace) -> int:
         '(docs/INSTRUCTORS.md, "A new exercise")'
     )
     return 0
+
+
+def cmd_export_grades(args: argparse.Namespace) -> int:
+    try:
+        result = lms_export.export(args.gradebook, args.roster, args.format, args.out, args.assignment)
+    except lms_export.ExportError as exc:
+        raise InstructorError(str(exc)) from exc
+    print(f"{result.written} student(s) written to {result.path}, out of {result.points} points")
+    if result.ungraded:
+        print(
+            f"{len(result.ungraded)} roster student(s) with no submission, not in the file: {_listed(result.ungraded)}"
+        )
+    problems = [
+        ("in no roster row", result.unknown),
+        ("of several roster students", result.ambiguous),
+        ("several submissions of one student", result.twice),
+    ]
+    for what, found in problems:
+        for entry in found:
+            print(f"grader export-grades: left out, {what}: {one_line(entry, 300)}", file=sys.stderr)
+    if not result.complete:
+        print(
+            "grader export-grades: name the submissions as the roster's ids, or add a `submission` column to the "
+            "roster, and export again",
+            file=sys.stderr,
+        )
+    return 0 if result.complete else 1
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return "; ".join(one_line(name, 100) for name in names[:most]) + more
 
 
 ERRORS = (InstructorError, NotebookError)

@@ -99,7 +99,7 @@ class MergeResult:
         return not self.missing and not self.missing_shards
 
 
-def _gradebook_of(source: Path) -> tuple[Path, Path]:
+def gradebook_of(source: Path) -> tuple[Path, Path]:
     """(the gradebook, the batch.json beside it) of a `grader grade --out` folder or of a gradebook file."""
     if source.is_dir():
         return source / FILENAME, source / manifest.FILENAME
@@ -108,7 +108,8 @@ def _gradebook_of(source: Path) -> tuple[Path, Path]:
     raise MergeError(f"{source}: no such file or folder")
 
 
-def _read(path: Path) -> tuple[list[str], list[list[str]]]:
+def read(path: Path) -> tuple[list[str], list[list[str]]]:
+    """A gradebook's header and rows, as `grader grade` wrote them (a MergeError when it is none)."""
     try:
         with open(path, newline="") as handle:
             rows = list(csv.reader(handle))
@@ -128,7 +129,7 @@ def merge(sources: Sequence[Path], out: Path) -> MergeResult:
     splits: dict[int, set[int]] = {}
     unaccounted: list[Path] = []
     for source in sources:
-        book, batch = _gradebook_of(source)
+        book, batch = gradebook_of(source)
         if book.resolve() == out.resolve():
             raise MergeError(f"{out} is one of the gradebooks to merge: write the merge to another file")
         if batch.is_file():
@@ -145,7 +146,7 @@ def merge(sources: Sequence[Path], out: Path) -> MergeResult:
             if batch.is_file():
                 continue  # the run wrote its manifest and died before its gradebook: reported as missing
             raise MergeError(f"{source}: holds no {FILENAME} (is it a `grader grade --out` folder?)")
-        columns, body = _read(book)
+        columns, body = read(book)
         if header is None:
             header, first_source = columns, source
         elif columns != header:

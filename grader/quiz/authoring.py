@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from itertools import repeat
 from pathlib import Path
 
 from grader.paths import CourseNotFound
 from grader.quiz import grade as grading
+from grader.quiz.analysis import reliability
 from grader.quiz.bank import POOLS, BankNotFound
 from grader.quiz.cli import (
     bank_directory,
@@ -72,7 +74,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     grade.add_argument(
         "--key", type=Path, required=True, help="a vNN.key.json file, or the render --out directory holding them"
     )
-    grade.add_argument("--responses", type=Path, required=True, help="CSV: student,version,<question id>...")
+    grade.add_argument(
+        "--responses",
+        type=Path,
+        required=True,
+        action="append",
+        metavar="CSV",
+        help="student,version,<question id>..., or a Moodle Responses or Canvas Student Analysis report as it "
+        "comes; repeat it for several files (a student in two is graded in neither)",
+    )
+    grade.add_argument(
+        "--version",
+        type=positive,
+        action="append",
+        metavar="N",
+        help="the version of a file that names none (an LMS report: one LMS quiz is one version); "
+        "one per --responses, in the same order",
+    )
+    grade.add_argument(
+        "--student-column",
+        metavar="NAME",
+        help="the column that identifies students (default: student; Moodle: id number, username or email "
+        "address; Canvas: sis_id, else id)",
+    )
     grade.add_argument(
         "--out",
         type=Path,
@@ -131,15 +155,23 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    if args.version and len(args.version) != len(args.responses):
+        return fail(
+            f"{len(args.version)} --version for {len(args.responses)} --responses: give one per file, in the same order"
+        )
+    sources = [grading.Source(path, version) for path, version in zip(args.responses, args.version or repeat(None))]
     try:
         keys = load_keys(args.key)
-        result = grading.grade(keys, args.responses)
+        result = grading.grade(keys, sources, args.student_column)
         written = grading.write_reports(result, args.out)
     except (KeyFileError, grading.ResponsesError) as exc:
         return fail(str(exc))
     except OSError as exc:
         return fail(f"cannot write to {args.out}: {exc}")
     print(f"graded {result.students} student(s): {', '.join(str(p) for p in written)}")
+    found = reliability(result.marks)
+    said = f"{found.value:.2f}" if found.value is not None else f"not computed ({found.why})"
+    print(f"reliability ({found.name}): {said}; flagged questions and unpicked distractors: {args.out / 'summary.md'}")
     skipped = sum(p.action == "row not graded" for p in result.problems)
     unreadable = sum(p.action == "answer scored 0" for p in result.problems)
     if skipped or unreadable:

@@ -66,7 +66,7 @@ def question_text(item: Item) -> str:
 
 
 def render(version: Version) -> str:
-    header = f"// {version.title}: version {version.number}, seed {version.seed}\n"
+    header = f"// {version.title}: version {version.number}\n"
     weighted = [item for item in version.items if item.question.points != 1]
     if weighted:
         listed = ", ".join(f"q{i.number:02d} {i.question.id} ({exact_number(i.question.points)})" for i in weighted)

@@ -97,7 +97,7 @@ def files(version: Version) -> dict[str, str]:
         "imsmanifest.xml": env.get_template("imsmanifest.xml.j2").render(ident=ident),
         f"{ident}/{ident}.xml": env.get_template("assessment.xml.j2").render(ident=ident, title=title, items=items),
         f"{ident}/assessment_meta.xml": env.get_template("assessment_meta.xml.j2").render(
-            ident=ident, title=title, points=points, description=f"Version {version.number}, seed {version.seed}."
+            ident=ident, title=title, points=points, description=f"Version {version.number}."
         ),
     }
 

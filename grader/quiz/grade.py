@@ -4,7 +4,9 @@ Responses: a header with `student` and `version` columns (any case, any order, `
 cells) and one column per question id; other columns (a timestamp, an e-mail address) are ignored
 and noted. Choice answers are the letters of that student's version ("B", "A;C", "(b)"), true/false
 answers a letter or true/false, numeric answers a number (a decimal comma and the question's unit
-are fine). An empty cell is no answer.
+are fine). An empty cell is no answer. Moodle's Responses report and Canvas's Student Analysis report
+are read as they come, answers as option texts, with --version giving the version of their quiz
+(grader/quiz/layouts.py).
 
 Scoring, the same rule the Moodle exports encode: single choice and true/false are all or nothing;
 multiple choice earns 1/k of the points per right letter (k right letters) and loses as much per
@@ -20,28 +22,30 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.quiz.analysis import item_statistics, option_counts
+from grader.quiz.analysis import MINIMUM_STUDENTS, REPLACE, flags, item_statistics, option_counts, reliability
+from grader.quiz.layouts import GRADER, Layout, LayoutError, detect
 from grader.quiz.marks import Mark
 from grader.quiz.responses import (
     CELL_LIMIT,
     TRUE_WORDS,
     ResponsesError,
     Row,
+    parse_choice_text,
     parse_letters,
     parse_number,
     parse_version,
+    read_header,
     read_table,
     shown_column,
 )
 from grader.report.inert import csv_cell
 
-__all__ = ["ResponsesError", "Mark", "Grading", "grade", "mark_question", "write_reports"]
-FIXED_COLUMNS = ("student", "version")
+__all__ = ["ResponsesError", "Mark", "Grading", "Source", "grade", "mark_question", "write_reports"]
 REPORT_CELL_LIMIT = 10_000  # characters of a report's cell, as in the gradebook (a spreadsheet holds 32,767)
 
 
@@ -77,18 +81,23 @@ class Grading:
         return len({(m.student, m.version) for m in self.marks})
 
 
-def mark_question(entry: dict[str, Any], response: str) -> Outcome:
-    """Score one answer; the feedback says why, and what was expected when it was not right."""
+def mark_question(entry: dict[str, Any], response: str, by_text: bool = False) -> Outcome:
+    """Score one answer; the feedback says why, and what was expected when it was not right. A choice is its
+    letters, or with `by_text` the text of its options (as LMS reports write it)."""
     response = response.strip()
     general = entry.get("explanation", "")
     if not response:
         return Outcome(0.0, _join("No answer.", _right_answer(entry), general))
     if entry["type"] == "numeric":
         return _mark_number(entry, response, general)
-    if entry["type"] == "truefalse":
-        response = TRUE_WORDS.get(response.lower(), response)
     options = {option["letter"]: option for option in entry["options"]}
-    picked, problem = parse_letters(response, "".join(options))
+    if by_text:
+        texts = [(letter, option["text"]) for letter, option in options.items()]
+        picked, problem = parse_choice_text(response, texts, several=entry["type"] == "multiple")
+    else:
+        if entry["type"] == "truefalse":
+            response = TRUE_WORDS.get(response.lower(), response)
+        picked, problem = parse_letters(response, "".join(options))
     if picked is None:
         return Outcome(
             0.0,
@@ -149,65 +158,149 @@ def _join(*parts: str) -> str:
     return " ".join(part.strip() for part in parts if part and part.strip())
 
 
-def grade(keys: dict[int, dict[str, Any]], path: Path) -> Grading:
-    """Mark every (student, question) of the rows that can be graded; report everything else."""
+@dataclass(frozen=True)
+class Source:
+    """One responses file, and the version of all its rows where the file holds no version (an LMS quiz)."""
+
+    path: Path
+    version: int | None = None
+
+
+@dataclass
+class _Sheet:
+    """One responses file as read: its layout, its rows, and the answer column of each question id."""
+
+    source: Source
+    layout: Layout
+    rows: list[Row]
+    columns: dict[str, str] = field(default_factory=dict)  # question id -> column (the grader's own layout)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def grade(
+    keys: dict[int, dict[str, Any]], sources: Path | Sequence[Source], student_column: str | None = None
+) -> Grading:
+    """Mark every (student, question) of the rows that can be graded; report everything else. A student
+    in two rows, of one file or of two, is graded in none of them."""
     result = Grading(questions=_questions(keys))
-    known = {q["id"].lower(): q["id"] for q in result.questions}
-    table = read_table(path, keep={*FIXED_COLUMNS, *known})
-    missing = [column for column in FIXED_COLUMNS if column not in table.columns]
+    sheets = [_read(keys, result.questions, source, student_column) for source in _sources(sources)]
+    gradable = _gradable(sheets, keys)
+    for sheet in sheets:
+        path, layout = sheet.source.path, sheet.layout
+        for row, student, version in gradable.get(id(sheet), []):
+            for entry in keys[version]["questions"]:
+                column = (
+                    layout.answers.get(entry["number"], "") if layout.by_text else sheet.columns.get(entry["id"], "")
+                )
+                response = row.cells.get(column, "").strip()
+                if column in row.oversized:
+                    response = f"[{row.oversized[column]:,} characters, not read]"
+                    outcome = _oversized(entry, row.oversized[column])
+                else:
+                    response = "" if response in layout.blank else response
+                    outcome = mark_question(entry, response, by_text=layout.by_text)
+                if outcome.unreadable:
+                    sheet.problems.append(
+                        Problem(
+                            path, row.line, student, "answer scored 0", f"question {entry['id']}: {outcome.unreadable}"
+                        )
+                    )
+                result.marks.append(
+                    Mark(
+                        student,
+                        version,
+                        entry["id"],
+                        entry["number"],
+                        response,
+                        round(outcome.fraction * entry["points"], 4),
+                        entry["points"],
+                        outcome.feedback,
+                        outcome.picked,
+                    )
+                )
+        result.problems += sorted(sheet.problems, key=lambda p: (p.line or 0, p.student))
+    return result
+
+
+def _sources(sources: Path | Sequence[Source]) -> list[Source]:
+    return [Source(sources)] if isinstance(sources, Path) else list(sources)
+
+
+def _read(
+    keys: dict[int, dict[str, Any]], questions: list[dict[str, Any]], source: Source, student_column: str | None
+) -> _Sheet:
+    """Read one file in its layout; a ResponsesError when it cannot be graded at all."""
+    path = source.path
+    known = {q["id"].lower(): q["id"] for q in questions}
+    header = read_header(path)
+    try:
+        layout = detect(header, student_column)
+    except LayoutError as exc:
+        raise ResponsesError(f"{path}: {exc}") from None
+    if layout.by_text:
+        _check_lms(path, layout, keys, source.version)
+    elif source.version is not None and layout.version is not None:
+        raise ResponsesError(f"{path} has a version column and --version was given too: drop one of them")
+    table = read_table(path, keep=layout.columns() | ({*known} if not layout.by_text else set()))
+    missing = [name for name in layout.student if name not in table.columns]
+    missing += ["version"] if layout.version is None and source.version is None else []
     if missing:
         found = _names(table.columns)
         raise ResponsesError(
             f"{path}: missing column(s) {', '.join(missing)}; the header needs student and version "
-            f"columns and one column per question id (found: {found or 'nothing'})"
-            + "".join(f"; {note}" for note in table.notes[:1])  # the encoding, when it was not plain UTF-8
+            f"columns and one column per question id, or is a Moodle or Canvas quiz export (found: "
+            f"{found or 'nothing'})" + "".join(f"; {note}" for note in table.notes[:1])  # the encoding, if not UTF-8
         )
-    columns = {known[name]: name for name in table.columns if name in known}
-    result.problems += [Problem(path, None, "", "note", note) for note in table.notes]
-    ignored = [name for name in table.columns if name not in FIXED_COLUMNS and name not in known]
+    sheet = _Sheet(source, layout, table.rows)
+    sheet.problems += [Problem(path, None, "", "note", note) for note in table.notes]
+    if layout.name != GRADER:
+        version = f"version {source.version} (--version)"
+        sheet.problems.append(Problem(path, None, "", "note", f"read as a {layout.name}, all of it {version}"))
+    ignored = [name for name in table.columns if name not in layout.columns() and name not in known]
     if ignored:
-        result.problems.append(Problem(path, 1, "", "column ignored", f"not a question of the key: {_names(ignored)}"))
-    absent = [qid for qid in known.values() if qid not in columns]
-    if absent:
-        result.problems.append(
-            Problem(
-                path,
-                1,
-                "",
-                "note",
-                f"no column for question(s) {', '.join(absent)}: every answer to them counts as empty",
+        sheet.problems.append(Problem(path, 1, "", "column ignored", f"not a question of the key: {_names(ignored)}"))
+    if not layout.by_text:
+        sheet.columns = {known[name]: name for name in table.columns if name in known}
+        absent = [qid for qid in known.values() if qid not in sheet.columns]
+        if absent:
+            sheet.problems.append(
+                Problem(
+                    path,
+                    1,
+                    "",
+                    "note",
+                    f"no column for question(s) {', '.join(absent)}: every answer to them counts as empty",
+                )
             )
+    sheet.problems += [Problem(path, line, "", "row not graded", reason) for line, reason in table.misaligned]
+    return sheet
+
+
+def _check_lms(path: Path, layout: Layout, keys: dict[int, dict[str, Any]], version: int | None) -> None:
+    """An LMS report needs the version of its quiz, and as many answer columns as the version has questions;
+    points that differ from the key's mean another quiz, or its questions in another order."""
+    if version is None:
+        raise ResponsesError(
+            f"{path} is a {layout.name}, which names no version: say which version its quiz is with --version N"
         )
-    result.problems += [Problem(path, line, "", "row not graded", reason) for line, reason in table.misaligned]
-    for row, version in _gradable(table.rows, keys, path, result.problems):
-        student = row.cells["student"].strip()
-        for entry in keys[version]["questions"]:
-            column = columns.get(entry["id"], "")
-            response = row.cells.get(column, "").strip()
-            if column in row.oversized:
-                response = f"[{row.oversized[column]:,} characters, not read]"
-                outcome = _oversized(entry, row.oversized[column])
-            else:
-                outcome = mark_question(entry, response)
-            if outcome.unreadable:
-                result.problems.append(
-                    Problem(path, row.line, student, "answer scored 0", f"question {entry['id']}: {outcome.unreadable}")
-                )
-            result.marks.append(
-                Mark(
-                    student,
-                    version,
-                    entry["id"],
-                    entry["number"],
-                    response,
-                    round(outcome.fraction * entry["points"], 4),
-                    entry["points"],
-                    outcome.feedback,
-                    outcome.picked,
-                )
-            )
-    result.problems.sort(key=lambda p: (p.line or 0, p.student))
-    return result
+    if version not in keys:
+        raise ResponsesError(f"--version {version} is not in the key (versions {', '.join(map(str, sorted(keys)))})")
+    entries = {entry["number"]: entry for entry in keys[version]["questions"]}
+    if set(layout.answers) != set(entries):
+        numbers = ", ".join(map(str, sorted(layout.answers))) or "none"
+        raise ResponsesError(
+            f"{path}: its answer columns are those of questions {numbers}, and version {version} has "
+            f"{len(entries)} questions: is it the report of this version's quiz?"
+        )
+    wrong = [n for n, points in sorted(layout.points.items()) if not math.isclose(points, entries[n]["points"])]
+    if wrong:
+        said = ", ".join(
+            f"question {n} is worth {_number(layout.points[n])}, not {_number(entries[n]['points'])}" for n in wrong
+        )
+        raise ResponsesError(
+            f"{path}: in the LMS quiz {said}: is the quiz version {version}, with its questions in the order of the "
+            "version's file?"
+        )
 
 
 def _names(columns: list[str]) -> str:
@@ -223,38 +316,43 @@ def _oversized(entry: dict[str, Any], length: int) -> Outcome:
 
 
 def _questions(keys: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per question id (from the lowest version holding it), in id order."""
+    """One entry per question id, in exam order: the order (and the number) of the lowest version's sheet,
+    which every version holds the same questions as; a question only later versions hold comes after."""
     found: dict[str, dict[str, Any]] = {}
     for version in sorted(keys):
-        for entry in keys[version]["questions"]:
-            found.setdefault(entry["id"], entry)
-    return [found[qid] for qid in sorted(found)]
+        for entry in sorted(keys[version]["questions"], key=lambda e: e["number"]):
+            found.setdefault(entry["id"], {**entry, "sheet": version})
+    return list(found.values())
 
 
-def _gradable(
-    rows: list[Row], keys: dict[int, dict[str, Any]], path: Path, problems: list[Problem]
-) -> list[tuple[Row, int]]:
-    """The rows to grade with their version; the others become problems. A student on several rows
-    is never merged or picked from: all those rows wait for a person to say which one counts."""
-    by_student: dict[str, list[Row]] = defaultdict(list)
-    for row in rows:
-        by_student[row.cells.get("student", "").strip().casefold()].append(row)
-    gradable = []
-    for row in rows:
-        student = row.cells.get("student", "").strip()
-        raw_version = row.cells.get("version", "").strip()
+def _gradable(sheets: list[_Sheet], keys: dict[int, dict[str, Any]]) -> dict[int, list[tuple[Row, str, int]]]:
+    """The rows to grade with their student and version, by sheet; the others become problems of their sheet.
+    A student on several rows is never merged or picked from: all those rows wait for a person to say which
+    one counts."""
+    found = [
+        (sheet, row, _student(sheet.layout, row), _state(sheet.layout, row)) for sheet in sheets for row in sheet.rows
+    ]
+    by_student: dict[str, list[tuple[_Sheet, Row]]] = defaultdict(list)
+    for sheet, row, student, state in found:
+        if state.strip("-"):  # a Moodle row without an attempt (a student who took another version) is no twin
+            by_student[student.casefold()].append((sheet, row))
+    gradable: dict[int, list[tuple[Row, str, int]]] = defaultdict(list)
+    for sheet, row, student, state in found:
+        layout = sheet.layout
+        raw_version = row.cells.get(layout.version, "").strip() if layout.version else str(sheet.source.version)
         version = parse_version(raw_version)
         twins = by_student[student.casefold()]
-        too_long = [column for column in FIXED_COLUMNS if column in row.oversized]
+        too_long = [column for column in (*layout.student, layout.version) if column in row.oversized]
         if too_long:
             column = too_long[0]
             reason = f"the {column} cell holds {row.oversized[column]:,} characters; at most {CELL_LIMIT:,}"
         elif not student:
             reason = "no student name or id"
+        elif state.lower() != "finished":
+            reason = f"the attempt is {state!r}, not finished" if state.strip("-") else "no attempt"
         elif len(twins) > 1:
-            lines = ", ".join(str(other.line) for other in twins)
             reason = (
-                f"student {student!r} is on {len(twins)} rows (lines {lines}); none of them is graded: "
+                f"student {student!r} is on {len(twins)} rows ({_places(twins, sheet)}); none of them is graded: "
                 "keep the row that counts and grade again"
             )
         elif version is None:
@@ -262,10 +360,27 @@ def _gradable(
         elif version not in keys:
             reason = f"version {version} is not in the key (versions {', '.join(map(str, sorted(keys)))})"
         else:
-            gradable.append((row, version))
+            gradable[id(sheet)].append((row, student, version))
             continue
-        problems.append(Problem(path, row.line, student, "row not graded", reason))
+        sheet.problems.append(Problem(sheet.source.path, row.line, student, "row not graded", reason))
     return gradable
+
+
+def _state(layout: Layout, row: Row) -> str:
+    """The attempt's state where the layout has one (Moodle writes "-" where there is no attempt)."""
+    return row.cells.get(layout.state, "").strip() if layout.state else "finished"
+
+
+def _student(layout: Layout, row: Row) -> str:
+    """The first of the layout's student columns that the row fills."""
+    return next((cell for name in layout.student if (cell := row.cells.get(name, "").strip())), "")
+
+
+def _places(rows: list[tuple[_Sheet, Row]], here: _Sheet) -> str:
+    """Where a student's rows are: "lines 2, 4" in one file, with the file's name where there are several."""
+    if all(sheet is here for sheet, _ in rows):
+        return "lines " + ", ".join(str(row.line) for _, row in rows)
+    return ", ".join(f"{sheet.source.path.name} line {row.line}" for sheet, row in rows)
 
 
 def _cell(value: Any) -> Any:
@@ -282,9 +397,9 @@ def _write_csv(path: Path, header: list[str], rows: Iterable[list[Any]]) -> Path
 
 
 def write_reports(result: Grading, out: Path) -> list[Path]:
-    """scores.csv (a row per student), questions.csv (a row per question, with item analysis),
-    options.csv (how often each option was chosen), feedback.csv (a row per answer) and
-    problems.csv (what was not graded, and why)."""
+    """scores.csv (a row per student), questions.csv (a row per question, with item analysis and flags),
+    options.csv (how often each option was chosen), feedback.csv (a row per answer), problems.csv (what
+    was not graded, and why) and summary.md (reliability, flagged questions); questions in exam order."""
     out.mkdir(parents=True, exist_ok=True)
     marks = result.marks
     questions = [q["id"] for q in result.questions]
@@ -313,6 +428,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
         mean = sum(m.earned for m in rows) / len(rows) if rows else 0.0
         question_rows.append(
             [
+                entry["number"],
                 entry["id"],
                 entry["type"],
                 len(rows),
@@ -323,6 +439,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
                 f"{100 * mean / entry['points']:.1f}" if rows else "",
                 f"{stats.difficulty:.2f}" if stats else "",
                 f"{stats.discrimination:.2f}" if stats and stats.discrimination is not None else "",
+                "; ".join(flags(stats, len(rows))),
             ]
         )
     feedback_rows = [
@@ -335,6 +452,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
         _write_csv(
             out / "questions.csv",
             [
+                "number",
                 "question",
                 "type",
                 "students",
@@ -345,6 +463,7 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
                 "mean_percent",
                 "difficulty",
                 "discrimination",
+                "flags",
             ],
             question_rows,
         ),
@@ -359,7 +478,50 @@ def write_reports(result: Grading, out: Path) -> list[Path]:
             feedback_rows,
         ),
         _write_csv(out / "problems.csv", ["file", "line", "student", "action", "reason"], problem_rows),
+        _write_summary(out / "summary.md", result, [sum(m.earned for m in row.values()) for row in students.values()]),
     ]
+
+
+def _write_summary(path: Path, result: Grading, totals: list[float]) -> Path:
+    """summary.md: the class's totals, the reliability of the quiz, and the questions and distractors that
+    deserve a look before the grades go out, in exam order (the numbers of the lowest version's sheet)."""
+    points = sum(entry["points"] for entry in result.questions)
+    lines = ["# Item analysis", ""]
+    lines.append(f"{len(totals)} student(s) graded; {len(result.questions)} question(s), {_number(points)} points.")
+    if totals:
+        mean = sum(totals) / len(totals)
+        deviation = math.sqrt(sum((t - mean) ** 2 for t in totals) / len(totals))
+        share = f" ({100 * mean / points:.1f}%)" if points else ""
+        lines.append(f"Mean total {mean:.2f} of {_number(points)}{share}, standard deviation {deviation:.2f}.")
+    found = reliability(result.marks)
+    if found.value is None:
+        lines.append(f"Reliability ({found.name}): not computed, {found.why}.")
+    else:
+        lines.append(
+            f"Reliability ({found.name}): {found.value:.2f}. For a class test 0.7 or more is the usual aim; "
+            "below it a student's total owes much to which questions were asked."
+        )
+    statistics = item_statistics(result.marks)
+    flagged = [(entry, flags(statistics.get(entry["id"]), len(totals))) for entry in result.questions]
+    lines += ["", "## Flagged questions", ""]
+    if len(totals) < MINIMUM_STUDENTS:
+        lines.append(f"None: flags need {MINIMUM_STUDENTS} students or more.")
+    elif not any(why for _, why in flagged):
+        lines.append("None.")
+    else:
+        sheet = min(entry["sheet"] for entry in result.questions)
+        lines += [f"Numbered as on the sheet of version {sheet}.", "", "| # | question | why |", "|---|---|---|"]
+        lines += [f"| {e['number']} | {e['id']} | {'; '.join(why)} |" for e, why in flagged if why]
+    unpicked = [row for row in option_counts(result.questions, result.marks) if row[-1] == REPLACE]
+    lines += ["", "## Distractors nobody picked", ""]
+    lines += [f"- {r[0]}, option {r[1]} of the bank file: {_markdown_cell(r[2])}" for r in unpicked] or ["None."]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _markdown_cell(text: str) -> str:
+    """Bank text on one line of a Markdown table."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _number(value: float) -> str:

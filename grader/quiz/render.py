@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 import nbformat
+from markupsafe import Markup
 from nbformat import v4
 
 from grader.quiz import export_gift, export_moodle, export_qti
@@ -42,6 +43,16 @@ def points(item: Item) -> str:
     return f"{format_number(value)} point{'' if value == 1 else 's'}"
 
 
+_CSS_PLAIN = re.compile(r"[A-Za-z0-9 .,:;!?()'_-]")
+
+
+def css_string(text: str) -> Markup:
+    """`text` as a quoted CSS string that stays one: every other character as a hex escape, so a title
+    holding a quote, a backslash or `</style>` ends neither the string nor the style sheet."""
+    escaped = "".join(char if _CSS_PLAIN.fullmatch(char) else f"\\{ord(char):x} " for char in text)
+    return Markup(f'"{escaped}"')
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """One jinja2 environment for all templates; HTML templates autoescape, Markdown ones do not."""
@@ -55,6 +66,7 @@ def environment() -> jinja2.Environment:
     )
     env.globals.update(kind_label=kind_label, points=points, answer_text=answer_text, number=format_number)
     env.filters["markdown"] = to_html
+    env.filters["css_string"] = css_string
     return env
 
 
@@ -92,8 +104,7 @@ def render_notebook(version: Version) -> str:
     cells = [
         _cell(
             "markdown",
-            f"# {version.title}: version {version.number}\n\nSeed {version.seed}. "
-            "Write each answer in the cell below its question.",
+            f"# {version.title}: version {version.number}\n\nWrite each answer in the cell below its question.",
             "title",
         ),
         _cell("code", "answers = {}", "answers"),
@@ -102,9 +113,7 @@ def render_notebook(version: Version) -> str:
         hint = '"A"' if item.question.type in ("single", "truefalse") else '"A;C"' if item.choices else "0.0"
         cells.append(_cell("markdown", str(question(item)).strip(), f"q{item.number}"))
         cells.append(_cell("code", f'answers["{item.question.id}"] = None  # e.g. {hint}', f"a{item.number}"))
-    notebook = v4.new_notebook(
-        cells=cells, metadata={"quiz": {"title": version.title, "seed": version.seed, "version": version.number}}
-    )
+    notebook = v4.new_notebook(cells=cells, metadata={"quiz": {"title": version.title, "version": version.number}})
     return nbformat.writes(notebook)
 
 

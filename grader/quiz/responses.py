@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import codecs
 import csv
+import html
 import io
 import itertools
 import re
-from collections.abc import Collection, Iterable, Iterator
+import unicodedata
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -154,6 +157,27 @@ def _field_limit(limit: int) -> Iterator[None]:
         yield
     finally:
         csv.field_size_limit(before)
+
+
+def read_header(path: Path) -> list[str]:
+    """The header's names as the file spells them, lower-cased and stripped, repeats and blanks kept in
+    place (a Canvas export repeats its points columns): what tells which export the file is."""
+    try:
+        with open(path, "rb") as handle:
+            encoding, skip, _ = _encoding(path, handle)
+            handle.seek(skip)
+            text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
+            lines = _lines(text, set())
+            first = next((line for line in lines if line.strip()), None)
+            if first is None:
+                raise ResponsesError(f"{path} is empty; it needs a header student,version,<question id>...")
+            with _field_limit(LINE_LIMIT):
+                cells = next(csv.reader(itertools.chain([first], lines), delimiter=_delimiter(first)), [])
+    except FileNotFoundError:
+        raise ResponsesError(f"responses file {path} does not exist") from None
+    except (OSError, csv.Error) as exc:
+        raise ResponsesError(f"{path}: cannot read the header of the responses file ({exc})") from None
+    return [cell.replace("\ufeff", "").strip().lower() for cell in cells[: MAX_COLUMNS + 1]]
 
 
 def read_table(path: Path, keep: Collection[str] | None = None) -> Table:
@@ -326,3 +350,65 @@ def parse_number(text: str, unit: str = "") -> tuple[float | None, str]:
     if _GROUPED["space"].fullmatch(body):
         return sign * float(re.sub(r"[ '’]", "", body).replace(",", ".")), ""
     return None, f"{text.strip()!r} is not a number"
+
+
+SEARCH_LIMIT = 10_000  # steps spent matching one answer to options before it is called unreadable
+
+
+_NOT_ALPHANUMERIC = re.compile(r"[\W_]+")
+
+
+@lru_cache(maxsize=4096)
+def plain(text: str) -> str:
+    """Only the letters and digits of `text`, case folded: an option as the bank writes it (Markdown) and as an
+    LMS writes it back (HTML made text: entities decoded, bold in capitals, marks gone) compare equal."""
+    return _NOT_ALPHANUMERIC.sub("", unicodedata.normalize("NFKC", html.unescape(text)).casefold())
+
+
+def parse_choice_text(text: str, options: Sequence[tuple[str, str]], several: bool) -> tuple[list[str] | None, str]:
+    """The letters of the options whose texts make up `text`, an answer as an LMS writes it (one option's text,
+    or several joined in any order by `; ` or `,`); None and why when no choice of options, or more than one,
+    reads as `text`."""
+    plains = [(letter, plain(option)) for letter, option in options]
+    alike = [(a, b) for i, (a, pa) in enumerate(plains) for b, pb in plains[i + 1 :] if pa == pb]
+    if alike:
+        first, second = alike[0]
+        return None, f"options {first} and {second} read alike without their punctuation; grade this answer by hand"
+    shown = one_line(text.strip()[:80])
+    found = _choices(plain(text), plains, several)
+    if found is None:
+        return None, f"{shown!r} could not be matched to the options in {SEARCH_LIMIT:,} steps"
+    if len(found) == 1:
+        return sorted(found.pop()), ""
+    if not found:
+        return None, f"{shown!r} is not the text of {'options' if several else 'an option'} of this question"
+    readings = " or ".join(";".join(sorted(choice)) for choice in sorted(found, key=sorted)[:2])
+    return None, f"{shown!r} reads as more than one choice ({readings})"
+
+
+def _choices(target: str, plains: list[tuple[str, str]], several: bool) -> set[frozenset[str]] | None:
+    """Every set of options (one when not `several`) whose plain texts, in some order, spell `target`; None when
+    the search ran out of steps. Stops at two sets: one is an answer, two are ambiguous."""
+    found: set[frozenset[str]] = set()
+    steps = 0
+
+    def walk(position: int, used: frozenset[str]) -> bool:
+        nonlocal steps
+        for letter, text in plains:
+            steps += 1
+            if steps > SEARCH_LIMIT:
+                return False
+            if letter in used or not text or not target.startswith(text, position):
+                continue
+            end, chosen = position + len(text), used | {letter}
+            if end == len(target):
+                found.add(chosen)
+            elif several and not walk(end, chosen):
+                return False
+            if len(found) > 1:
+                return True
+        return True
+
+    if target and not walk(0, frozenset()):
+        return None
+    return found

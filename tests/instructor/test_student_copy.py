@@ -61,6 +61,7 @@ ALLOWED = (
     "grader/quiz/formula.py",
     "grader/quiz/grade.py",
     "grader/quiz/key.py",
+    "grader/quiz/layouts.py",
     "grader/quiz/marks.py",
     "grader/quiz/practice.py",
     "grader/quiz/precision.py",

@@ -1,8 +1,10 @@
-"""The HTML sheet opens in a real headless browser: it renders to a non-blank page and prints to PDF."""
+"""The HTML sheet opens in a real headless browser: it renders to a non-blank page and prints to PDF, every page
+naming the version and its page number."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 
 from grader.cli import main
 
+from . import pdf_text
 from .support import COURSE_BANK
 
 BROWSER = next(
@@ -84,3 +87,23 @@ def test_print_to_pdf(sheet: Path, tmp_path: Path) -> None:
     result = headless(tmp_path, f"--print-to-pdf={pdf}", "--no-pdf-header-footer", sheet.as_uri())
     assert pdf.is_file(), result.stderr[-2000:]
     assert pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_every_printed_page_names_the_version_and_its_page(tmp_path: Path) -> None:
+    """A sheet of several pages, printed: each page carries the title, the version and "page i of n", so a
+    page that comes loose is put back with its sheet (the Name line is on page 1 only)."""
+    out = tmp_path / "out"
+    assert (
+        main(
+            ["quiz", "render", "--bank", str(COURSE_BANK), "--format", "html", "--seed", "12"]
+            + ["--count", "12", "--versions", "2", "--out", str(out)]
+        )
+        == 0
+    )
+    pdf = tmp_path / "sheet.pdf"
+    result = headless(tmp_path, f"--print-to-pdf={pdf}", "--no-pdf-header-footer", (out / "quiz-v02.html").as_uri())
+    assert pdf.is_file(), result.stderr[-2000:]
+    printed = [re.sub(r"\s+", "", text) for text in pdf_text.pages(pdf)]
+    assert len(printed) >= 2, "the sheet should fill more than one page"
+    for number, text in enumerate(printed, 1):
+        assert "Distributedtrainingquiz" in text and f"Version2,page{number}of{len(printed)}" in text, text[:200]

@@ -132,7 +132,10 @@ def test_no_report_cell_is_a_formula(rendered: Path, tmp_path: Path) -> None:
     path = tmp_path / "responses.csv"
     path.write_text(_content(rendered, *rows) + row(*hostile[:2], "x", "y"), newline="")
     out = tmp_path / "grades"
-    for written in write_reports(grade(load_keys(rendered), path), out):
-        with written.open(encoding="utf-8", newline="") as handle:
+    written = write_reports(grade(load_keys(rendered), path), out)
+    for report in (path for path in written if path.suffix == ".csv"):
+        with report.open(encoding="utf-8", newline="") as handle:
             cells = [cell for line in csv.reader(handle) for cell in line]
-        assert not [cell for cell in cells if cell.startswith(FORMULA_STARTS)], written.name
+        assert not [cell for cell in cells if cell.startswith(FORMULA_STARTS)], report.name
+    summary = (out / "summary.md").read_text(encoding="utf-8")  # the bank's words and numbers, no student's
+    assert not [cell for cell in hostile if cell.strip() in summary]
