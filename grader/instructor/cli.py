@@ -228,6 +228,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="SHARE",
         help=f"flag a pair when each shares this much of its own code with the other (default {similarity.THRESHOLD})",
     )
+    alike.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=similarity.cpus(),
+        metavar="N",
+        help=f"processes that read and compare (default: one per CPU, {similarity.cpus()} here)",
+    )
     alike.set_defaults(func=cmd_similarity)
 
     scope = commands.add_parser(
@@ -449,7 +457,9 @@ def cmd_similarity(args: argparse.Namespace) -> int:
             f"name the submissions {args.out} graded: `grader similarity OUT SUBMISSION...` (a results folder "
             "keeps no code)"
         )
-    findings = similarity.run(args.out, given, args.archive, course_catalog(), args.threshold)
+    if args.jobs < 1:
+        raise InstructorError("-j/--jobs must be at least 1")
+    findings = similarity.run(args.out, given, args.archive, course_catalog(), args.threshold, args.jobs)
     linked = similarity.link_report(args.out, findings)
     flagged = [e.exercise for e in findings.exercises if e.flagged]
     print(

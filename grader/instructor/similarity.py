@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,6 +45,8 @@ from grader.instructor.gradescope import results_folder
 from grader.instructor.templating import render
 from grader.report.inert import one_line
 
+T = TypeVar("T")
+R = TypeVar("R")
 FILENAME = "similarity.html"  # OUT/similarity.html, beside the class report
 FOLDER = "similarity"  # OUT/similarity/: the pair pages, and the files compared (an archive for a later term)
 PAIRS_FOLDER = "pairs"
@@ -51,6 +56,7 @@ NOISE = 25  # copydetect's noise threshold: characters of tokenized code a share
 THRESHOLD = 0.7  # flagged when each file shares this much of its own code with the other
 PAIRS_SHOWN = 30  # per exercise: the most similar flagged pairs get a row and a page
 SHOWN_CHARACTERS = 100_000  # of one file on a pair page
+SCREEN_CELLS = 1 << 22  # characters times files the screen holds at once (16 MiB of counts)
 NAMES_SHOWN = 12  # members of a group named on the summary page
 START_MARK = "<!-- similarity -->"  # where the class report's template leaves room for the link
 END_MARK = "<!-- /similarity -->"
@@ -118,6 +124,20 @@ class Pair:
         return min(self.shares)
 
 
+@dataclass(frozen=True)
+class Segment:
+    text: str
+    shared: bool
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A flagged pair that gets a page: each file cut into stretches, shared with the other or not."""
+
+    pair: Pair
+    sides: tuple[list[Segment], list[Segment]]
+
+
 @dataclass
 class ExerciseFindings:
     exercise: str
@@ -126,12 +146,9 @@ class ExerciseFindings:
     archived: int  # files of earlier terms they were compared with
     without_code: int  # files of the batch with nothing of their own beyond the stub
     pairs: int  # pairs screened
-    flagged: list[Pair]  # most similar first
+    flagged: int  # pairs flagged
     groups: list[list[str]]  # submissions joined by flagged pairs, largest first
-
-    @property
-    def shown(self) -> list[Pair]:
-        return self.flagged[:PAIRS_SHOWN]
+    shown: list[Shown]  # the `PAIRS_SHOWN` most similar flagged pairs, most similar first, marked
 
 
 @dataclass
@@ -146,31 +163,61 @@ class Findings:
 
     @property
     def flagged(self) -> int:
-        return sum(len(e.flagged) for e in self.exercises)
+        return sum(e.flagged for e in self.exercises)
+
+
+class _Pool:
+    """`map` over worker processes, or in this one for `jobs` 1."""
+
+    def __init__(self, jobs: int) -> None:
+        self._executor = ProcessPoolExecutor(jobs) if jobs > 1 else None
+
+    def map(self, function: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if self._executor is None:
+            return [function(item) for item in items]
+        return list(self._executor.map(function, items, chunksize=max(1, len(items) // 64)))
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(cancel_futures=True)
+
+
+def cpus() -> int:
+    """The processors this process may run on (a cluster job's share, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # --- reading what was graded -------------------------------------------------------------------------------
 
 
-def _files_of(path: Path, who: str, catalog: Catalog, archived: bool, collected: Collected) -> dict[str, str]:
-    """The exercise files of one submission as the batch prepares them (exercise file -> code); one that cannot
-    be opened is noted, as its gradebook row says, and holds nothing."""
+@dataclass(frozen=True)
+class _Read:
+    """One submission's exercise files as the batch prepares them, or why it cannot be opened."""
+
+    files: dict[str, str]  # exercise file -> code
+    notebooks: frozenset[str]  # the exercises it handed in as notebooks
+    problem: str = ""
+
+
+def _read(path: Path, catalog: Catalog) -> _Read:
+    """Prepared as `grader grade` prepares it (a zip unpacked, a notebook's cells joined, one file chosen per
+    exercise); a submission that cannot be opened, or that fails the grader's own reading, is said why."""
     with tempfile.TemporaryDirectory(prefix="grader-similarity-", ignore_cleanup_errors=True) as workdir:
         try:
             submission = submissions.prepare(path, catalog, Path(workdir))
+            files = {
+                e.file: (submission.folder / e.file).read_bytes().decode("utf-8", errors="replace")
+                for e in catalog.exercises
+                if e.id not in submission.problems and (submission.folder / e.file).is_file()
+            }
         except submissions.SubmissionError as exc:
-            collected.not_compared.append((who, str(exc)))
-            return {}
-        files = {}
-        for exercise in catalog.exercises:
-            module = submission.folder / exercise.file
-            if exercise.id in submission.problems or not module.is_file():
-                continue
-            code = module.read_bytes().decode("utf-8", errors="replace")
-            files[exercise.file] = code
-            entry = Entry(who, code, archived, exercise.id in submission.source_maps)
-            collected.entries.setdefault(exercise.id, []).append(entry)
-        return files
+            return _Read({}, frozenset(), str(exc))
+        except Exception as exc:  # a RecursionError, a MemoryError...: this submission's, said, and the rest go on
+            return _Read({}, frozenset(), f"it could not be read: {type(exc).__name__}: {one_line(str(exc), 300)}")
+        return _Read(files, frozenset(submission.source_maps))
 
 
 def _archive(folder: Path) -> list[tuple[str, Path]]:
@@ -192,14 +239,19 @@ def _archive(folder: Path) -> list[tuple[str, Path]]:
     return [(f"{label}/{submissions.name_of(p)}", p) for p in paths]
 
 
-def collect(catalog: Catalog, paths: Sequence[Path], archived: Sequence[tuple[str, Path]]) -> Collected:
+def collect(catalog: Catalog, paths: Sequence[Path], archived: Sequence[tuple[str, Path]], pool: _Pool) -> Collected:
     """The batch's files (to store as well) and the archive's (who, path) files, by exercise."""
     collected = Collected()
-    for path in paths:
-        name = submissions.name_of(path)
-        collected.stored[results_folder(name)] = _files_of(path, name, catalog, False, collected)
-    for who, path in archived:
-        _files_of(path, who, catalog, True, collected)
+    every = [(submissions.name_of(p), p, False) for p in paths] + [(who, p, True) for who, p in archived]
+    for (who, _, archived_), read in zip(every, pool.map(partial(_read, catalog=catalog), [p for _, p, _ in every])):
+        if read.problem:
+            collected.not_compared.append((who, read.problem))
+        if not archived_:
+            collected.stored[results_folder(who)] = read.files
+        for exercise in catalog.exercises:
+            if exercise.file in read.files:
+                entry = Entry(who, read.files[exercise.file], archived_, exercise.id in read.notebooks)
+                collected.entries.setdefault(exercise.id, []).append(entry)
     return collected
 
 
@@ -265,16 +317,20 @@ def shares(prints: Sequence[_Print], compare: np.ndarray) -> np.ndarray:
         if not kept.any() or found.coverage <= 0:
             continue
         positions, columns = found.positions[kept], columns[kept]
-        rows = np.flatnonzero(compare[a] & holds[:, columns].any(axis=1))
-        if rows.size == 0:
-            continue
-        starts = np.zeros((rows.size, found.length), dtype=np.int32)
-        starts[:, positions] = holds[np.ix_(rows, columns)]
-        started = np.cumsum(starts, axis=1)  # k-grams shared with each row that start at or before each character
-        before = np.zeros_like(started)
-        before[:, NOISE:] = started[:, :-NOISE]
-        covered = (started - before) > 0  # a character is shared when a shared k-gram started within NOISE of it
-        result[a, rows] = covered.sum(axis=1) / found.coverage
+        block = max(1, SCREEN_CELLS // found.length)  # rows at a time: a 1 MiB file must not take gigabytes
+        for first in range(0, count, block):
+            rows = first + np.flatnonzero(
+                compare[a, first : first + block] & holds[first : first + block, columns].any(1)
+            )
+            if rows.size == 0:
+                continue
+            starts = np.zeros((rows.size, found.length), dtype=np.int32)
+            starts[:, positions] = holds[np.ix_(rows, columns)]
+            started = np.cumsum(starts, axis=1)  # shared k-grams starting at or before each character, per row
+            before = np.zeros_like(started)
+            before[:, NOISE:] = started[:, :-NOISE]
+            covered = (started - before) > 0  # a character is shared when a shared k-gram started within NOISE of it
+            result[a, rows] = covered.sum(axis=1) / found.coverage
     return result
 
 
@@ -296,9 +352,10 @@ def _groups(pairs: Sequence[Pair]) -> list[list[str]]:
     return sorted((sorted(m) for m in members.values()), key=lambda m: (-len(m), m))
 
 
-def _exercise(
-    detector: ModuleType, catalog: Catalog, exercise_id: str, entries: list[Entry], threshold: float
-) -> ExerciseFindings:
+def _exercise(work: tuple[str, list[Entry]], catalog: Catalog, threshold: float) -> ExerciseFindings:
+    """One exercise's files compared, all in one process (a k-gram's hash is the process's own)."""
+    exercise_id, entries = work
+    detector = load_detector()
     exercise = catalog.get(exercise_id)
     boilerplate = stub_kgrams(detector, catalog, exercise_id)
     prints = [fingerprint(detector, e.code, boilerplate) for e in entries]
@@ -309,14 +366,15 @@ def _exercise(
     np.fill_diagonal(compare, False)
     matrix = shares([prints[i] for i in kept], compare)
     flagged = []
-    for x, y in zip(*np.nonzero(np.triu(compare))):
-        pair = (float(matrix[x, y]), float(matrix[y, x]))
-        if min(pair) >= threshold:
-            first, second = entries[kept[x]], entries[kept[y]]
-            if first.archived:  # the batch's submission first
-                first, second, pair = second, first, (pair[1], pair[0])
-            flagged.append(Pair(exercise.id, first, second, pair))
-    flagged.sort(key=lambda p: (-p.score, p.a.who, p.b.who))
+    for x, y in zip(*np.nonzero(np.triu(compare) & (np.minimum(matrix, matrix.T) >= threshold))):
+        a, b = (y, x) if entries[kept[x]].archived else (x, y)  # the batch's submission first
+        pair = Pair(exercise.id, entries[kept[a]], entries[kept[b]], (float(matrix[a, b]), float(matrix[b, a])))
+        flagged.append((pair, prints[kept[a]], prints[kept[b]]))
+    flagged.sort(key=lambda f: (-f[0].score, f[0].a.who, f[0].b.who))
+    shown = []
+    for pair, one, other in flagged[:PAIRS_SHOWN]:
+        _, _, (slices_a, slices_b) = detector.compare_files(one.fingerprint, other.fingerprint)
+        shown.append(Shown(pair, (_segments(pair.a.code, slices_a), _segments(pair.b.code, slices_b))))
     in_batch = [e for e in entries if not e.archived]
     return ExerciseFindings(
         exercise.id,
@@ -325,18 +383,13 @@ def _exercise(
         archived=len(entries) - len(in_batch),
         without_code=sum(not has for e, has in zip(entries, own) if not e.archived),
         pairs=int(np.triu(compare).sum()),
-        flagged=flagged,
-        groups=_groups(flagged),
+        flagged=len(flagged),
+        groups=_groups([f[0] for f in flagged]),
+        shown=shown,
     )
 
 
 # --- pages -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Segment:
-    text: str
-    shared: bool
 
 
 def _segments(code: str, slices: np.ndarray) -> list[Segment]:
@@ -356,24 +409,6 @@ def _segments(code: str, slices: np.ndarray) -> list[Segment]:
     return segments
 
 
-def _pair_page(detector: ModuleType, pair: Pair, boilerplate: np.ndarray, **page: Any) -> str:
-    one = fingerprint(detector, pair.a.code, boilerplate).fingerprint
-    other = fingerprint(detector, pair.b.code, boilerplate).fingerprint
-    _, _, (slices_a, slices_b) = detector.compare_files(one, other)
-    sides = [
-        (pair.a, pair.shares[0], _segments(pair.a.code, slices_a)),
-        (pair.b, pair.shares[1], _segments(pair.b.code, slices_b)),
-    ]
-    return render(
-        "similarity_pair.html.j2",
-        pair=pair,
-        sides=sides,
-        cut=SHOWN_CHARACTERS,
-        lengths=[len(pair.a.code), len(pair.b.code)],
-        **page,
-    )
-
-
 def _page_values() -> dict[str, Any]:
     return {
         "colors": {"histogram": report_plots.HISTOGRAM_COLOR, "rate": report_plots.RATE_COLOR},
@@ -388,18 +423,23 @@ def page_name(exercise: str, index: int) -> str:
     return f"{exercise}-{index:03d}.html"
 
 
-def write_pages(out: Path, findings: Findings, detector: ModuleType, catalog: Catalog) -> Path:
+def write_pages(out: Path, findings: Findings, version: str) -> Path:
     """OUT/similarity.html and each shown pair's page; pages of an earlier run are replaced."""
     folder = out / FOLDER / PAIRS_FOLDER
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    page = _page_values() | {"threshold": findings.threshold, "version": f"copydetect {detector.__version__}"}
+    page = _page_values() | {"threshold": findings.threshold, "version": version}
     rows: dict[str, list[tuple[Pair, str]]] = {}  # exercise id -> its shown pairs and their pages
     for exercise in findings.exercises:
-        boilerplate = stub_kgrams(detector, catalog, exercise.exercise)
-        for index, pair in enumerate(exercise.shown, 1):
+        for index, shown in enumerate(exercise.shown, 1):
             name = page_name(exercise.exercise, index)
-            (folder / name).write_text(_pair_page(detector, pair, boilerplate, **page), encoding="utf-8")
+            pair = shown.pair
+            sides = [(pair.a, pair.shares[0], shown.sides[0]), (pair.b, pair.shares[1], shown.sides[1])]
+            lengths = [len(pair.a.code), len(pair.b.code)]
+            html = render(
+                "similarity_pair.html.j2", pair=pair, sides=sides, cut=SHOWN_CHARACTERS, lengths=lengths, **page
+            )
+            (folder / name).write_text(html, encoding="utf-8")
             rows.setdefault(exercise.exercise, []).append((pair, f"{FOLDER}/{PAIRS_FOLDER}/{name}"))
     summary = out / FILENAME
     summary.write_text(
@@ -462,9 +502,15 @@ def _not_given(batch: manifest.Manifest, paths: Sequence[Path]) -> list[str]:
 
 
 def run(
-    out: Path, paths: Sequence[Path], archives: Sequence[Path], catalog: Catalog, threshold: float = THRESHOLD
+    out: Path,
+    paths: Sequence[Path],
+    archives: Sequence[Path],
+    catalog: Catalog,
+    threshold: float = THRESHOLD,
+    jobs: int = 1,
 ) -> Findings:
-    """Compare the batch's submissions (and the archive's), store what was compared, write the pages."""
+    """Compare the batch's submissions (and the archive's) in `jobs` processes, store what was compared, write
+    the pages."""
     started = time.monotonic()
     batch = _batch(out)
     _of_the_batch(batch, paths)
@@ -476,10 +522,10 @@ def run(
         catalog = catalog.select(batch.exercises)
     except CatalogError as exc:
         raise SimilarityError(f"{out / manifest.FILENAME} names an exercise this course lacks: {exc}") from exc
-    collected = collect(catalog, paths, archived)  # everything is read before anything under OUT is replaced
-    per_exercise = [
-        _exercise(detector, catalog, e.id, collected.entries.get(e.id, []), threshold) for e in catalog.exercises
-    ]
+    with _Pool(jobs) as pool:
+        collected = collect(catalog, paths, archived, pool)  # all read before anything under OUT is replaced
+        work = [(e.id, collected.entries.get(e.id, [])) for e in catalog.exercises]
+        per_exercise = pool.map(partial(_exercise, catalog=catalog, threshold=threshold), work)
     findings = Findings(
         per_exercise,
         collected.not_compared,
@@ -490,5 +536,5 @@ def run(
     )
     store(out, collected)
     findings.seconds = time.monotonic() - started
-    write_pages(out, findings, detector, catalog)
+    write_pages(out, findings, f"copydetect {detector.__version__}")
     return findings

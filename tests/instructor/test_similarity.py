@@ -87,7 +87,8 @@ def _alternatives(root: Path) -> list[Path]:
 
 
 def _flagged(findings: similarity.Findings) -> dict[str, set[frozenset[str]]]:
-    return {e.exercise: {frozenset((p.a.who, p.b.who)) for p in e.flagged} for e in findings.exercises}
+    assert all(e.flagged == len(e.shown) for e in findings.exercises), "more flagged pairs than pages"
+    return {e.exercise: {frozenset((s.pair.a.who, s.pair.b.who)) for s in e.shown} for e in findings.exercises}
 
 
 def test_renamed_and_reordered_copies_are_flagged_and_independent_alternatives_are_not(
@@ -96,19 +97,35 @@ def test_renamed_and_reordered_copies_are_flagged_and_independent_alternatives_a
     copies = _copies(tmp_path / "subs")
     alternatives = _alternatives(tmp_path / "subs")
     assert len(alternatives) >= 30, "the course's alternatives written from scratch: the independent ones"
-    out = _graded(tmp_path / "out", copies + alternatives)
-    findings = similarity.run(out, copies + alternatives, [], CATALOG)
+    stubs = [support.stubs(tmp_path / "subs" / name) for name in ("stub1", "stub2")]  # the same, and no one's code
+    paths = copies + alternatives + stubs
+    findings = similarity.run(_graded(tmp_path / "out", paths), paths, [], CATALOG)
     every_copy = {frozenset(pair) for pair in itertools.combinations(("original", *COPIES), 2)}
     for exercise, flagged in _flagged(findings).items():
         assert flagged == every_copy, f"{exercise}: {sorted(map(sorted, flagged ^ every_copy))}"
-    by_id = {e.exercise: e for e in findings.exercises}
-    assert all(
-        by_id[e.id].compared == 4 + sum(a.name.startswith(e.id) for a in alternatives) for e in CATALOG.exercises
-    )
+    for found in findings.exercises:
+        assert found.compared == 6 + sum(a.name.startswith(found.exercise) for a in alternatives)
+        assert found.without_code == 2  # the stubs: what they share is the distribution code
     assert findings.threshold == similarity.THRESHOLD and not findings.not_compared
 
 
-def test_the_screen_computes_copydetects_own_similarity_for_every_pair(detector: ModuleType, tmp_path: Path) -> None:
+def test_worker_processes_find_what_one_process_finds(detector: ModuleType, tmp_path: Path) -> None:
+    paths = _copies(tmp_path / "subs")[:2] + _alternatives(tmp_path / "subs")[:6]
+    out = _graded(tmp_path / "out", paths)
+
+    def found(jobs: int) -> list[tuple[str, str, str, tuple[float, float]]]:
+        findings = similarity.run(out, paths, [], CATALOG, jobs=jobs)
+        return [
+            (s.pair.exercise, s.pair.a.who, s.pair.b.who, s.pair.shares) for e in findings.exercises for s in e.shown
+        ]
+
+    alone = found(1)
+    assert len(alone) == len(CATALOG.exercises) and found(2) == alone
+
+
+def test_the_screen_computes_copydetects_own_similarity_for_every_pair(
+    detector: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The all-pairs screen (numpy) and copydetect's `compare_files` give the same shares, pair by pair."""
     for exercise in (CATALOG.get("ex04"), CATALOG.get("ex09")):
         spec = tomllib.loads((support.REPO / "tests" / "alternatives" / f"{Path(exercise.file).stem}.toml").read_text())
@@ -120,6 +137,9 @@ def test_the_screen_computes_copydetects_own_similarity_for_every_pair(detector:
         stub = similarity.stub_kgrams(detector, CATALOG, exercise.id)
         prints = [similarity.fingerprint(detector, code, stub) for code in codes]
         screened = similarity.shares(prints, ~np.eye(len(prints), dtype=bool))
+        monkeypatch.setattr(similarity, "SCREEN_CELLS", 1)  # one row at a time, as for a file of a mebibyte
+        assert (similarity.shares(prints, ~np.eye(len(prints), dtype=bool)) == screened).all()
+        monkeypatch.undo()
         for a, b in itertools.combinations(range(len(prints)), 2):
             _, (share_a, share_b), _ = detector.compare_files(prints[a].fingerprint, prints[b].fingerprint)
             assert (screened[a, b], screened[b, a]) == pytest.approx((share_a, share_b)), (exercise.id, a, b)
@@ -237,7 +257,8 @@ def test_earlier_terms_are_compared_with_the_batch_never_with_each_other(detecto
     findings = similarity.run(out, [copy], [old_out, tmp_path / "2023"], CATALOG)
     ada, bo = f"{old_out}/ada", f"{tmp_path / '2023'}/bo"
     for found in findings.exercises:
-        assert {(p.a.who, p.b.who, p.b.archived) for p in found.flagged} == {("cy", ada, True), ("cy", bo, True)}
+        found_pairs = {(s.pair.a.who, s.pair.b.who, s.pair.b.archived) for s in found.shown}
+        assert found_pairs == {("cy", ada, True), ("cy", bo, True)}
         assert found.compared == 1 and found.archived == 2 and found.pairs == 2  # ada and bo: never paired
     assert "earlier term" in (out / similarity.FILENAME).read_text()
 
@@ -281,6 +302,28 @@ def test_bad_input_is_one_sentence(case: str, said: str, tmp_path: Path, capsys:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_most_similar_pairs_get_pages_and_the_rest_are_counted(
+    detector: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(similarity, "PAIRS_SHOWN", 2)
+    paths = _copies(tmp_path / "subs")
+    findings = similarity.run(_graded(tmp_path / "out", paths), paths, [], CATALOG)
+    for found in findings.exercises:
+        assert found.flagged == 6 and len(found.shown) == 2 and found.groups == [["original", *sorted(COPIES)]]
+        assert [s.pair.score for s in found.shown] == sorted((s.pair.score for s in found.shown), reverse=True)
+    html = (tmp_path / "out" / similarity.FILENAME).read_text()
+    assert html.count("The 2 most similar have a page.") == len(CATALOG.exercises)
+    assert len(list((tmp_path / "out" / similarity.FOLDER / similarity.PAIRS_FOLDER).iterdir())) == 2 * 18
+
+
+def test_a_lower_threshold_flags_alternatives_that_share_less(detector: ModuleType, tmp_path: Path) -> None:
+    paths = [a for a in _alternatives(tmp_path / "subs") if a.name.startswith("ex09")]
+    out = _graded(tmp_path / "out", paths)
+    assert not _flagged(similarity.run(out, paths, [], CATALOG))["ex09_checkpoint"]
+    lower = _flagged(similarity.run(out, paths, [], CATALOG, threshold=0.5))["ex09_checkpoint"]
+    assert lower and all(len(pair) == 2 for pair in lower)
 
 
 def test_the_threshold_is_a_share(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
