@@ -2,8 +2,9 @@
 
 A pair of files is flagged when each shares at least `THRESHOLD` of its own code with the other. Code is
 compared as copydetect (the `similarity` extra) fingerprints it: Python tokens with every name, string and
-comment set aside, so renamed variables and moved functions change nothing; every run of `NOISE` characters
-of what is left is hashed, and a stretch shared by two files is the union of the k-grams they have in common.
+comment set aside, so renamed variables change nothing and moved functions little (only where they join); every
+run of `NOISE` characters of what is left is hashed, and what two files share is the union of the k-grams they
+have in common.
 A file's own code is what is left once the k-grams of its exercise's stub (the release's distribution code)
 are taken out, so the scaffolding every student received shares nothing.
 
@@ -517,11 +518,11 @@ def run(
     if any(a.resolve() == out.resolve() for a in archives):
         raise SimilarityError(f"--archive {out} is the batch itself: an archive holds earlier terms")
     archived = [entry for folder in archives for entry in _archive(folder)]
-    detector = load_detector()
     try:
         catalog = catalog.select(batch.exercises)
     except CatalogError as exc:
         raise SimilarityError(f"{out / manifest.FILENAME} names an exercise this course lacks: {exc}") from exc
+    detector = load_detector()
     with _Pool(jobs) as pool:
         collected = collect(catalog, paths, archived, pool)  # all read before anything under OUT is replaced
         work = [(e.id, collected.entries.get(e.id, [])) for e in catalog.exercises]
