@@ -35,10 +35,13 @@ class CheckSpec:
 
 @dataclass(frozen=True)
 class Hint:
-    """One hint: checks point at it by `name`, students ask for it by its number (its place, from 1)."""
+    """One hint: checks point at it by `name`, students ask for it by its number (its place, from 1).
+    `causes`: the proven causes (grader/judge/causes.toml) whose fix it teaches, so that a message naming one
+    points here (`grader lint-course` holds the checks to it)."""
 
     name: str
     text: str
+    causes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class Exercise:
     checks: tuple[CheckSpec, ...] = field(default=())
     debug_collectives: bool = True
     apis: tuple[str, ...] = ()  # torch APIs beyond torch.distributed's core that it needs (`grader doctor` asks)
+
+    def hints_declaring(self, cause: str) -> list[str]:
+        """The names of the hints that declare `cause`: those a message naming it may point at (one may be
+        fixed in two places: ex14's row-then-column split, by hand or in a parallelize_module plan)."""
+        return [hint.name for hint in self.hints if cause in hint.causes]
 
     def hint_number(self, name: str) -> int | None:
         """The number students see for the hint `name` (None for a name the catalog lacks)."""
@@ -183,11 +191,14 @@ def _hints(table: dict, where: str) -> tuple[Hint, ...]:
         at = f"{where} hint {index}"
         if not isinstance(entry, dict):
             raise CatalogError(f'{at}: write it as {{ name = "what_it_is_about", text = "..." }}')
-        _no_unknown_keys(entry, {"name", "text"}, at)
+        _no_unknown_keys(entry, {"name", "text", "causes"}, at)
         name = _require(entry, "name", str, at)
         if not name.isidentifier():
             raise CatalogError(f"{at}: name {name!r} should be a word like mean_loss (letters, digits, _)")
-        hints.append(Hint(name, _require(entry, "text", str, at)))
+        causes = entry.get("causes", [])
+        if not isinstance(causes, list) or not all(isinstance(c, str) and re.fullmatch(r"\w+", c) for c in causes):
+            raise CatalogError(f'{at}: causes must be a list of cause names like "loss_summed"')
+        hints.append(Hint(name, _require(entry, "text", str, at), tuple(causes)))
     names = [hint.name for hint in hints]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import course_lint_names, student_files
+from grader import course_lint_hints, course_lint_names, student_files
 from grader.catalog import Catalog, CatalogError, Exercise, load_catalog
 from grader.checks import manifest
 from grader.judge import replay
@@ -57,14 +57,21 @@ def lint(root: Path) -> tuple[list[str], str]:
         return [message if message.startswith(str(CATALOG)) else f"{CATALOG.parent}/{message}"], ""
     lines = (root / CATALOG).read_text().splitlines()
     problems: list[Problem] = []
-    counts = {"checks": 0, "hints": 0, "workers": 0}
+    counts = {"checks": 0, "hints": 0, "workers": 0, "causes": 0}
+    known_causes = course_lint_hints.vocabulary(root)
     for exercise in catalog.exercises:
-        problems += _exercise(catalog, exercise, _CatalogLines(lines, exercise.id), counts)
+        at = _CatalogLines(lines, exercise.id)
+        problems += _exercise(catalog, exercise, at, counts)
+        problems += [Problem(*said) for said in course_lint_hints.ladder(exercise, at.of)]
+        said, named = course_lint_hints.causes(catalog, exercise, at.of, known_causes)
+        problems += [Problem(*each) for each in said]
+        counts["causes"] += named
     problems += [Problem(*said) for said in course_lint_names.problems(catalog, counts)]
     summary = (
         f"course OK: {len(catalog.exercises)} exercises, {counts['checks']} checks, {counts['hints']} hint "
         f"references and {counts['workers']} worker references resolve; stubs and solutions match the catalog; "
-        "manifests list every file"
+        f"manifests list every file; every hint ladder ends in at most one code sketch, and the {counts['causes']} "
+        "causes the exercises name point at the hints that declare them"
     )
     return [str(problem) for problem in problems], summary
 

@@ -38,12 +38,12 @@ def problems(catalog: Catalog, counts: dict[str, int]) -> list[Said]:
         package = catalog.checks_path(exercise, "checks").parent
         hints = [hint.name for hint in exercise.hints]
         for path in sorted(package.glob("*.py")):
-            tree = _parse(path)
+            tree = parse_module(path)
             if tree is not None:
                 found += _module(path.relative_to(catalog.root), tree, exercise, hints, vocabulary, used, counts)
         found += _hypotheses(catalog, package / "hypotheses.toml", vocabulary, used)
     for path in sorted((catalog.root / JUDGE).glob("*.py")):
-        tree = _parse(path)
+        tree = parse_module(path)
         if tree is not None:
             found += _judge_module(path.relative_to(catalog.root), tree, vocabulary, used)
     lines = vocabulary_path.read_text().splitlines()
@@ -55,7 +55,7 @@ def problems(catalog: Catalog, counts: dict[str, int]) -> list[Said]:
     return found
 
 
-def _parse(path: Path) -> ast.Module | None:
+def parse_module(path: Path) -> ast.Module | None:
     """The module, or None where it does not parse (course_lint reports that for the checks modules)."""
     try:
         return ast.parse(path.read_bytes(), filename=str(path))
@@ -71,7 +71,7 @@ def _unknown(cause: str) -> str:
     return f"cause {cause!r} is not in the course's vocabulary ({JUDGE}/{VOCABULARY.name})"
 
 
-def _typed(node: ast.AST, kind: str) -> bool:
+def typed(node: ast.AST, kind: str) -> bool:
     """Whether `node` is a call of HintName or Cause."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == kind
 
@@ -120,7 +120,7 @@ def _module(
         ]
     for node in ast.walk(tree):
         for kind, known_names in (("HintName", hints), ("Cause", vocabulary)):
-            if not _typed(node, kind):
+            if not typed(node, kind):
                 continue
             assert isinstance(node, ast.Call)
             argument = node.args[0] if len(node.args) == 1 and not node.keywords else None
@@ -154,7 +154,7 @@ def _judge_module(path: Path, tree: ast.Module, vocabulary: dict[str, object], u
     `Cause(name)` converts a name read from elsewhere, which its source answers for."""
     found: list[Said] = []
     for node in ast.walk(tree):
-        if _typed(node, "Cause"):
+        if typed(node, "Cause"):
             assert isinstance(node, ast.Call)
             argument = node.args[0]
             if isinstance(argument, ast.Constant) and isinstance(argument.value, str):

@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO
 from instructor import support
 
+from grader import course_lint_hints
 from grader.catalog import CatalogError, load_catalog
 from grader.cli import main
 from grader.course_lint import lint
@@ -371,3 +372,134 @@ def test_the_judges_knobs_are_the_replays() -> None:
     from grader.rank.training import MISTAKE_KNOBS
 
     assert set(MISTAKE_KNOBS) == KNOBS
+
+
+# --- hints: the ladder (grader/course_lint_hints.py) ------------------------------------------------------------
+
+EX01_CODE = "`if backend is None: backend = 'nccl' if torch.cuda.is_available() else 'gloo'`"
+
+
+def _hint_text(course: Path, exercise: str, name: str) -> str:
+    return next(hint.text for hint in load_catalog(course).get(exercise).hints if hint.name == name)
+
+
+def test_a_hint_mostly_code_before_the_last_rung(course: Path) -> None:
+    old = _hint_text(course, "ex01", "backend_choice")
+    line = _edit(course / CATALOG, old, f"Pick the backend: {EX01_CODE}.")
+    assert _lint(course) == [
+        f"{CATALOG}:{line}: hint 2 of ex01_process_group (backend_choice) is 79% code, before the last rung: say "
+        "the idea, and the API's contract, in words there; only the last hint may sketch the code"
+    ]
+
+
+def test_the_last_rung_may_be_a_code_sketch(course: Path) -> None:
+    """The same sketch as the last hint of ex01 passes: that is where the ladder ends."""
+    _edit(course / CATALOG, _hint_text(course, "ex01", "destroy_group"), f"Pick the backend: {EX01_CODE}.")
+    assert lint(course)[0] == []
+
+
+def test_two_code_sketches(course: Path) -> None:
+    """A hint that is mostly prose but writes a solution's statements out is a sketch too: one per exercise."""
+    statements = "`sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)`"
+    loader = "`loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)`"
+    old = _hint_text(course, "ex03", "data_sampler")
+    line = _edit(course / CATALOG, old, f"{old} In code: {statements}, then {loader}.")
+    (problem,) = _lint(course)
+    assert problem.startswith(
+        f"{CATALOG}:{line + 1}: ex03_train_ddp has 2 code sketches, hints 6 (data_sampler: 204 characters"
+    )
+    assert "7 (optimizer: 112 characters of code): keep one, the last" in problem
+    assert "% code" not in problem  # hint 6 is still mostly prose: only the count of sketches is wrong
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("no code at all", 0),
+        ("call `dist.barrier()` then `x`", 15),
+        ("a block:\n```python\nx = 1\ny = 2\n```\nand after it `z`", len("python\nx = 1\ny = 2\n") + 1),
+    ],
+)
+def test_what_counts_as_code(text: str, code: int) -> None:
+    assert course_lint_hints.code_chars(text) == code
+
+
+# --- hints: the causes each declares ---------------------------------------------------------------------------
+
+
+def test_a_hypothesis_that_points_at_another_hint_than_the_one_declaring_its_cause(course: Path) -> None:
+    _edit(course / EX03_HYPOTHESES, 'hint = "mean_loss"', 'hint = "optimizer"')  # loss_summed's, the first entry
+    line = (course / EX03_HYPOTHESES).read_text().split("\n").index('cause = "loss_summed"') + 1
+    assert _lint(course) == [
+        f"{EX03_HYPOTHESES}:{line}: cause 'loss_summed' points at hint 'optimizer', which does not declare it; "
+        "the hint of ex03_train_ddp that declares it: mean_loss"
+    ]
+
+
+EX17_CHECKS = "grader/checks/ex17_dcp_reshard/checks.py"
+
+
+@pytest.mark.parametrize(
+    ("checks", "old", "new", "said"),
+    [
+        (
+            EX17_CHECKS,
+            'hint=HintName("async_save"),\n            cause=Cause("async_save_not_waited")',
+            'hint=HintName("every_rank_saves"),\n            cause=Cause("async_save_not_waited")',
+            "cause 'async_save_not_waited' points at hint 'every_rank_saves'",
+        ),
+        (  # one condition chooses both: each cause is paired with the hint of its own branch
+            EX17_CHECKS,
+            'HintName("every_rank_saves") if "save" in what else HintName("shard_then_load")',
+            'HintName("shard_then_load") if "save" in what else HintName("every_rank_saves")',
+            "cause 'save_on_rank0_only' points at hint 'shard_then_load'",
+        ),
+        (
+            EX05_CHECKS,
+            'Cause("never_synchronized"): HintName("no_sync")',
+            'Cause("never_synchronized"): HintName("step_per_group")',
+            "cause 'never_synchronized' points at hint 'step_per_group'",
+        ),
+        (
+            "grader/checks/ex03_train_ddp/checks.py",
+            '            Cause("steps_per_batch"),\n        ),\n        HintName("optimizer")',
+            '            Cause("steps_per_batch"),\n        ),\n        HintName("mean_loss")',
+            "cause 'no_momentum' points at hint 'mean_loss'",
+        ),
+        (  # a Finding's cause, written with the hint it carries
+            EX05_CHECKS,
+            '"and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),',
+            '"and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),\n'
+            '                hint=HintName("step_per_group"),',
+            "cause 'never_synchronized' points at hint 'step_per_group'",
+        ),
+    ],
+    ids=["keywords", "one-condition", "dict", "dict.fromkeys", "positional"],
+)
+def test_a_cause_written_with_another_hint(course: Path, checks: str, old: str, new: str, said: str) -> None:
+    line = _edit(course / checks, old, new) + new[: new.index("HintName(")].count("\n")  # the hint's line
+    problems = _lint(course)
+    assert any(p.startswith(f"{checks}:{line}: {said}, which does not declare it") for p in problems), problems
+
+
+def test_a_cause_no_hint_declares(course: Path) -> None:
+    _edit(course / CATALOG, ', causes = ["async_save_not_waited"]', "")
+    line = (course / EX17_CHECKS).read_text().split("\n").index('            cause=Cause("async_save_not_waited"),') + 1
+    assert _lint(course) == [
+        f"{EX17_CHECKS}:{line}: cause 'async_save_not_waited' of ex17_dcp_reshard is declared by none of its hints: "
+        f"add it to the causes of the hint that teaches its fix ({CATALOG})"
+    ]
+
+
+def test_a_declared_cause_outside_the_vocabulary(course: Path) -> None:
+    line = _edit(course / CATALOG, 'causes = ["async_save_not_waited"]', 'causes = ["async_save_not_waited", "x_y"]')
+    assert _lint(course) == [
+        f"{CATALOG}:{line}: hint 'async_save' of ex17_dcp_reshard declares cause 'x_y', which is not in the "
+        "course's vocabulary (grader/judge/causes.toml)"
+    ]
+
+
+def test_causes_must_be_a_list_of_names(course: Path) -> None:
+    _edit(course / CATALOG, 'causes = ["async_save_not_waited"]', 'causes = "async_save_not_waited"')
+    with pytest.raises(CatalogError, match="causes must be a list of cause names"):
+        load_catalog(course)

@@ -67,7 +67,7 @@ def test_a_conforming_report_has_no_problem() -> None:
         ({"inner": {"name": "a", "sizes": [1], "extra": 1}}, "fact 'inner' hold 'extra', which Inner does not have"),
         ({"pair": [1]}, "fact 'pair' has 1 items, not 2"),
         ({"maybe": "1"}, "fact 'maybe' is a str, not int | None"),
-        ({"later": 1}, "fact 'later' is a int, not bool"),
+        ({"later": 1}, "fact 'later' is an int, not bool"),
         ({"forged_reference": [1.0]}, "the facts hold 'forged_reference', which Report does not have"),
     ],
 )
@@ -97,7 +97,7 @@ def test_a_type_is_said_by_its_short_name() -> None:
     facts = {**good(), "inner": "x", "weights": {"w": None}, "pair": [1, 2]}
     assert sorted(problems(facts, Report)) == [  # the facts are a table: in no particular order
         "fact 'inner' is a str, not a table of Inner",
-        "fact 'pair'[1] is a int, not str",
+        "fact 'pair'[1] is an int, not str",
         "fact 'weights'['w'] is missing (None), not an array",
     ]
     nested: dict[str, Any] = {**good(), "maybe": [1]}

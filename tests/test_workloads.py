@@ -27,9 +27,9 @@ WITH_WORKLOAD = [
 
 
 def test_the_training_exercises_declare_their_workload() -> None:
-    assert {"ex03_train_ddp", "ex05_no_sync", "ex06_fsdp", "ex09_checkpoint", "ex11_syncbn_unused"} <= set(
-        WITH_WORKLOAD
-    )
+    declared = {"ex03_train_ddp", "ex05_no_sync", "ex06_fsdp", "ex09_checkpoint", "ex11_syncbn_unused"}
+    declared |= {"ex12_overlap_ddp", "ex13_zero1", "ex16_mixed_precision", "ex18_fsdp_tp_2d"}
+    assert declared <= set(WITH_WORKLOAD)
 
 
 @pytest.mark.parametrize("name", WITH_WORKLOAD)

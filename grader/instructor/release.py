@@ -37,6 +37,7 @@ INSTRUCTOR_CODE = (
     "instructor",
     "course_lint.py",
     "course_lint_names.py",
+    "course_lint_hints.py",
     "judge/causes.toml",  # the course's vocabulary of causes: read by the lint, never at grading
     "sandbox",
     "quiz/authoring.py",

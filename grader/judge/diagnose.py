@@ -18,6 +18,7 @@ from grader.engine.collectives import MISMATCH
 from grader.engine.rank_runtime import IMPORT_CALLS
 from grader.judge.explain import error_chain, explain
 from grader.judge.verdict import Verdict
+from grader.judge.wording import shorten
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
@@ -148,6 +149,10 @@ def meaning_line(error: dict[str, Any] | None) -> str:
     return f"\n  {MEANING_PREFIX}{known.meaning}" if known else ""
 
 
+# Characters of a rank's error message a verdict quotes: the engine caps a report's message without regard to
+# words (grader/engine/supervisor.py), so the judge cuts first, at a word boundary; the traceback keeps it whole.
+QUOTED_ERROR_CHARS = 4000
+
 MEMORY_LIMIT = (
     "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
 )
@@ -160,7 +165,7 @@ def _describe(
     error = outcome.error
     if error is not None:
         where = student_line(error)
-        summary = f"raised {error['type']}: {error['message']}".rstrip(": ")
+        summary = f"raised {error['type']}: {shorten(str(error['message']), QUOTED_ERROR_CHARS)}".rstrip(": ")
         return summary + (f"\n  at {where}" if where else "") + meaning_line(error), error.get("traceback", "")
     where = stuck_frame(outcome.stack_dump, student_file)
     at = f"\n  it was at {where}" if where else ""

@@ -15,6 +15,8 @@ from typing import Any, Literal, NotRequired, Required, Union, get_args, get_ori
 
 import numpy as np
 
+from grader.judge.wording import article
+
 MAX_PROBLEMS = 5  # said per report: one malformed report is enough to fail, and a flood says nothing more
 
 
@@ -117,7 +119,7 @@ def _describe(value: object) -> str:
         return "missing (None)"
     if isinstance(value, np.ndarray):
         return f"an array of shape {list(value.shape)}"
-    return f"a {type(value).__name__}"
+    return article(type(value).__name__)
 
 
 def _name(expected: Any) -> str:

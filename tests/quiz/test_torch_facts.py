@@ -58,13 +58,16 @@ class _Logged(torch.nn.Module):
         return out
 
 
-def _one_f_one_b_order(rank: int, world: int, micro_batches: int) -> str:
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+def _stage_order(rank: int, world: int, micro_batches: int, schedule_name: str) -> str:
+    """The forwards (F) and backwards (B) of the micro-batches on this rank's stage, in the order they ran."""
+    from torch.distributed import pipelining
 
     torch.manual_seed(0)
     log: list[tuple[str, int]] = []
-    stage = PipelineStage(_Logged(log), rank, world, torch.device("cpu"))
-    schedule = Schedule1F1B(stage, n_microbatches=micro_batches, loss_fn=torch.nn.functional.mse_loss)
+    stage = pipelining.PipelineStage(_Logged(log), rank, world, torch.device("cpu"))
+    schedule = getattr(pipelining, schedule_name)(
+        stage, n_microbatches=micro_batches, loss_fn=torch.nn.functional.mse_loss
+    )
     x, y = torch.randn(2 * micro_batches, 4), torch.randn(2 * micro_batches, 4)
     if rank == 0:
         schedule.step(x)
@@ -94,7 +97,8 @@ def _dtensor(parameter: torch.Tensor) -> DTensor:
 def _two_ranks(rank: int, store: str, out: str) -> None:
     _init(rank, 2, store)
     facts: dict[str, Any] = {"barrier": _barrier_waits(rank)}
-    facts["1f1b_stage0_order"] = _one_f_one_b_order(rank, 2, 4)
+    facts["1f1b_stage0_order"] = _stage_order(rank, 2, 4, "Schedule1F1B")
+    facts["gpipe_stage0_order"] = _stage_order(rank, 2, 4, "ScheduleGPipe")
     facts["rowwise"] = _rowwise_placements(2)
     if rank == 0:
         Path(out).write_text(json.dumps(facts))
@@ -163,12 +167,26 @@ def test_schedule_1f1b_runs_p_warm_up_forwards_on_stage_0(two_ranks: dict[str, A
     (Megatron's schedule runs p - 1), so at most p micro-batches are in flight there."""
     order = two_ranks["1f1b_stage0_order"]
     assert order.startswith("FFB") and order.count("F") == order.count("B") == 4
+    assert _peak_in_flight(order) == 2
+    assert "p warm-up forwards" in explanation("pp-activations-1f1b")
+
+
+def _peak_in_flight(order: str) -> int:
+    """The most micro-batches run forward and not yet backward at any point of a stage's order."""
     held = peak = 0
     for action in order:
         held += 1 if action == "F" else -1
         peak = max(peak, held)
-    assert peak == 2
-    assert "p warm-up forwards" in explanation("pp-activations-1f1b")
+    return peak
+
+
+def test_gpipe_runs_every_forward_before_the_first_backward(two_ranks: dict[str, Any]) -> None:
+    """pp-activations-gpipe: ScheduleGPipe runs all m forwards on stage 0 before its first backward, so it
+    holds m micro-batches' activations; pp-1f1b-versus-gpipe: Schedule1F1B holds at most p (2 here) of the
+    same m = 4."""
+    assert two_ranks["gpipe_stage0_order"] == "FFFFBBBB", "pp-activations-gpipe"
+    assert _peak_in_flight(two_ranks["gpipe_stage0_order"]) == 4, "pp-activations-gpipe, pp-1f1b-versus-gpipe: m"
+    assert _peak_in_flight(two_ranks["1f1b_stage0_order"]) == 2, "pp-1f1b-versus-gpipe: p"
 
 
 def test_rowwise_parallel_shards_the_weight_on_dim_1_and_replicates_the_bias(two_ranks: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """The torch facts that banks 01-06 state (and those of 07-13 that test_torch_facts.py does not pin),
-asserted on the installed torch. Each assertion names the question it pins; PINNED lists them all,
-and a test fails when one of those questions leaves the banks, so that a renamed question cannot
-silently drop its pin.
+asserted on the installed torch. Each assertion names the question it pins. The first tests hold the
+tables of torch_facts.py to the banks: every question is pinned, needs a GPU (and says why), or rests
+on no torch fact (and says why), so that no question, new or renamed, goes silently unpinned.
 
 The multi-process facts come from one 2-rank gloo run (init from the environment, as torchrun's
 workers do, on a port the parent found free), one failing mp.spawn, and one torchrun run.
@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import itertools
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import pytest
@@ -29,80 +33,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .support import course_bank
+from .torch_facts import NEEDS_GPU, NO_TORCH_FACT, PINNED
 
 TIMEOUT = datetime.timedelta(seconds=60)
-
-PINNED = {
-    # 01
-    "par-dp-vs-ddp": "DDP without a process group raises",
-    "pg-backend": "gloo all-reduces CPU tensors; this build has no MPI backend",
-    "pg-env-rendezvous": "env:// reads MASTER_ADDR and MASTER_PORT, and fails without MASTER_PORT",
-    "pg-cleanup": "destroy_process_group leaves no default group",
-    "pg-rank-world": "ranks 0..W-1, the same world size everywhere",
-    # 02
-    "ddp-broadcast-construction": "the constructor copies rank 0's parameters and buffers",
-    "ddp-gradient-average": "param.grad after backward is the mean of the ranks' gradients",
-    "ddp-no-weight-broadcast": "buffers re-broadcast from rank 0 at forward by default",
-    "ddp-bucketing": "bucket_cap_mb is 25 MB by default",
-    "ddp-bucket-order": "buckets follow reversed model.parameters() order",
-    "ddp-overlap": "a bucket's reduction starts before the first layer's gradient is computed",
-    "ddp-forward-unwrapped": "calling the inner module: no error, gradients stay local",
-    "sampler-purpose": "disjoint shards of ceil(N/W) indices",
-    "sampler-set-epoch": "without set_epoch every epoch repeats one permutation, seeded seed + epoch",
-    "sampler-rank-seed": "seed is an argument; different seeds give overlapping shards",
-    "sampler-shuffle-conflict": "DataLoader(sampler=..., shuffle=True) raises ValueError",
-    "sampler-steps-per-epoch": "drop_last defaults to False; each rank gets ceil(N/W) indices",
-    "sampler-padding": "W*ceil(N/W) - N indices repeated",
-    # 03
-    "nosync-what": "backward in no_sync skips the all-reduce; the next synced backward reduces the sum",
-    "nosync-last-step": "backward only under no_sync: gradients never averaged",
-    "nosync-traffic": "without no_sync one all-reduce per backward",
-    "nosync-zero-grad": "zero_grad throws the accumulated gradients away",
-    "accum-batchnorm": "BatchNorm updates its running stats at every forward",
-    # 04
-    "fsdp-shard-elements": "fully_shard splits dim 0, rank 0 holds ceil(R/W) rows",
-    "fsdp-unit": "a unit is gathered in full for its forward and resharded after it",
-    "fsdp-wrap-blocks": "fully_shard on the root only runs",
-    "fsdp-optimizer-order": "fully_shard replaces the parameters, silently",
-    "fsdp-full-state-dict": "StateDictOptions(full_state_dict=True, cpu_offload=True) gives full CPU tensors",
-    # 05
-    "launch-spawn-args": "spawn passes the index first and sets no RANK",
-    "launch-join": "join=False returns at once; join() raises the child's error",
-    "launch-child-error": "ProcessContext.join raises ProcessRaisedException and ends the others",
-    "launch-failure-restart": "torchrun restarts the whole group and sets TORCHELASTIC_RESTART_COUNT",
-    "torchrun-env": "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set; CUDA_VISIBLE_DEVICES not",
-    "torchrun-init": "init_process_group(backend) reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
-    "torchrun-standalone": "--standalone starts the workers with a local rendezvous on a free port",
-    # 06
-    "syncbn-convert": "convert_sync_batchnorm keeps the parameter and buffer objects",
-    "unused-params-hang": "find_unused_parameters defaults to False; an unused branch errors next iteration",
-    "unused-params-flags": "with find_unused_parameters=True unused parameters get no gradient; static_graph",
-    "hang-mismatched-collective": "a collective only rank 0 calls waits until the timeout",
-    "hang-debug-detail": "DETAIL turns mismatched collectives into an error naming the mismatch",
-    "hang-uneven-batches": "DDP has a join() context manager",
-    "hang-timeout": "init_process_group accepts timeout",
-    "ckpt-module-prefix": "DDP's state dict keys start with module.",
-    # 07-13
-    "overlap-ddp-bucket-cap": "25 MB buckets, the first bucket 1 MB",
-    "overlap-why-post-accumulate": "a tensor hook sees .grad None, a post-accumulate hook the gradient",
-    "overlap-frozen-grad": "a hook on a frozen parameter raises",
-    "overlap-tied-weight-once": "a tied weight is listed once and its hook runs once with the sum",
-    "zero1ex-zero-grad": "optimizer.zero_grad clears its own parameters' .grad only, never its state",
-    "zero1ex-adam-scale": "AdamW steps nearly the same under a gradient scaled by W; moments W and W^2",
-    "pp-scale-grads": "scale_grads defaults to True",
-    "pp-uneven-micro-batches": "6 samples in 4 micro-batches split 2, 2, 1, 1",
-    "mp-bf16-format": "bf16 8 exponent bits, 7 mantissa bits; fp16 max 65504",
-    "mp-why-loss-scaling": "fp16 has 10 mantissa bits, bf16 fp32's range",
-    "mp-fsdp-bytes-per-rank": "the gathered copy is bf16 under param_dtype=bf16",
-    "mp-fp32-shard-bytes": "the stored shard stays fp32",
-    "mp-what-is-saved": "saved_tensors_hooks sees every tensor saved for backward",
-    "dcp-file-count": "W ranks write W .distcp files and .metadata",
-    "dcp-load-other-world-size": "a 2-rank DCP checkpoint loads into one process",
-    "dcp-state-dict-api": "get_state_dict keeps shards by default, keys by name, fills a fresh optimizer",
-    "fsdptp-no-mesh": "fully_shard without mesh shards over all W ranks",
-    "fsdptp-order": "parallelize_module after fully_shard raises 'Cannot distribute a DTensor'",
-    "fsdptp-dp-coordinate": "init_device_mesh puts rank r at row r // T",
-}
 
 
 def _indices(n: int) -> Any:
@@ -121,9 +54,48 @@ def question(qid: str) -> Any:
     return next(q for q in course_bank().questions if q.id == qid)
 
 
-def test_every_pinned_question_is_in_the_banks() -> None:
+def test_every_question_is_pinned_needs_a_gpu_or_rests_on_no_torch_fact() -> None:
     ids = {q.id for q in course_bank().questions}
-    assert not set(PINNED) - ids, f"pinned questions missing from the banks: {sorted(set(PINNED) - ids)}"
+    without = [qid for ids_ in NO_TORCH_FACT.values() for qid in ids_]
+    tables = {"PINNED": set(PINNED), "NEEDS_GPU": set(NEEDS_GPU), "NO_TORCH_FACT": set(without)}
+    assert len(without) == len(set(without)), "a question listed twice in NO_TORCH_FACT"
+    for (name, listed), (other, also) in itertools.combinations(tables.items(), 2):
+        assert not listed & also, f"in both {name} and {other}: {sorted(listed & also)}"
+    classified = set().union(*tables.values())
+    assert not ids - classified, (
+        f"questions in no table of tests/quiz/torch_facts.py: {sorted(ids - classified)} (pin the torch fact "
+        "each answer rests on, or list it under NEEDS_GPU or NO_TORCH_FACT with the reason)"
+    )
+    assert not classified - ids, f"listed in tests/quiz/torch_facts.py but not in the banks: {sorted(classified - ids)}"
+    assert all(reason.strip() for reason in [*NEEDS_GPU.values(), *NO_TORCH_FACT, *PINNED.values()])
+
+
+def _tests_naming(qid: str, modules: tuple[ModuleType, ...]) -> list[Callable[..., Any]]:
+    """The test functions of `modules` whose source names the question id."""
+    named = re.compile(rf"(?<![a-z0-9-]){re.escape(qid)}(?![a-z0-9-])")
+    return [
+        function
+        for module in modules
+        for name, function in vars(module).items()
+        if name.startswith("test_") and callable(function) and named.search(inspect.getsource(function))
+    ]
+
+
+def test_every_pinned_fact_is_asserted_by_a_test() -> None:
+    from . import test_torch_facts, test_torch_facts_runs
+
+    modules = (sys.modules[__name__], test_torch_facts, test_torch_facts_runs)
+    unasserted = sorted(qid for qid in PINNED if not _tests_naming(qid, modules))
+    assert not unasserted, f"PINNED but named by no test in test_torch_facts*.py: {unasserted}"
+
+
+def test_every_gpu_fact_has_a_test_that_skips_with_its_reason() -> None:
+    from . import test_torch_facts_gpu
+
+    for qid, reason in NEEDS_GPU.items():
+        tests = _tests_naming(qid, (test_torch_facts_gpu,))
+        reasons = [mark.kwargs.get("reason") for test in tests for mark in getattr(test, "pytestmark", [])]
+        assert reason in reasons, f"{qid}: no test in test_torch_facts_gpu.py names it and skips with its reason"
 
 
 # ---------------------------------------------------------------- one process, no group
@@ -576,7 +548,9 @@ def test_ddp_construction_averaging_and_buffers(ranks: list[dict[str, Any]]) -> 
     assert zero["grad"] == one["grad"], "ddp-gradient-average"
     local = [zero["unwrapped_grad"], one["unwrapped_grad"]]
     assert local[0] != local[1], "ddp-forward-unwrapped: gradients stay local, no error"
-    assert zero["grad"] == pytest.approx([(a + b) / 2 for a, b in zip(*local)]), "ddp-gradient-average: the mean"
+    assert zero["grad"] == pytest.approx([(a + b) / 2 for a, b in zip(*local)]), (
+        "ddp-gradient-average: the mean; ddp-loss-sum: a division by W and nothing more"
+    )
     assert zero["keys"][0].startswith("module."), "ckpt-module-prefix"
     assert "forward_sync_buffers" in explanation_of("ddp-no-weight-broadcast")
 
@@ -600,7 +574,8 @@ def test_no_sync(ranks: list[dict[str, Any]]) -> None:
     assert zero["synced_calls"] >= 1 and zero["synced_grad"] == one["synced_grad"], "nosync-what"
     sums = [3 * g / 2 for g in zero["no_sync_grad"]], [3 * g / 2 for g in one["no_sync_grad"]]
     assert zero["synced_grad"] == pytest.approx([(a + b) / 2 for a, b in zip(*sums)]), (
-        "nosync-what: the synced backward reduces everything accumulated"
+        "nosync-what: the synced backward reduces everything accumulated; nosync-loss-scale: the gradients of "
+        "the k backward calls add up, and DDP averages them over the ranks"
     )
     assert all(n >= 1 for n in zero["calls_per_backward"]), "nosync-traffic: every backward outside no_sync reduces"
 
@@ -613,7 +588,9 @@ def test_unused_parameters(ranks: list[dict[str, Any]]) -> None:
 
 def test_fsdp(ranks: list[dict[str, Any]], tmp_path: Path) -> None:
     zero, one = ranks
-    assert zero["replaced"] and zero["old_optimizer_params"] == 3 * 5 + 5 + 5 * 5 + 5, "fsdp-optimizer-order"
+    assert zero["replaced"] and zero["old_optimizer_params"] == 3 * 5 + 5 + 5 * 5 + 5, (
+        "fsdp-optimizer-order, dcp-shard-then-load: an optimizer built before fully_shard holds the old tensors"
+    )
     assert zero["mesh_size"] == 2 and zero["placements"] == "(Shard(dim=0),)", "fsdp-shard-elements, fsdptp-no-mesh"
     assert (zero["local_rows"], one["local_rows"]) == (3, 2), "fsdp-shard-elements: ceil(5 / 2) rows on rank 0"
     assert zero["stored_dtype"] == "torch.float32", "mp-fp32-shard-bytes"

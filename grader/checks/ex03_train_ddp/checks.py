@@ -36,6 +36,7 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("dropped_partial_batch"),
             Cause("no_set_epoch"),
             Cause("unshuffled"),
+            Cause("epochs_from_one"),
             Cause("shards_overlap"),
             Cause("data"),
         ),

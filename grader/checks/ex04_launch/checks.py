@@ -9,6 +9,7 @@ from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payloa
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
+from grader.judge.wording import brief, shorten
 
 START_METHOD = "fork"  # 'spawn' would re-import torch in every child: seconds per check
 FINISH_STEP_S = 0.15  # between one rank's finish and the next, in an order drawn per grading (workers.py forces it)
@@ -76,8 +77,8 @@ def _what(value: Any) -> str:
     name = type(value).__name__
     article = "an" if name[0] in "aeiou" else "a"
     if isinstance(value, (list, dict)):
-        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}: {str(value)[:200]}"
-    return f"{article} {name}, {str(value)[:200]!r}"
+        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}: {brief(value)}"
+    return f"{article} {name}, {shorten(str(value), 200)!r}"
 
 
 def _is_identity(result: Any) -> bool:
@@ -98,7 +99,7 @@ def runs_every_rank(ctx: CheckContext) -> None:
             hint=HintName("result_queue"),
         )
     if not all(_is_identity(r) for r in results):
-        raise ctx.fail(f"the results are not fn's return values: {str(results)[:300]}", hint=HintName("result_queue"))
+        raise ctx.fail(f"the results are not fn's return values: {brief(results)}", hint=HintName("result_queue"))
     ranks = [r["rank"] for r in results]
     if sorted(ranks) != list(range(world)):
         shifted = " (numbered from 1)" if sorted(ranks) == list(range(1, world + 1)) else ""
@@ -173,7 +174,7 @@ def propagates_errors(ctx: CheckContext) -> None:
     if "planted failure" not in error_messages(raised):  # anywhere in the chain: `raise ... from exc` keeps it
         raise ctx.fail(
             f"launch_distributed raised {raised['type']} without the failing rank's traceback "
-            f"(message: {raised['message'][:200]!r})",
+            f"(message: {shorten(raised['message'], 200)!r})",
             hint=HintName("join_raises"),
         )
     if facts["slept_before_return"]:

@@ -26,6 +26,7 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
         (
             Cause("partial_batch_used"),
             Cause("unshuffled"),
+            Cause("epochs_from_one"),
             Cause("shards_overlap"),
             Cause("no_sampler"),
             Cause("batch_size"),
@@ -53,6 +54,8 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("lr_times_batch"),
             Cause("learning_rate"),
             Cause("no_update"),
+            Cause("returned"),
+            Cause("eval_mode"),
             "measured",
         ),
         HintName("data_and_optimizer"),

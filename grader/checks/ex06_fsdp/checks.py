@@ -15,6 +15,7 @@ from grader.judge.compare import Arrays, first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
+from grader.judge.wording import article
 
 STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 _HYPOTHESES = replay.load(__package__ or "")
@@ -314,7 +315,8 @@ def full_checkpoint(ctx: CheckContext) -> None:
     saved = ranks[0]["checkpoint"]
     if saved.get("type") != "dict":
         raise ctx.fail(
-            f"train_fsdp returned a {saved.get('type')} on rank 0, not a state dict", hint=HintName("full_state_dict")
+            f"train_fsdp returned {article(str(saved.get('type')))} on rank 0, not a state dict",
+            hint=HintName("full_state_dict"),
         )
     sharded = [e for e in saved["entries"] if e["kind"] != "Tensor" and e["shape"] is not None]
     if sharded:

@@ -20,6 +20,7 @@ from grader.judge.diagnose import where
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
 from grader.judge.tolerance import close
+from grader.judge.wording import article
 
 SHAPES = [[1003], [7, 13]]  # sizes that are not multiples of 2, 3 or 4
 DEADLINE = 5.0  # a correct ring on these sizes takes well under a second; a deadlock waits this long
@@ -331,7 +332,8 @@ def _traffic(rank: int, sent: int, messages: int, message: int, world: int, ring
     count says which steps are extra or missing."""
     ratio, steps = sent / message, 2 * (world - 1)
     sending = (
-        f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) in {_count(messages, 'message')} for a {message}-byte tensor"
+        f"rank {rank} sent {sent} bytes ({ratio:.3g} x M) in {_count(messages, 'message')} for "
+        f"{article(str(message))}-byte tensor"
     )
     ring_sends = (
         f"a ring sends 2(W-1) = {steps} messages of about M/W, 2(W-1)/W x M in all: between {ring[0]} and "

@@ -11,6 +11,7 @@ from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.explain import error_messages
 from grader.judge.names import HintName
+from grader.judge.wording import article
 
 SIZE, BATCH, STEPS, LR = WORKLOAD.size, WORKLOAD.batch_size, WORKLOAD.steps, WORKLOAD.lr  # as messages name them
 UNUSED_MESSAGES = ("not used in producing loss", "did not receive grad", "Expected to have finished reduction")
@@ -86,7 +87,7 @@ def _ranks(ctx: CheckContext) -> list[Trained]:
         on = f" on rank {number}" if number else ""
         if facts["returned"] != "DistributedDataParallel":
             raise ctx.fail(
-                f"prepare_model returned a {facts['returned']}{on}, not the DistributedDataParallel model",
+                f"prepare_model returned {article(str(facts['returned']))}{on}, not the DistributedDataParallel model",
                 hint=HintName("return_ddp"),
             )
         if "steps" not in facts:  # a class of that name, not torch's: the grader's loop never ran

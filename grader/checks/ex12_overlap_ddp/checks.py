@@ -5,7 +5,17 @@ hooks registered on the tied weight and the frozen parameter's .grad."""
 
 from __future__ import annotations
 
-from grader.checks.ex12_overlap_ddp.facts import REFERENCE, REPLAYS, TRAIN, Arrays, Call, Comm, Reference, Trained
+from grader.checks.ex12_overlap_ddp.facts import (
+    REFERENCE,
+    REPLAYS,
+    TRAIN,
+    WORKLOAD,
+    Arrays,
+    Call,
+    Comm,
+    Reference,
+    Trained,
+)
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
@@ -14,7 +24,8 @@ from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.trajectory import Finding, Setting, diagnose
 
-STEPS, BATCH, LR, BUCKET_BYTES = 4, 3, 0.05, 500
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
+BUCKET_BYTES = 500
 TIED, TIED_ALSO, FROZEN = "shared.weight", "shared_again.weight", "frozen.weight"
 _HYPOTHESES = replay.load(__package__ or "")
 
@@ -79,9 +90,7 @@ def _explained(ctx: CheckContext, result: RunResult) -> None:
 
 
 def _ranks(ctx: CheckContext) -> list[Trained]:
-    result = ctx.run(
-        TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, bucket_bytes=BUCKET_BYTES, **ctx.seeds("data", "model")
-    )
+    result = ctx.run(TRAIN.name, bucket_bytes=BUCKET_BYTES, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     _explained(ctx, result)
     ranks = ctx.require(result, schema=Trained)
     counts = [len(f["steps"]) for f in ranks]
@@ -101,9 +110,7 @@ def _ranks(ctx: CheckContext) -> list[Trained]:
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
@@ -161,13 +168,7 @@ def matches_single_process(ctx: CheckContext) -> None:
         raise ctx.fail(sources[0], hint=HintName("broadcast_first"), cause=sources[1])
     reference = _reference(ctx)
 
-    replays = ctx.replayer(
-        REPLAYS,
-        world_size=ctx.world_size,
-        steps=STEPS,
-        batch_size=BATCH,
-        lr=LR,
-    )
+    replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     setting = Setting(
         lr=LR,

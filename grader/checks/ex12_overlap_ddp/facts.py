@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, TrainingReplays, Worker
+from grader.engine.facts import RankFacts, TrainingReplays, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # a state dict, or a step's gradients: tensor name -> values
 
@@ -90,3 +91,16 @@ class Reference(RankFacts):
 TRAIN = Worker("train", Trained)
 REFERENCE = Worker("reference", Reference)
 REPLAYS = Worker("replays", TrainingReplays)  # the judge's hypotheses on the shared loop
+
+
+@dataclass(frozen=True)
+class Run(Workload):
+    """The run every check shares: `steps` of a per-rank `batch_size`, SGD at `lr` (the bucket size is the train
+    worker's own argument)."""
+
+    steps: int = 4
+    batch_size: int = 3
+    lr: float = 0.05
+
+
+WORKLOAD = Run()

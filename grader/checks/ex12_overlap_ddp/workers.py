@@ -9,14 +9,19 @@ before the student's, count them). An asynchronous call returns a handle that ru
 when it is waited for (wait, get_future, is_completed, result...): the contents of the tensor are
 undefined until then by the API's contract, and so a handle not waited for before the step has
 delivered nothing, the same on every run, where a real backend might or might not have finished.
-The calls keep their order on every rank because every rank runs the same code.
+The calls keep their order on every rank because every rank runs the same code. Inside
+`torch.distributed._coalescing_manager` (Megatron-LM's way) an all-reduce is queued and issued at the
+manager's exit through the process group's own `allreduce_coalesced`, which the watch on
+`dist.all_reduce` never sees; the handle there is the manager's, so the calls made inside it are waited
+for by the manager's wait() (async_ops) or at its exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -81,13 +86,17 @@ class _Deferred:
         self, launch: Callable[[], Any], record: dict[str, Any], recorder: CommRecorder, tensor: torch.Tensor
     ) -> None:
         self._launch, self._record, self._recorder, self._work = launch, record, recorder, None
-        self._tensor, self._version = tensor, tensor._version
+        # the version counter is shared by every view of one buffer (Megatron's contiguous gradient buffer):
+        # a write to another bucket's slice bumps it too, so a change counts only where the values moved
+        self._tensor, self._version, self._values = tensor, tensor._version, tensor.detach().clone()
 
     def _started(self, blocking: bool = True) -> Any:
         if self._work is None:
             self._record["waited"] = True
             # written in place between the call and the wait: a real backend may be reading or writing it then
-            self._record["modified"] = self._tensor._version != self._version
+            self._record["modified"] = self._tensor._version != self._version and not torch.equal(
+                self._tensor.detach(), self._values
+            )
             self._work = self._launch()
         if blocking and "waited_ready" not in self._record:  # the first wait: when, and in backward or not
             self._record["waited_ready"] = self._recorder.ready
@@ -125,6 +134,7 @@ class CommRecorder:
         self._trained = [p for p in model.parameters() if p.requires_grad]
         self._patches = Patches()
         self._handles: list[Any] = []
+        self._coalesced: list[list[_Deferred]] = []  # per coalescing manager open, the all-reduces called in it
 
     def install(self) -> CommRecorder:
         for p in self._trained:
@@ -132,6 +142,9 @@ class CommRecorder:
         self._handles.append(register_optimizer_step_pre_hook(self._before_step))
         self._patches.replace(dist, "all_reduce", self._all_reduce(dist.all_reduce))
         self._patches.replace(c10d, "all_reduce", dist.all_reduce)
+        coalescing = self._coalescing_manager(c10d._coalescing_manager)
+        self._patches.replace(c10d, "_coalescing_manager", coalescing)
+        self._patches.replace(dist, "_coalescing_manager", coalescing)
         for name in ("register_post_accumulate_grad_hook", "register_hook"):
             self._patches.replace(torch.Tensor, name, self._registration(getattr(torch.Tensor, name), name))
         self._patches.replace(torch.Tensor, "backward", self._backward(torch.Tensor.backward))
@@ -208,9 +221,41 @@ class CommRecorder:
             recorder.calls.append(record)
             if not async_op:
                 return original(tensor, op=op, group=group, async_op=False)
-            return _Deferred(lambda: original(tensor, op=op, group=group, async_op=True), record, recorder, tensor)
+            handle = _Deferred(lambda: original(tensor, op=op, group=group, async_op=True), record, recorder, tensor)
+            if recorder._coalesced:
+                recorder._coalesced[-1].append(handle)
+            return handle
 
         return all_reduce
+
+    def _coalescing_manager(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The manager, whose wait() (async_ops) or exit waits for the asynchronous all-reduces called in it:
+        their handle is the manager's, as the real one issues them as one at its exit."""
+        recorder = self
+
+        @contextlib.contextmanager
+        def coalescing_manager(group: Any = None, device: Any = None, async_ops: bool = False) -> Iterator[Any]:
+            called: list[_Deferred] = []
+            recorder._coalesced.append(called)
+            try:
+                with original(group, device, async_ops) as manager:
+                    yield manager
+            finally:
+                recorder._coalesced.pop()
+            if not async_ops:
+                for handle in called:
+                    handle.wait()
+                return
+            wait = manager.wait
+
+            def wait_all() -> None:
+                for handle in called:
+                    handle.wait()
+                wait()
+
+            manager.wait = wait_all
+
+        return coalescing_manager
 
     def _before_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         frozen = dict(self.model.named_parameters())[FROZEN]

@@ -17,6 +17,7 @@ from grader.checks.ex13_zero1.facts import (
     REFERENCE,
     REPLAYS,
     TRAIN,
+    WORKLOAD,
     Partition,
     Reference,
     ReferenceStep,
@@ -29,8 +30,9 @@ from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
+from grader.judge.wording import shorten
 
-STEPS, BATCH, LR = 10, 4, 0.01
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 BYTES = 4  # fp32
 # fp32 sums over ranks differ from one process's by ~1e-7 of a gradient; AdamW's weight decay alone moves a
 # weight by lr * 0.01 = 1e-4 of itself per step, which the weights' tolerance must see
@@ -57,7 +59,7 @@ def _inputs(ctx: CheckContext) -> dict[str, int]:
 
 
 def _run_kwargs(ctx: CheckContext) -> dict[str, Any]:
-    return {"steps": STEPS, "batch_size": BATCH, "lr": LR, **_inputs(ctx), **ctx.seeds("sizes")}
+    return {**WORKLOAD.arguments(), **_inputs(ctx), **ctx.seeds("sizes")}
 
 
 def _ranks(ctx: CheckContext) -> list[Training]:
@@ -81,7 +83,7 @@ def _ranks(ctx: CheckContext) -> list[Training]:
 
 
 def _reference_of(ctx: CheckContext, seeds: dict[str, int]) -> Reference:
-    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **seeds)
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **seeds)
     return facts
 
 
@@ -135,7 +137,7 @@ def _proof(ctx: CheckContext, ranks: list[Training]) -> replay.Proof:
 
     def replayer(requests: dict[str, ReplayRequest]) -> dict[str, list[list[ReferenceStep]]]:
         owned = [_held(f) for f in ranks]
-        asked = {"steps": STEPS, "batch_size": BATCH, "lr": LR, "owned": owned, "hypotheses": requests}
+        asked = {**WORKLOAD.arguments(), "owned": owned, "hypotheses": requests}
         return ctx.reference(REPLAYS, world_size=ctx.world_size, **asked, **_inputs(ctx))["replays"]
 
     def reproduced(per_rank: list[list[ReferenceStep]]) -> bool:
@@ -327,7 +329,7 @@ def balanced_partition(ctx: CheckContext) -> None:
         asked = f"partition_parameters({sizes}, {world})"
         for rank, calls in enumerate(per_rank):
             if "shards" not in calls[number]:
-                shown = calls[number].get("other", "nothing the grader recorded")
+                shown = shorten(calls[number].get("other", "nothing the grader recorded"), 150)
                 raise ctx.fail(
                     f"{asked} returned {shown} on rank {rank}; expected a list of {world} lists of parameter indices",
                     hint=HintName("partition"),
@@ -460,15 +462,22 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
 
 # --- communication_volume --------------------------------------------------------------------------
 
+# the collectives' op names (c10d's, then the functional collectives')
 _OPS = {
     "allreduce": "all-reduce",
+    "allreduce_coalesced": "all-reduce",
+    "all_reduce": "all-reduce",
+    "all_reduce_coalesced": "all-reduce",
+    "all_gather_into_tensor": "all-gather",
+    "all_gather_into_tensor_coalesced": "all-gather",
+    "allgather_into_tensor_coalesced": "all-gather",
+    "reduce_scatter_tensor": "reduce-scatter",
+    "reduce_scatter_tensor_coalesced": "reduce-scatter",
     "broadcast": "broadcast",
     "allgather": "all-gather",
     "_allgather_base": "all-gather",
-    "all_gather_single": "all-gather",
     "reduce_scatter": "reduce-scatter",
     "_reduce_scatter_base": "reduce-scatter",
-    "reduce_scatter_single": "reduce-scatter",
 }
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, Worker, Workload
 
 Arrays = dict[str, np.ndarray]  # parameters, or gradients: name -> values
 
@@ -80,3 +81,15 @@ class Replays(RankFacts):
 TRAIN = Worker("train", Trained)
 REFERENCE = Worker("reference", Reference)
 REPLAYS = Worker("replays", Replays)
+
+
+@dataclass(frozen=True)
+class Run(Workload):
+    """The run every check shares: `steps` of a per-rank `batch_size`, AdamW at `lr`."""
+
+    steps: int = 10
+    batch_size: int = 4
+    lr: float = 0.01
+
+
+WORKLOAD = Run()

@@ -10,9 +10,9 @@ What is recorded on each rank, by the grader's own hooks (never from what the co
 - every optimizer the student's code stepped (found by the global step hooks) and, at the end, the
   numel of its state tensors (exp_avg, exp_avg_sq; scalars such as `step` left out), shared tensors
   counted once;
-- the bytes of every collective at the process group (`ProcessGroup.allreduce`, `.broadcast`,
-  `.allgather`...), which every route (dist.*, ZeroRedundancyOptimizer) goes through, with the
-  forward pass it followed.
+- the bytes of every collective, with the forward pass it followed: a TorchDispatchMode sees the
+  process group's ops (c10d::allreduce_, broadcast_, allgather_...) that every route reaches, dist.* and
+  ZeroRedundancyOptimizer from Python and DDP's reducer from C++, and the functional collectives.
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch._C._distributed_c10d import ProcessGroup
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import TensorDataset
 
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
-from grader.rank.patches import PROCESS_GROUP_COLLECTIVES, Patches
 from grader.rank.training import FEATURES, make_regression, state, train_reference
 
 
@@ -126,6 +125,28 @@ def _is_zero_wrapper(optimizer: torch.optim.Optimizer) -> bool:
     return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
 
 
+# the collectives' ops (the process group's and the functional ones), but not the functional ones' waits
+_NAMESPACES = ("c10d", "_c10d_functional")
+_NOT_COMMUNICATION = ("wait_tensor",)
+
+
+class _Collectives(TorchDispatchMode):
+    """Every collective op dispatched while active, from Python or C++ (DDP's reducer): its name as the
+    process group's method spells it (c10d.allreduce_.default -> allreduce) and its bytes."""
+
+    def __init__(self, recorder: ZeroRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.__name__.split(".")[0]
+        if func.namespace in _NAMESPACES and name not in _NOT_COMMUNICATION:
+            op = name.rstrip("_")
+            values = [*args, *(kwargs or {}).values()]
+            self.recorder.comm.append({"op": op, "bytes": _bytes(*values), "after": len(self.recorder.snapshots)})
+        return func(*args, **(kwargs or {}))
+
+
 class ZeroRecorder:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -142,21 +163,8 @@ class ZeroRecorder:
             register_optimizer_step_pre_hook(self._before),
             register_optimizer_step_post_hook(self._after),
         ]
-        self._patches = Patches()
-        for name in PROCESS_GROUP_COLLECTIVES:
-            if hasattr(ProcessGroup, name):
-                self._patches.replace(ProcessGroup, name, self._spy(name, getattr(ProcessGroup, name)))
-
-    def _spy(self, name: str, original: Any) -> Any:
-        recorder = self
-
-        def collective(*args: Any, **kwargs: Any) -> Any:
-            recorder.comm.append(
-                {"op": name, "bytes": _bytes(*args[1:], *kwargs.values()), "after": len(recorder.snapshots)}
-            )
-            return original(*args, **kwargs)
-
-        return collective
+        self._collectives = _Collectives(self)
+        self._collectives.__enter__()
 
     def _forward(self, module: nn.Module, _: Any) -> None:
         if torch.is_grad_enabled():
@@ -184,15 +192,22 @@ class ZeroRecorder:
                 values[self.names.get(id(p), "another tensor")] = p.detach().clone()
 
     def close(self) -> None:
+        self._collectives.__exit__(None, None, None)
         for handle in self._handles:
             handle.remove()
-        self._patches.restore()
 
     def optimizer_facts(self) -> list[dict[str, Any]]:
-        """Each optimizer stepped: its class, the parameters it holds (by name) and its state's numel."""
+        """Each optimizer stepped: its class, the parameters it holds state for (by name) and its state's numel.
+        A wrapper that lists every parameter and steps an optimizer of its shard inside its own step (fairscale's
+        OSS) holds the state of none: what a rank holds is where the state lives, not what a param group lists."""
         facts, seen = [], set()
         for optimizer in self.optimizers.values():
-            held = [self.names.get(id(p), "another tensor") for g in optimizer.param_groups for p in g["params"]]
+            held = [
+                self.names.get(id(p), "another tensor")
+                for g in optimizer.param_groups
+                for p in g["params"]
+                if any(isinstance(v, torch.Tensor) for v in optimizer.state.get(p, {}).values())
+            ]
             numel = 0
             for buffers in optimizer.state.values():
                 for value in buffers.values() if isinstance(buffers, dict) else ():

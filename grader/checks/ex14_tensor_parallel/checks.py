@@ -36,6 +36,7 @@ from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.tolerance import close
 from grader.judge.verdict import Verdict
+from grader.judge.wording import article
 
 RTOL, ATOL = 1e-5, 1e-5  # a sum of W partial products against one matrix product, in fp32
 REPLAY_RTOL = 1e-4
@@ -128,7 +129,7 @@ def _shards(facts: ByHand, rank: int) -> dict[str, np.ndarray] | str:
     if shards is None:
         return ""
     if shards["type"] != "dict":
-        return f"shard_mlp returned a {shards['type']} on rank {rank}, not a dict of tensors"
+        return f"shard_mlp returned {article(str(shards['type']))} on rank {rank}, not a dict of tensors"
     keys, tensors = shards.get("keys", []), shards.get("tensors", {})
     missing = [k for k in KEYS if k not in keys or k not in tensors]
     if missing:

@@ -30,10 +30,12 @@ from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
+from grader.judge.wording import article, shorten
 
 STEPS, BATCH, LR = 3, 16, 0.1
 LAYERS = 5  # the model's layers (workers.LAYERS)
 UNEVEN_BATCH, UNEVEN_MICRO = 6, 4
+QUOTED = 150  # characters of an error quoted in a message, below the ranks' own cut (workers.py: 200, 300)
 _HYPOTHESES = replay.load(__package__ or "")
 BUBBLE = Formula(("stages", "micro_batches"), "(stages - 1) / (micro_batches + stages - 1)")
 NAMED_SLIPS = [
@@ -192,7 +194,8 @@ def _observed_split(ctx: CheckContext, ranks: list[Train], schedule: str) -> Non
         stage = stages[0]
         if stage["count"] != world:
             raise ctx.fail(
-                f"rank {rank} built a stage of a {stage['count']}-stage pipeline; W = {world}", HintName("build_stage")
+                f"rank {rank} built a stage of {article(str(stage['count']))}-stage pipeline; W = {world}",
+                HintName("build_stage"),
             )
         if stage["foreign"]:
             raise ctx.fail(
@@ -263,7 +266,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
         mine = facts["stages"][0]["names"]
         if names != mine or foreign:
             raise ctx.fail(
-                f"rank {rank} returned a {facts['returned']} holding {len(names)} of the model's "
+                f"rank {rank} returned {article(str(facts['returned']))} holding {len(names)} of the model's "
                 f"parameters ({foreign} others) where its stage holds {len(mine)}: return the "
                 "stage module it trained",
                 hint=HintName("split"),
@@ -284,8 +287,8 @@ def stage_split(ctx: CheckContext) -> None:
         for rank, probe in probes:
             if "error" in probe:
                 raise ctx.fail(
-                    f"stage_layers({num_layers}, {world}, {rank}) {probe['error']}; expected the layers of stage "
-                    f"{rank} as a range or list of ints",
+                    f"stage_layers({num_layers}, {world}, {rank}) {shorten(probe['error'], QUOTED)}; expected the "
+                    f"layers of stage {rank} as a range or list of ints",
                     hint=HintName("split"),
                 )
             held.append(probe["value"])
@@ -406,7 +409,8 @@ def bubble_fraction(ctx: CheckContext) -> None:
         if errors:
             (p, mb, _), error = errors[0]
             raise ctx.fail(
-                f"bubble_fraction({p}, {mb}, {schedule!r}) {error}; expected the idle fraction, a number in [0, 1)",
+                f"bubble_fraction({p}, {mb}, {schedule!r}) {shorten(error, QUOTED)}; expected the idle fraction, a "
+                "number from 0 up to 1 (never 1 itself)",
                 hint=HintName("bubble"),
             )
         actions = _actions(_train(ctx, schedule))
@@ -457,8 +461,8 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
         if r.error:
             raise ctx.fail(
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches: rank {r.rank} raised "
-                f"{r.error.get('type')}: {str(r.error.get('message', '')).strip()[:200]}; expected {wanted}, raised "
-                "before the schedule runs",
+                f"{r.error.get('type')}: {shorten(str(r.error.get('message', '')).strip(), QUOTED)}; "
+                f"expected {wanted}, raised before the schedule runs",
                 hint=HintName("uneven"),
             )
     ranks = ctx.require(result, schema=Uneven)
@@ -473,7 +477,7 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
         message = raised["message"]
         if not all(_names(message, n) for n in (UNEVEN_BATCH, UNEVEN_MICRO)):
             raise ctx.fail(
-                f"rank {rank} raised ValueError({message!r}) for a batch of {UNEVEN_BATCH} samples in "
+                f"rank {rank} raised ValueError({shorten(message, QUOTED)!r}) for a batch of {UNEVEN_BATCH} samples in "
                 f"{UNEVEN_MICRO} micro-batches; the message must name both sizes",
                 hint=HintName("uneven"),
             )

@@ -10,14 +10,14 @@ import math
 
 import numpy as np
 
-from grader.checks.ex16_mixed_precision.facts import REFERENCE, TRAIN, Linear, Reference, Train
+from grader.checks.ex16_mixed_precision.facts import REFERENCE, TRAIN, WORKLOAD, Linear, Reference, Train
 from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import scale_of
 from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName, MaybeCause
 
-STEPS, BATCH, LR = 3, 4, 0.05
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
 REGIONS = ("inp", *BLOCKS, "out")
 # bf16 keeps 8 significant bits: a relative error of 2^-8 per rounding. On the CPU a gradient computed with the
@@ -55,7 +55,7 @@ def _explained(ctx: CheckContext, result: RunResult) -> None:
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    result = ctx.run(TRAIN.name, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    result = ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     _explained(ctx, result)
     ranks = ctx.require(result, schema=Train)
     counts = [f["steps"] for f in ranks]
@@ -69,9 +69,7 @@ def _ranks(ctx: CheckContext) -> list[Train]:
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, world_size=ctx.world_size, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, world_size=ctx.world_size, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 

@@ -7,11 +7,12 @@ process doing the same casts come from the trusted `reference` worker.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict, final
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, Worker, Workload
 
 
 class Linear(TypedDict):
@@ -94,3 +95,15 @@ class Reference(RankFacts):
 
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+
+
+@dataclass(frozen=True)
+class Run(Workload):
+    """The run every check shares: `steps` of a per-rank `batch_size`, SGD at `lr`."""
+
+    steps: int = 3
+    batch_size: int = 4
+    lr: float = 0.05
+
+
+WORKLOAD = Run()

@@ -162,8 +162,22 @@ def _elements(count: int) -> str:
     return f"{count} element{'' if count == 1 else 's'}"
 
 
-def _full_size(shapes: Shapes) -> int:
-    return sum(int(np.prod(shape)) for shape in shapes.values())
+def filled_whole(rank: int, tensors: int, elements: int, shapes: Shapes) -> str:
+    """What a rank asked dcp.load to fill whole, against the model. The ranks count only the tensors of more
+    than one element (workers._tensors: one element looks alike whole or sharded, as AdamW's step does), so
+    the model is counted the same way and the tensors left out are named: "15 whole tensors (2368 elements)"
+    then reads as the whole model, not as a model of 2369 elements with one missing."""
+    counted = {name: int(np.prod(shape)) for name, shape in shapes.items() if int(np.prod(shape)) > 1}
+    single = sorted(set(shapes) - set(counted))
+    left_out = (
+        f"; {', '.join(single)}, of one element, {'is' if len(single) == 1 else 'are'} not counted" if single else ""
+    )
+    model = f"{len(counted)} tensors of more than one element ({_elements(sum(counted.values()))}{left_out})"
+    whole = f"{tensors} whole tensor{'' if tensors == 1 else 's'}"
+    asked = f"rank {rank} asked dcp.load to fill {whole} ({_elements(elements)})"
+    if tensors == len(counted) and elements == sum(counted.values()):
+        return f"{asked}: all of the model's {model}"
+    return f"{asked} of the model's {model}"
 
 
 def _listing(saved: Inspected) -> str:
@@ -474,18 +488,21 @@ def optimizer_resharded(ctx: CheckContext) -> None:
 def loads_own_shard(ctx: CheckContext) -> None:
     ranks = _resumed(ctx)
     half = _half(ctx)
-    readers = [r for r, facts in enumerate(ranks) if _calls(facts, FileLoaded, "torch.load")]
+    # a file of whole tensors; one of none (metadata beside DCP's files, as Lightning writes) holds no state
+    loaded = [sum(e["whole_elements"] for e in _calls(facts, FileLoaded, "torch.load")) for facts in ranks]
+    readers = [r for r, elements in enumerate(loaded) if elements]
     if readers:
         raise ctx.fail(
-            f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load: every rank held the "
-            "whole state at once. Load with dcp.load into the sharded state dict, each rank reading its pieces",
+            f"{rank_phrase(readers, half)} read a whole checkpoint file with torch.load (whole tensors of "
+            f"{_elements(loaded[readers[0]])} on rank {readers[0]}): every rank held the whole state at once. Load "
+            "with dcp.load into the sharded state dict, each rank reading its pieces",
             hint=HintName("shard_then_load"),
         )
     if not any(_calls(facts, CheckpointCall, "dcp.load") for facts in ranks):
         raise ctx.fail(
             "no rank called dcp.load: resume loads the checkpoint with dcp.load", hint=HintName("shard_then_load")
         )
-    full = _full_size(_shapes(_reference(ctx)))
+    shapes = _shapes(_reference(ctx))
     for rank, facts in enumerate(ranks):
         sharded = None  # whether the model was sharded when the dcp.load being planned was called
         for event in facts.get("events", []):
@@ -493,10 +510,7 @@ def loads_own_shard(ctx: CheckContext) -> None:
                 sharded = event.get("model_sharded")
             if event["op"] != "fill" or event["whole_elements"] == 0:
                 continue
-            wanted = (
-                f"rank {rank} asked dcp.load to fill {event['whole']} whole tensors "
-                f"({_elements(event['whole_elements'])}; the model has {full})"
-            )
+            wanted = filled_whole(rank, event["whole"], event["whole_elements"], shapes)
             if sharded is False and facts.get("sharded_at_end"):
                 raise ctx.fail(
                     f"model loaded before fully_shard: {wanted}, while the model was not sharded yet; it was "
@@ -506,7 +520,7 @@ def loads_own_shard(ctx: CheckContext) -> None:
                     cause=Cause("loaded_before_shard"),
                 )
             raise ctx.fail(
-                f"{wanted} and {event['dtensors']} DTensor shards, with the model already sharded: every rank read "
+                f"{wanted}, and {event['dtensors']} DTensor shards, with the model already sharded: every rank read "
                 "whole tensors (a full_state_dict=True state dict?). Load into the sharded state dict "
                 "(get_state_dict's default), so that each rank reads only its pieces",
                 hint=HintName("shard_then_load"),

@@ -54,8 +54,14 @@ class FileSaved(TypedDict):
 
 
 class FileLoaded(TypedDict):
+    """torch.load from a file, and what the object loaded held."""
+
     op: Literal["torch.load"]
     path: str
+    dtensors: int
+    local: int
+    whole: int
+    whole_elements: int
 
 
 Event = OptimizerBuilt | CheckpointCall | Planned | FileSaved | FileLoaded

@@ -174,12 +174,16 @@ class Watch:
         def call(*args: Any, **kwargs: Any) -> Any:
             saving = what == "torch.save"
             f = kwargs.get("f", args[1] if saving and len(args) > 1 else args[0] if not saving and args else None)
-            if isinstance(f, (str, os.PathLike)):  # DCP itself serializes small objects into BytesIO
-                event: dict[str, Any] = {"op": what, "path": str(f)}
-                if saving:
-                    event.update(_contents(kwargs.get("obj", args[0] if args else None)))
-                events.append(event)
-            return original(*args, **kwargs)
+            if not isinstance(f, (str, os.PathLike)):  # DCP itself serializes small objects into BytesIO
+                return original(*args, **kwargs)
+            event: dict[str, Any] = {"op": what, "path": str(f), **_contents(None)}
+            events.append(event)
+            if saving:
+                event.update(_contents(kwargs.get("obj", args[0] if args else None)))
+                return original(*args, **kwargs)
+            loaded = original(*args, **kwargs)
+            event.update(_contents(loaded))  # a checkpoint's tensors, or metadata of none (Lightning's meta.pt)
+            return loaded
 
         return call
 

@@ -11,15 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, Reference, Replayed, Train
+from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, WORKLOAD, Reference, Replayed, Train
 from grader.engine.facts import ReplayRequest
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.names import Cause, HintName, MaybeCause
 from grader.judge.tolerance import relative_difference
+from grader.judge.wording import article
 
 # BATCH: the global batch of a step, 6 per dp group: a loss summed over 6 samples is not the lr scaled by W = 4
-STEPS, BATCH, LR = 3, 12, 0.02
+STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
@@ -27,13 +28,11 @@ _HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matc
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
-    return ctx.facts(TRAIN, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model"))
+    return ctx.facts(TRAIN, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
 
 
 def _reference(ctx: CheckContext) -> Reference:
-    facts = ctx.reference(
-        REFERENCE, dp=ctx.world_size // TP, steps=STEPS, batch_size=BATCH, lr=LR, **ctx.seeds("data", "model")
-    )
+    facts = ctx.reference(REFERENCE, dp=ctx.world_size // TP, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
     return facts
 
 
@@ -118,7 +117,7 @@ def placements_2d(ctx: CheckContext) -> None:
                 kind = (
                     "only sharded by FSDP, never split by TP"
                     if placements == ["Shard(dim=0)"]
-                    else f"on a {len(placements)}D mesh"
+                    else f"on {article(str(len(placements)))}D mesh"
                 )
                 raise ctx.fail(
                     f"{said}: {kind}. A block's Linear weights live on the 2D (dp, tp) mesh: TP on mesh['tp'] "
@@ -194,19 +193,37 @@ def _share(parts: int, index: int) -> list[int]:
     return list(range(index * size, (index + 1) * size))
 
 
+def _split(fed: list[list[int]], dp_size: int) -> bool:
+    """Whether one step's samples, per rank, split the batch as the contract asks: the ranks of a tp group
+    (one dp coordinate) feed the same samples, and the dp groups' shares are equal, disjoint and cover the
+    batch: then FSDP's average over dp is the mean over the whole batch, whichever samples each share holds
+    (a chunk, or a DistributedSampler's stride)."""
+    groups = [fed[d * TP : (d + 1) * TP] for d in range(dp_size)]
+    if any(any(got != group[0] for got in group) for group in groups):
+        return False
+    shares = [group[0] for group in groups]
+    return all(len(share) == BATCH // dp_size for share in shares) and sorted(
+        sample for share in shares for sample in share
+    ) == list(range(BATCH))
+
+
 @check("data_by_dp_coordinate")
 def data_by_dp_coordinate(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
     dp_size = ctx.world_size // TP
     for rank, facts in enumerate(ranks):
-        rows = facts["rows"]
-        if len(rows) < STEPS:
+        if len(facts["rows"]) < STEPS:
             raise ctx.fail(
-                f"rank {rank} ran {len(rows)} forward passes of the model for {STEPS} batches", hint=HintName("data")
+                f"rank {rank} ran {len(facts['rows'])} forward passes of the model for {STEPS} batches",
+                hint=HintName("data"),
             )
-        dp = rank // TP
-        want = _share(dp_size, dp)
-        for step, got in enumerate(rows[:STEPS]):
+    for step in range(STEPS):
+        if _split([sorted(facts["rows"][step]) for facts in ranks], dp_size):
+            continue
+        for rank, facts in enumerate(ranks):
+            got = facts["rows"][step]
+            dp = rank // TP
+            want = _share(dp_size, dp)
             if sorted(got) == want:
                 continue
             said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
@@ -227,7 +244,11 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
                     Cause("dp_from_tp"),
                 )
             else:
-                reason, cause = "", ""
+                reason, cause = (
+                    "the shares do not split the batch (the same samples on the ranks of a tp group, equal and "
+                    "disjoint shares across the dp groups, all of the batch)",
+                    "",
+                )
             raise ctx.fail(
                 f"{said}, where its dp group's share is {want}"
                 + (f": {reason}" if reason else "")

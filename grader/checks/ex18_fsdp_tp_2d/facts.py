@@ -7,11 +7,12 @@ replays come from the trusted `reference` worker.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from grader.engine.facts import RankFacts, Worker
+from grader.engine.facts import RankFacts, Worker, Workload
 
 TP = 2  # the mesh's tp dimension, for the workers and the checks alike; dp = W / 2 ((2, 2) at W=4, (1, 2) at W=2)
 
@@ -71,3 +72,16 @@ class Replays(RankFacts):
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
 REPLAYS = Worker("replays", Replays)
+
+
+@dataclass(frozen=True)
+class Run(Workload):
+    """The run every check shares: `steps` of a global `batch_size` (6 per dp group at W=4: a loss summed over 6
+    samples is not the lr scaled by W = 4), SGD at `lr`."""
+
+    steps: int = 3
+    batch_size: int = 12
+    lr: float = 0.02
+
+
+WORKLOAD = Run()
