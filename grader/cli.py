@@ -44,7 +44,17 @@ def _add_cluster_options(parser: argparse.ArgumentParser, nodes_help: str) -> No
 # parsed without the instructor's commands, in the course as in a student copy
 STUDENT_COMMANDS = ("list", "check", "hint", "watch", "reset", "node", "doctor", "notebook")
 # a student copy's grader has no instructor code: these are refused there with a sentence, not a usage error
-INSTRUCTOR_COMMANDS = ("grade", "gradebook", "report", "gradescope", "slurm", "release", "lint-course", "export-grades")
+INSTRUCTOR_COMMANDS = (
+    "grade",
+    "gradebook",
+    "report",
+    "similarity",
+    "gradescope",
+    "slurm",
+    "release",
+    "lint-course",
+    "export-grades",
+)
 
 
 def instructor_side() -> bool:

@@ -1,4 +1,4 @@
-"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `gradescope`, `slurm`,
+"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `similarity`, `gradescope`, `slurm`,
 `release`, `lint-course`."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from grader.instructor import (
     lms_export,
     manifest,
     shard,
+    similarity,
     slurm,
 )
 from grader.instructor.batch import grade_batch
@@ -46,6 +47,16 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1, such as 0.7")
     return value
 
 
@@ -189,6 +200,44 @@ def register(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--out", type=Path, required=True, metavar="FILE", help="the page to write, e.g. report.html")
     report.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib installed")
     report.set_defaults(func=cmd_report)
+
+    alike = commands.add_parser(
+        "similarity",
+        help="which submissions of a graded batch share code: pages to read, never a grade",
+        description="Compare the code of the submissions `grader grade` graded into OUT, exercise by exercise "
+        "(the exercises' stubs set aside), and write OUT/similarity.html with a side-by-side page per "
+        "flagged pair, linked from OUT/report.html. No score changes. Needs the similarity extra: "
+        f"{similarity.INSTALL}.",
+    )
+    alike.add_argument("out", type=Path, metavar="OUT", help="a `grader grade --out` folder (it keeps no code)")
+    alike.add_argument(
+        "submissions", nargs="*", type=Path, metavar="SUBMISSION", help="the submissions graded there, as given to it"
+    )
+    alike.add_argument(
+        "--archive",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an earlier term to compare with: a folder of its submissions, or its results folder once "
+        "`grader similarity` has run on it (repeat for several)",
+    )
+    alike.add_argument(
+        "--threshold",
+        type=_share,
+        default=similarity.THRESHOLD,
+        metavar="SHARE",
+        help=f"flag a pair when each shares this much of its own code with the other (default {similarity.THRESHOLD})",
+    )
+    alike.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=similarity.cpus(),
+        metavar="N",
+        help=f"processes that read and compare (default: one per CPU, {similarity.cpus()} here)",
+    )
+    alike.set_defaults(func=cmd_similarity)
 
     scope = commands.add_parser(
         "gradescope",
@@ -431,6 +480,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_similarity(args: argparse.Namespace) -> int:
+    given = _graded("similarity", args.submissions)
+    if not given:
+        raise InstructorError(
+            f"name the submissions {args.out} graded: `grader similarity OUT SUBMISSION...` (a results folder "
+            "keeps no code)"
+        )
+    if args.jobs < 1:
+        raise InstructorError("-j/--jobs must be at least 1")
+    findings = similarity.run(args.out, given, args.archive, course_catalog(), args.threshold, args.jobs)
+    linked = similarity.link_report(args.out, findings)
+    flagged = [e.exercise for e in findings.exercises if e.flagged]
+    print(
+        f"similarity: {findings.flagged} pair(s) flagged in {len(flagged)} exercise(s) of {findings.submissions} "
+        f"submission(s), {len(findings.not_compared)} not compared, in {findings.seconds:.1f}s: "
+        f"{args.out / similarity.FILENAME} ({linked}); no score changed"
+    )
+    return 0
+
+
 def cmd_gradebook_merge(args: argparse.Namespace) -> int:
     try:
         result = gradebook.merge(args.sources, args.out)
@@ -629,4 +698,4 @@ def _listed(names: list[str], most: int = 10) -> str:
     return "; ".join(one_line(name, 100) for name in names[:most]) + more
 
 
-ERRORS = (InstructorError, NotebookError)
+ERRORS = (InstructorError, NotebookError, similarity.SimilarityError)

@@ -31,6 +31,7 @@ def _data_uri(figure) -> str:
 
 def histogram(summary: ClassSummary) -> str:
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(7, 3.2), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
@@ -47,7 +48,8 @@ def histogram(summary: ClassSummary) -> str:
     axes.set_xlim(0, bins[-1].high if bins else 1)
     axes.set_xlabel(f"score (out of {summary.max_score:g})")
     axes.set_ylabel("submissions")
-    axes.yaxis.get_major_locator().set_params(integer=True)
+    if isinstance(locator := axes.yaxis.get_major_locator(), MaxNLocator):  # the default: an AutoLocator
+        locator.set_params(integer=True)
     axes.spines[["top", "right"]].set_visible(False)
     return _data_uri(figure)
 
