@@ -53,7 +53,7 @@ INSTRUCTOR_CODE = (
 )
 # what the copy's pyproject leaves out of the course's: the extras of the tests and the lint, which do not ship,
 # and jinja2, which only the instructor's templates and quiz rendering use
-INSTRUCTOR_EXTRAS = ("test", "lint")
+INSTRUCTOR_EXTRAS = ("test", "lint", "similarity")  # similarity: `grader similarity`, an instructor command
 INSTRUCTOR_DEPENDENCIES = ("jinja2",)
 EDITION = "student"  # [tool.grader] edition in the copy's pyproject: what makes the release refuse to run there
 STUDENT_GITIGNORE = "*.egg-info/\n.grader/\n.venv/\n__pycache__/\n.ipynb_checkpoints/\n"
@@ -197,7 +197,7 @@ def _practice_bank(catalog: Catalog, out: Path) -> Path | None:
 
 def _student_pyproject(root: Path, out: Path) -> Path:
     """The copy's pyproject: the course's dependencies and the extras a student can use (notebooks, plots), no
-    test or lint extra and no pytest settings (tests/ does not ship), and its edition marked."""
+    test, lint or similarity extra and no pytest settings (tests/ does not ship), and its edition marked."""
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     dependencies = [d for d in project["dependencies"] if not d.startswith(INSTRUCTOR_DEPENDENCIES)]
     extras = {k: v for k, v in project.get("optional-dependencies", {}).items() if k not in INSTRUCTOR_EXTRAS}
