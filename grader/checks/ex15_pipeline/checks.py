@@ -29,7 +29,7 @@ from grader.checks.ex15_pipeline.facts import (
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
-from grader.judge.diagnose import failure_verdict
+from grader.judge.diagnose import error_echo_phrase, failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
@@ -483,7 +483,8 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
     if any((r.error or {}).get("not_implemented") for r in result.ranks):
         ctx.require(result)
     wanted = f"a ValueError naming both sizes ({UNEVEN_BATCH} samples, {UNEVEN_MICRO} micro-batches)"
-    for r in result.ranks:
+    # a rank's own error before those of peers that only lost it ("Connection closed by peer")
+    for r in sorted(result.ranks, key=lambda outcome: bool(error_echo_phrase(outcome.error))):
         if r.error:
             raise ctx.fail(
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches: rank {r.rank} raised "
@@ -510,4 +511,6 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
 
 
 def _names(message: str, number: int) -> bool:
-    return re.search(rf"(?<![\d.]){number}(?![\d.])", message) is not None
+    """Whether `message` names `number` as a number of its own: not a digit of another, nor a part of a decimal
+    ("4." ending a sentence names 4; "4.5" and "14" do not)."""
+    return re.search(rf"(?<![\d.]){number}(?!\d|\.\d)", message) is not None
