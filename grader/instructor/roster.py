@@ -4,8 +4,9 @@
 The format: a CSV file (UTF-8, a byte-order mark allowed) whose first row names the columns. Columns are
 matched by name, case and surrounding spaces ignored; any other column is kept in `Student.row` for whoever
 needs it (a grade export):
-- name: `name`, `student` or `full name`; else `first name` with `last name` or `surname`, joined;
-- id: the first of `id`, `sis user id`, `student id`;
+- name: `name`, `student` or `full name`; else `first name` (`firstname`) with `last name` (`lastname`) or
+  `surname`, joined;
+- id: the first of `id`, `sis user id`, `student id`, `id number` (`idnumber`) the roster has;
 - login: `login`, `username`, `login id` or `sis login id`;
 - email: `email` or `email address`.
 At least one of the id, login and email columns must be there. A row with none of them filled in is no
@@ -16,9 +17,10 @@ A submission is matched to a student (`Roster.match`) by, in this order, the fir
 2. it is named as Canvas's "Download Submissions" names files, `<name>[_LATE]_<user id>_<attachment id>_...`
    (a zip `smithjohn_12345_678_repo.zip` is the submission `smithjohn_12345_678_repo`): the user id equals
    one of the student's ids;
-3. its name, or the name part of a Canvas name or of a Moodle "download submissions in folders" folder
-   (`Full Name_<participant id>_assignsubmission_file_`), equals the student's name, letters and digits only,
-   case ignored (Canvas writes "Smith, John" as `smithjohn`).
+3. its name, or the name part of a Canvas name or of a Moodle "download submissions" folder
+   (`Full Name_<participant id>_assignsubmission_file_`: the participant id is the assignment's own, not the
+   student's), equals the student's name, letters and digits only, case ignored (Canvas writes "Smith, John"
+   as `smithjohn`).
 A key that finds two students matches neither: the submission is said ambiguous, never given to one.
 """
 
@@ -34,8 +36,8 @@ from grader.report.inert import csv_cell
 
 FILENAME = "roster.csv"  # what `grader grade --roster` writes beside the gradebook: every student and submission
 _NAME = ("name", "student", "full name")
-_FIRST, _LAST = ("first name",), ("last name", "surname")
-_IDS = ("id", "sis user id", "student id")
+_FIRST, _LAST = ("first name", "firstname"), ("last name", "lastname", "surname")
+_IDS = ("id", "sis user id", "student id", "id number", "idnumber")
 _LOGIN = ("login", "username", "login id", "sis login id")
 _EMAIL = ("email", "email address")
 _CANVAS = re.compile(r"(?P<name>\w*?)_(?:LATE_|late_)?(?P<id>\d+)_\d+(?:_.*)?", re.DOTALL)

@@ -217,7 +217,7 @@ def test_both_paths_say_the_same_when_nothing_is_an_exercise_s(tmp_path: Path, l
         build(folder)
         for path in [p for p in folder.rglob("*ex0*") if p.is_file()]:
             path.rename(path.with_name(path.name.replace("ex0", "exercise0")))
-    said = []
+    said: list[str] = []
     for folder in (tmp_path / "alice", tmp_path / "autograder" / "submission"):
         with pytest.raises(SubmissionError) as nothing:
             prepare(folder, CHEAP, tmp_path / f"work-{len(said)}")
