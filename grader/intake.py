@@ -227,9 +227,10 @@ class _Folder:
         self.into.mkdir(parents=True)
         while pending:
             parts = pending.pop()
-            if len(parts) > MAX_FOLDER_DEPTH:
+            if len(parts) >= MAX_FOLDER_DEPTH:  # what is in it: as a zip member named with as many parts
                 raise SubmissionError(
-                    f"{_shown('/'.join(parts))} sits in folders nested more than {MAX_FOLDER_DEPTH} folders deep"
+                    f"{_shown('/'.join(parts))}: its files sit in folders nested more than {MAX_FOLDER_DEPTH - 1} "
+                    "folders deep"
                 )
             fd = self._open(parts)
             try:

@@ -232,6 +232,7 @@ def test_run_autograder_grades_the_upload_folder_itself() -> None:
     script = gradescope_bundle._scripts(gradescope_bundle.BundleOptions(torch_version="2.13.0"))["run_autograder"]
     (grading,) = [line for line in script.splitlines() if " -m grader " in line]
     assert grading.startswith('"$PYTHON" -m grader grade "$SUBMISSION" --out "$WORK/out"')
+    assert script.index('chmod o-rwx "$SUBMISSION"') < script.index(grading), "the upload closed to other users first"
     assert "gradescope_submission" not in script and "unzip" not in script
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import notebook_build
+from grader import intake, notebook_build
 from grader.catalog import load_catalog
 from grader.instructor.batch import grade_batch
 from grader.instructor.gradebook import Gradebook
@@ -139,6 +139,17 @@ def test_files_in_course_folders_are_found_and_tools_folders_never_entered(tmp_p
     submission = prepare(folder, CATALOG, tmp_path / "work")
     assert [str(c) for c in submission.choices] == [f"{EX01}: repo-main/exercises/{EX01}.py (in a course folder)"]
     assert submission.problem(CATALOG.get(EX02)) == f"file missing: nothing handed in is {EX02}.py or its notebook"
+
+
+def test_a_folder_nests_its_files_as_deep_as_a_zip_may_and_no_deeper(tmp_path: Path) -> None:
+    """Each folder on the way is opened in turn: the depth is capped as a zip member's is (intake.MAX_FOLDER_DEPTH)."""
+    deep = "/".join(["d"] * (intake.MAX_FOLDER_DEPTH - 1))
+    _solution(tmp_path / "alice", EX01, f"{deep}/{EX01}.py")
+    assert [c.exercise for c in prepare(tmp_path / "alice", CATALOG, tmp_path / "w1").choices] == [EX01]
+    _solution(tmp_path / "bob", EX01, f"{deep}/d/{EX01}.py")
+    with pytest.raises(SubmissionError) as refused:
+        prepare(tmp_path / "bob", CATALOG, tmp_path / "w2")
+    assert str(refused.value) == f"{deep}/d: its files sit in folders nested more than 63 folders deep"
 
 
 def test_notebooks_in_a_folder_stand_for_their_exercise(tmp_path: Path) -> None:
