@@ -1,18 +1,20 @@
 """A class roster, as an LMS exports it: who the students are, to put a student id beside each submission
 (`grader grade --roster FILE`) and to say who handed in nothing.
 
-The format: a CSV file (UTF-8, a byte-order mark allowed) whose first row names the columns. Columns are
-matched by name, case and surrounding spaces ignored; any other column is kept in `Student.row` for whoever
-needs it (a grade export):
+The format: a CSV file (UTF-8, a byte-order mark allowed; cells separated by commas, or by semicolons or tabs
+as some spreadsheets save it) whose first row names the columns. Columns are matched by name, case and
+surrounding spaces ignored; any other column is kept in `Student.row` for whoever needs it (a grade export):
 - name: `name`, `student` or `full name`; else `first name` (`firstname`) with `last name` (`lastname`) or
   `surname`, joined;
 - id: the first of `id`, `sis user id`, `student id`, `id number` (`idnumber`) the roster has;
 - login: `login`, `username`, `login id` or `sis login id`;
-- email: `email` or `email address`.
-At least one of the id, login and email columns must be there. A row with none of them filled in is no
-student (Canvas's "Points Possible" row) and is skipped.
+- email: `email` or `email address`;
+- submission: `submission`, the name of the student's submission where nothing else tells it.
+At least one of the id, login, email and submission columns must be there. A row with none of them filled in
+is no student (Canvas's "Points Possible" row) and is skipped.
 
 A submission is matched to a student (`Roster.match`) by, in this order, the first key that finds any:
+0. its name is the student's `submission` cell;
 1. its whole name equals one of the student's id columns, login or email (`jdoe`, `jdoe@uni.edu`, `12345`);
 2. it is named as Canvas's "Download Submissions" names files, `<name>[_LATE]_<user id>_<attachment id>_...`
    (a zip `smithjohn_12345_678_repo.zip` is the submission `smithjohn_12345_678_repo`): the user id equals
@@ -40,6 +42,7 @@ _FIRST, _LAST = ("first name", "firstname"), ("last name", "lastname", "surname"
 _IDS = ("id", "sis user id", "student id", "id number", "idnumber")
 _LOGIN = ("login", "username", "login id", "sis login id")
 _EMAIL = ("email", "email address")
+_SUBMISSION = ("submission",)
 _CANVAS = re.compile(r"(?P<name>\w*?)_(?:LATE_|late_)?(?P<id>\d+)_\d+(?:_.*)?", re.DOTALL)
 _MOODLE = re.compile(r"(?P<name>.+?)_\d+_assign\w*", re.DOTALL)
 
@@ -55,6 +58,7 @@ class Student:
     login: str
     email: str
     ids: tuple[str, ...] = ()  # every id column's value (Canvas's `ID` and `SIS User ID`)
+    submission: str = ""  # the roster's `submission` cell, where it has one
     row: dict[str, str] = field(default_factory=dict, compare=False, hash=False)  # the roster's row as it is
 
 
@@ -92,11 +96,11 @@ class Matches:
 
 
 def _who(student: Student) -> str:
-    return f"{student.name} ({student.id or student.login or student.email})" if student.name else _key(student)
+    return f"{student.name} ({_key(student)})" if student.name else _key(student)
 
 
 def _key(student: Student) -> str:
-    return student.id or student.login or student.email
+    return student.id or student.login or student.email or student.submission
 
 
 def _plain(text: str) -> str:
@@ -121,12 +125,14 @@ class Roster:
             return [s for s in self.students if _plain(s.name) and _plain(s.name) in wanted]
         if key == "id":
             return [s for s in self.students if wanted & {i.casefold() for i in s.ids}]
+        if key == "submission":
+            return [s for s in self.students if s.submission and s.submission.casefold() in wanted]
         return [s for s in self.students if wanted & {v.casefold() for v in (*s.ids, s.login, s.email) if v}]
 
     def match(self, submission: str) -> list[Student]:
         """The students a submission's name finds by the first key that finds any (the module's docstring)."""
         canvas, moodle = _CANVAS.fullmatch(submission), _MOODLE.fullmatch(submission)
-        steps = [("any", [submission]), ("id", [canvas["id"]] if canvas else [])]
+        steps = [("submission", [submission]), ("any", [submission]), ("id", [canvas["id"]] if canvas else [])]
         names = [submission, *([canvas["name"]] if canvas else []), *([moodle["name"]] if moodle else [])]
         steps.append(("name", [_plain(n) for n in names]))
         for key, values in steps:
@@ -153,29 +159,32 @@ class Roster:
 def read_roster(path: Path) -> Roster:
     """The roster's students, or RosterError saying why it cannot be read."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            header = [name for name in reader.fieldnames or [] if name is not None]
-            rows = list(reader)
+        text = path.read_text(encoding="utf-8-sig")
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        reader = csv.DictReader(text.splitlines(), delimiter=max((",", ";", "\t"), key=first.count))
+        header = [name for name in reader.fieldnames or [] if name is not None]
+        rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise RosterError(f"{path}: cannot be read as a CSV roster: {exc}") from exc
     columns = {name.strip().casefold(): name for name in header}
-    if not any(name in columns for name in (*_IDS, *_LOGIN, *_EMAIL)):
+    known_by = (*_IDS, *_LOGIN, *_EMAIL, *_SUBMISSION)
+    if not any(name in columns for name in known_by):
         raise RosterError(
-            f"{path}: no column a student is known by: a roster needs one of {', '.join(_IDS + _LOGIN + _EMAIL)} "
+            f"{path}: no column a student is known by: a roster needs one of {', '.join(known_by)} "
             f"(case ignored); its columns are {', '.join(map(repr, header)) or 'none'}"
         )
     students = []
     for row in rows:
         ids = tuple(value for name in _IDS if name in columns and (value := (row.get(columns[name]) or "").strip()))
         login, email = _pick(row, columns, _LOGIN), _pick(row, columns, _EMAIL)
-        if not (ids or login or email):
+        submission = _pick(row, columns, _SUBMISSION)
+        if not (ids or login or email or submission):
             continue
         name = _pick(row, columns, _NAME) or " ".join(
             filter(None, (_pick(row, columns, _FIRST), _pick(row, columns, _LAST)))
         )
         kept = {key: value or "" for key, value in row.items() if isinstance(key, str) and isinstance(value, str)}
-        students.append(Student(name, _pick(row, columns, _IDS), login, email, ids, kept))
+        students.append(Student(name, _pick(row, columns, _IDS), login, email, ids, submission, kept))
     return Roster(students)
 
 

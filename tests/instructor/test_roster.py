@@ -53,6 +53,15 @@ def test_columns_are_matched_whatever_their_case_and_a_moodle_export_is_read_too
     assert (john.name, john.id, john.login, john.email) == ("John Smith", "S-001", "jsmith", "john.smith@uni.example")
 
 
+def test_a_spreadsheet_s_semicolons_and_a_submission_column_are_read(tmp_path: Path) -> None:
+    """Some spreadsheets save CSV with semicolons; a `submission` column ties a student to a name nothing else
+    tells (the name a student gave a folder)."""
+    roster = read_roster(_roster(tmp_path, "Name;Email;Submission\nAnn Lee;ann@uni.example;team-rocket\n"))
+    (ann,) = roster.students
+    assert (ann.name, ann.email, ann.submission) == ("Ann Lee", "ann@uni.example", "team-rocket")
+    assert roster.match("Team-Rocket") == [ann] and roster.match("ann@uni.example") == [ann]
+
+
 def test_a_roster_without_a_column_students_are_known_by_is_refused_in_a_sentence(tmp_path: Path) -> None:
     with pytest.raises(RosterError) as refused:
         read_roster(_roster(tmp_path, "Student,Score\nAnn,3\n"))
