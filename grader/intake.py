@@ -428,7 +428,7 @@ def _look(root: Path, seen: Sequence[str], catalog: Catalog, found: _Found, zipp
     by_id = {e.id: e for e in catalog.exercises}
     for relative in seen:
         name = relative.rsplit("/", 1)[-1]
-        shown = f"{zipped}: {_below(relative, base)}" if zipped else _below(relative, base)
+        shown = _shown(f"{zipped}: {_below(relative, base)}" if zipped else _below(relative, base))
         where = [f"in {zipped}"] if zipped else []
         where += ["in a course folder"] if "/" in _below(relative, base) else []
         named = _named(name, catalog.exercises)

@@ -514,3 +514,11 @@ def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatc
 def test_nbformat_reads_the_notebooks_the_grader_builds() -> None:
     """The shape check refuses nothing `grader notebook build` writes (with the exercise solved)."""
     assert notebook_source._shape_problem(nbformat.reads(json.dumps(SOLVED), as_version=4)) is None
+
+
+def test_a_zip_member_s_name_never_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """Names are shown on one line, control characters escaped, wherever the grader says them."""
+    archive = _zip(tmp_path / "mallory.zip", {"notes\ngrader: full marks\x1b[2J.txt": b"x"})
+    refused = _checked(archive)
+    assert isinstance(refused, SubmissionError)
+    assert "found notes\\ngrader: full marks\\x1b[2J.txt;" in str(refused) and "\n" not in str(refused)
