@@ -87,7 +87,11 @@ def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
     source.add_argument(
         "--solutions", action="store_true", help="check the reference solutions (the course's: a student copy has none)"
     )
-    source.add_argument("--path", metavar="DIR", help="check the exercise files in DIR")
+    source.add_argument(
+        "--path",
+        metavar="PATH",
+        help="check what you hand in (a folder, a zip or a notebook), its files chosen as the grader chooses them",
+    )
     check.add_argument(
         "--json", metavar="FILE", help="also write results as JSON to FILE ('-': stdout, the report then on stderr)"
     )

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypedDict
 
-from grader import notebook_source, pristine
+from grader import intake, notebook_source, pristine
 from grader.catalog import Catalog, CatalogError, Exercise, course_catalog
 from grader.engine import node
 from grader.engine.cluster import Cluster, ClusterError
@@ -55,11 +55,6 @@ def _exercise_dir(catalog: Catalog, args: argparse.Namespace) -> Path:
                 "`grader check EX` checks your own file"
             )
         return catalog.solutions_dir
-    if getattr(args, "path", None):
-        path = Path(args.path)
-        if not path.is_dir():
-            raise UsageError(f"--path {args.path}: not a directory")
-        return path
     return catalog.stubs_dir
 
 
@@ -127,9 +122,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     if any(key.endswith(".ipynb") for key in args.exercises):
         return _check_notebooks(args)
     catalog = _catalog()
-    return _check(
-        args, catalog, ExerciseFiles(_exercise_dir(catalog, args)), _select(catalog, args, Progress(catalog.root))
-    )
+    exercises = _select(catalog, args, Progress(catalog.root))
+    if args.path:
+        return _check_handed_in(args, catalog, exercises)
+    return _check(args, catalog, ExerciseFiles(_exercise_dir(catalog, args)), exercises)
+
+
+def _check_handed_in(args: argparse.Namespace, catalog: Catalog, exercises: list[Exercise]) -> int:
+    """`--path`: what a student hands in (a folder, a zip, a notebook), its files chosen as `grader grade` and
+    the Gradescope autograder choose them (grader/intake.py), each choice said before the checks."""
+    with tempfile.TemporaryDirectory(prefix="grader-path-") as workdir:
+        try:
+            files = intake.take_in(Path(args.path), catalog, Path(workdir) / "work")
+        except intake.SubmissionError as exc:
+            raise UsageError(f"--path: {exc}") from exc
+        terminal = _check_terminal(args)
+        for choice in files.choices:
+            if any(e.id == choice.exercise for e in exercises):
+                terminal.line(terminal.paint(f"graded: {choice}", "dim"))
+        return _check(args, catalog, files, exercises)
 
 
 def _check_notebooks(args: argparse.Namespace) -> int:

@@ -258,10 +258,11 @@ class Extracted:
     code_hash: str = ""  # its exercise cells, as progress remembers them
 
 
-def extract(path: Path, catalog: Catalog, folder: Path) -> Extracted:
-    """Write the notebook's tagged cells as the exercise's file in `folder`."""
+def extract(path: Path, catalog: Catalog, folder: Path, exercise: Exercise | None = None) -> Extracted:
+    """Write the notebook's tagged cells as the exercise's file in `folder`: `exercise`'s when given (a
+    submission's notebook, whose exercise grader/intake.py tells from a renamed file), else its own."""
     notebook = read(path)
-    exercise = exercise_of(notebook, path, catalog)
+    exercise = exercise or exercise_of(notebook, path, catalog)
     source_map = SourceMap(path.name, exercise.file)
     lines = [f"# extracted from {path.name} by the grader"]
     for index, cell in enumerate(notebook.cells):

@@ -206,7 +206,7 @@ def test_reset_restores_the_stub_and_keeps_a_backup(course, capsys):
     ("argv", "message"),
     [
         (("check", "ex99"), "no exercise 'ex99'"),
-        (("check", "--path", "/no/such/dir"), "not a directory"),
+        (("check", "--path", "/no/such/dir"), "--path: /no/such/dir: no such file or directory"),
         (("hint", "nope"), "no exercise 'nope'"),
     ],
 )

@@ -54,7 +54,14 @@ def test_no_two_modules_import_each_other_through_any_path() -> None:
     assert cycles == [], cycles
 
 
-STUDENT_SIDE = ["grader.commands", "grader.notebook", "grader.plan", "grader.grading_engines", "grader.grading"]
+STUDENT_SIDE = [
+    "grader.commands",
+    "grader.notebook",
+    "grader.plan",
+    "grader.grading_engines",
+    "grader.grading",
+    "grader.intake",
+]
 
 
 @pytest.mark.parametrize("student_side", STUDENT_SIDE)

@@ -36,6 +36,7 @@ from grader.grading import BackendProbe, grade_files
 from grader.grading_engines import EngineContext, EngineLender, open_batch
 from grader.instructor import submissions, tamper_scan
 from grader.instructor.submission_grade import SubmissionGrade
+from grader.intake import SubmissionError
 from grader.judge.api import CheckFailed, References, Verdict
 from grader.judge.runner import load_checks, not_run
 from grader.judge.verdict import CheckResult
@@ -161,7 +162,7 @@ def grade_one(lender: EngineLender, batch: _Batch, path: Path) -> SubmissionGrad
         with tempfile.TemporaryDirectory(prefix="grader-submission-", ignore_cleanup_errors=True) as workdir:
             try:
                 submission = submissions.prepare(path, catalog, Path(workdir))
-            except submissions.SubmissionError as exc:  # the submission is malformed: its row says how
+            except SubmissionError as exc:  # the submission is malformed, or holds no exercise's file: its row says so
                 return _failed(name, catalog, plan, str(exc), started)
             except Exception as exc:  # RecursionError, MemoryError...: what no check of prepare's foresaw
                 return _failed(
@@ -174,7 +175,8 @@ def grade_one(lender: EngineLender, batch: _Batch, path: Path) -> SubmissionGrad
                 )
             review = tamper_scan.scan_files(submission)  # the files as handed in, before any of them runs
             results, problem = _graded(lender, batch, submission)
-        return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes, review)
+        files = [str(choice) for choice in submission.choices]
+        return SubmissionGrade(name, results, time.monotonic() - started, problem, submission.notes, review, files)
     except Exception as exc:  # anywhere else (the temporary folder, the report): still this submission's row only
         return _failed(
             name,

@@ -20,6 +20,7 @@ from grader.instructor import (
     gradescope_bundle,
     lms_export,
     manifest,
+    roster,
     shard,
     similarity,
     slurm,
@@ -129,7 +130,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     grade = commands.add_parser(
         "grade",
         help="grade many submissions: results.json each, gradebook.csv, report.html",
-        description="Grade submissions (folders, zips or notebooks) with every check, hidden ones included.",
+        description="Grade submissions (folders, zips, notebooks or exercise files) with every check, hidden "
+        "ones included.",
     )
     grade.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION")
     grade.add_argument(
@@ -159,6 +161,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="I/N",
         help="grade only the I-th of N slices of the submissions (1 <= I <= N), chosen by a hash "
         "of each name: the same whatever order they are given in",
+    )
+    grade.add_argument(
+        "--roster",
+        type=Path,
+        metavar="FILE",
+        help="the class roster (an LMS's CSV export): the gradebook gets each submission's student_id, and "
+        "DIR/roster.csv says which student each submission is and who handed in nothing",
     )
     _add_sandbox_options(grade)
     grade.add_argument(
@@ -380,11 +389,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if repeated:
         raise InstructorError(f"two submissions would share the results folder {repeated[0]!r}: rename one")
     catalog = course_catalog(args.exercises)
+    students = _roster(args.roster) if args.roster else None
     paths = shard.select(submissions, args.shard) if args.shard else submissions
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
         args.out / manifest.FILENAME
     )
+    matches = None
+    if students is not None:  # every submission named on the command line, not only a shard's
+        matches = students.match_all(names)
+        roster.write_matches(args.out / roster.FILENAME, matches, students)
     try:
         sandbox = open_sandbox(args.sandbox, catalog.root, args.out, gpu=args.backend == "nccl", submissions=paths)
     except SandboxError as exc:
@@ -392,10 +406,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if sandbox is None:
         print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
-        return _grade(args, catalog, plan, sandbox, paths, names)
+        return _grade(args, catalog, plan, sandbox, paths, names, matches)
     finally:
         if sandbox is not None:
             sandbox.close()
+        for line in matches.lines() if matches else []:  # said last, where it is read
+            print(f"grader grade: roster: {one_line(line, 2000)}", file=sys.stderr)
+
+
+def _roster(path: Path) -> roster.Roster:
+    try:
+        return roster.read_roster(path)
+    except roster.RosterError as exc:
+        raise InstructorError(str(exc)) from exc
 
 
 def _grade(
@@ -405,6 +428,7 @@ def _grade(
     sandbox: SandboxSet | None,
     paths: list[Path],
     names: list[str],
+    matches: roster.Matches | None,
 ) -> int:
     """Plan, grade, sinks: each submission's results.json, gradebook row, grade log line and progress line as
     it is graded (in that order: a results.json that fails is noted in the row), then the class report."""
@@ -414,7 +438,7 @@ def _grade(
     )
     sinks: list[Sink[SubmissionGrade]] = [
         gradescope.ResultsFiles(args.out, catalog, args.hidden_visibility),
-        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog),
+        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog, matches.student_ids() if matches else None),
         grade_log.GradeLog(args.out / grade_log.FILENAME),
         BatchProgress(len(paths)),
         report,

@@ -48,6 +48,7 @@ def _record(grade: SubmissionGrade) -> dict[str, Any]:
         "notes": list(map(_text, grade.notes)),
         "results": list(map(_result, grade.results)),
         "review": [{"file": _text(m.file), "line": m.line, "reason": _text(m.reason)} for m in grade.review],
+        "files": list(map(_text, grade.files)),
     }
 
 
@@ -61,6 +62,7 @@ def _grade(record: dict[str, Any]) -> SubmissionGrade:
         record.get("problem", ""),
         list(record.get("notes", [])),
         review,
+        list(record.get("files", [])),
     )
 
 

@@ -1,5 +1,6 @@
-"""The batch's gradebook: one CSV row per submission, one column per exercise, the total, the problem, and
-the tamper scan's marks for review (`file:line: reason`; the gradebook is the instructor's alone).
+"""The batch's gradebook: one CSV row per submission (with its student's id, given a roster), one column per
+exercise, the total, which file was graded for each exercise and why, the problem, and the tamper scan's marks
+for review (`file:line: reason`; the gradebook is the instructor's alone).
 
 Rows are appended and flushed as submissions finish, so a batch stopped half-way (Ctrl-C, a crash
 of the machine) still leaves the rows of everything graded; `close` rewrites it sorted by name.
@@ -14,7 +15,7 @@ written by hand or by an older grader.
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,10 +33,15 @@ def _cells(row: Sequence[str]) -> list[str]:
 
 
 class Gradebook:
-    def __init__(self, path: Path, catalog: Catalog) -> None:
+    """`student_ids` (submission name -> the roster's id, grader/instructor/roster.py) adds a `student_id` column."""
+
+    def __init__(self, path: Path, catalog: Catalog, student_ids: Mapping[str, str] | None = None) -> None:
         self.path = path
         self._ids = [e.id for e in catalog.exercises]
-        self._header = ["submission", *self._ids, "total", "max_score", "seconds", "problem", "review"]
+        self._students = student_ids
+        student = ["student_id"] if student_ids is not None else []
+        scores = [*self._ids, "total", "max_score", "seconds"]
+        self._header = ["submission", *student, *scores, "files", "problem", "review"]
         self._rows: list[list[str]] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "w", newline="")
@@ -47,13 +53,16 @@ class Gradebook:
         pass
 
     def on_result(self, grade: SubmissionGrade) -> None:
+        student = [self._students.get(grade.name, "")] if self._students is not None else []
         row = _cells(
             [
                 grade.name,
+                *student,
                 *(f"{grade.exercise_score(i):g}" for i in self._ids),
                 f"{grade.score:g}",
                 f"{grade.max_score:g}",
                 f"{grade.seconds:.1f}",
+                "; ".join(grade.files),
                 grade.problem_column,
                 "; ".join(map(str, grade.review)),
             ]

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
-from grader.instructor import class_report, grade_log, gradebook, manifest
+from grader.instructor import class_report, grade_log, gradebook, manifest, roster
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
-from grader.report.inert import file_name, printable
+from grader.report.inert import file_name, one_line, printable
 
 HIDDEN_VISIBILITIES = ("hidden", "after_due_date", "after_published")
 TEST_OUTPUT_LIMIT = 10_000  # characters of one test's output
@@ -91,6 +91,8 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
     summary = f"{passed}/{len(visible)} visible checks passed"
     if grade.problem_column:
         summary = f"{printable(grade.problem_column, TEST_OUTPUT_LIMIT)}\n{summary}"
+    if grade.files:  # the student's own file names: which of them was graded for each exercise, and why
+        summary += "\nFiles graded:\n" + "\n".join(one_line(choice, TEST_OUTPUT_FLOOR * 2) for choice in grade.files)
     return {
         "score": round(grade.score, 4),
         "execution_time": round(grade.seconds, 2),
@@ -101,6 +103,7 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
         "stdout_visibility": "hidden",
         "extra_data": {
             "max_score": round(grade.max_score, 4),
+            "files": [one_line(choice, TEST_OUTPUT_FLOOR * 2) for choice in grade.files],
             "review": [
                 {"file": printable(m.file, TEST_OUTPUT_FLOOR), "line": m.line, "reason": printable(m.reason, 1000)}
                 for m in grade.review
@@ -112,7 +115,8 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
 
 # what `grader grade --out` writes beside the results folders: a submission named like one gets a slug
 RESERVED = frozenset(
-    name.casefold() for name in (gradebook.FILENAME, class_report.FILENAME, grade_log.FILENAME, manifest.FILENAME)
+    name.casefold()
+    for name in (gradebook.FILENAME, class_report.FILENAME, grade_log.FILENAME, manifest.FILENAME, roster.FILENAME)
 )
 
 

@@ -18,9 +18,10 @@ class SubmissionGrade:
     results: list[CheckResult]
     seconds: float
     problem: str = ""  # about the submission as a whole: unreadable, out of time
-    notes: list[str] = field(default_factory=list)  # which file was graded, where the submission held several
+    notes: list[str] = field(default_factory=list)  # what grading it ran into (a sandbox's limit, an unwritten file)
     # what the tamper scan found in the graded files: for instructors only, and never a change of score
     review: tuple[ReviewMark, ...] = ()
+    files: list[str] = field(default_factory=list)  # which file was graded for each exercise, and why (intake)
 
     @property
     def problem_column(self) -> str:

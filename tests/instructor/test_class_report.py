@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import load_catalog
-from grader.instructor import report_plots
+from grader.instructor import batch, report_plots
 from grader.instructor.class_report import render_report, write_report
 from grader.instructor.class_stats import histogram, outcome, pattern, summarize
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.names import Cause
 from grader.judge.runner import CheckResult
 from grader.judge.verdict import Status
+from grader.plan import GradingPlan
 
 from . import support
 from .png import count_colour, read_png
@@ -194,3 +195,31 @@ def test_a_browser_renders_the_report_with_its_histogram(plots: bool, tmp_path: 
     assert bars > 2000, f"no histogram on the screen: {bars} pixels of its colour"
     if keep := os.environ.get("REPORT_SCREENSHOT"):
         shutil.copy(shot, f"{keep}-{'plots' if plots else 'plain'}.png")
+
+
+class _NoEngines:
+    """A batch's engines, for submissions that never get as far as grading."""
+
+    def borrow(self) -> None:
+        raise AssertionError("a submission with nothing to grade borrowed an engine")
+
+
+def test_a_submission_holding_no_exercise_s_file_is_an_error_said_never_not_attempted(tmp_path: Path) -> None:
+    """Issue 34: files named past recognition scored 0 with an empty problem and counted as "not attempted"."""
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "exercise1.py").write_text("x = 1\n")
+    plan = GradingPlan(jobs=1, hidden=True)
+    grade = batch.grade_one(_NoEngines(), batch._Batch(CHEAP, plan, None, None, None), tmp_path / "alice")  # type: ignore[arg-type]
+    assert grade.problem == (
+        "nothing handed in is an exercise's file: found exercise1.py; expected files named like "
+        "ex01_process_group.py or ex02_data_sharding.py (in any folder, zipped or not), or their notebooks"
+    )
+    summary = summarize(CHEAP, [grade, SubmissionGrade("bob", _results("ex01_process_group"), 1.0)])
+    assert [(row.exercise, row.counts) for row in summary.exercises] == [
+        ("ex01_process_group", {"error": 1, "passed": 1}),
+        ("ex02_data_sharding", {"error": 1}),
+    ]
+    assert [(t.submission, t.kind, t.where, t.message) for t in summary.troubles] == [
+        ("alice", "error", "submission", grade.problem)
+    ]
+    assert grade.problem in render_report(summary, "Class report", plots=False).replace("&#39;", "'")

@@ -29,6 +29,7 @@ from grader.instructor.gradescope_bundle import PYTHON_MIN, TORCH_CPU_INDEX
 
 from . import support
 from .results_schema import max_score, validate_results
+from .test_intake_paths import _repository
 
 CATALOG = load_catalog(support.REPO)
 TORCH = "2.13.0"
@@ -212,3 +213,36 @@ def test_a_grader_crash_never_shows_its_traceback_to_the_student(bundle: Path, t
     data, done = run_autograder(root)
     assert data["score"] == 0 and "the grader stopped with status 1" in data["output"]
     assert "Traceback" not in json.dumps(data) and "Traceback" in done.stdout  # instructors see it, students do not
+
+
+def test_an_upload_scores_what_grader_grade_scores_for_the_same_files(
+    bwrap_available: None, bundle: Path, tmp_path: Path
+) -> None:
+    """test_intake_paths.py's zipped repository end to end: handed to `grader grade` as alice.zip, and uploaded
+    to the autograder as it is. The same files are graded, for the same reasons, to the same score."""
+    _repository(tmp_path / "staging")
+    handed_in = Path(shutil.make_archive(str(tmp_path / "alice"), "zip", tmp_path / "staging"))
+    out = tmp_path / "graded"
+    done = support.run_grader(
+        support.REPO, "grade", str(handed_in), "--out", str(out), "--exercises", support.CHEAP_EXERCISES, "-j", "1"
+    )
+    assert done.returncode == 0, done.stderr
+    graded = json.loads((out / "alice" / "results.json").read_text())
+    root = fake_root(bundle, tmp_path / "autograder")
+    shutil.copyfile(handed_in, root / "submission" / handed_in.name)
+    uploaded, run = run_autograder(root)
+    assert uploaded["score"] == graded["score"] == max_score(graded) == 10, run.stdout
+    assert [(t["name"], t["status"]) for t in uploaded["tests"]] == [(t["name"], t["status"]) for t in graded["tests"]]
+    assert graded["extra_data"]["files"] == [
+        "ex01_process_group: exercises/ex01_process_group.py (in a course folder); set aside: "
+        "notebooks/ex01_process_group.ipynb (the untouched stub)",
+        "ex02_data_sharding: notebooks/ex02_data_sharding.ipynb (in a course folder, a notebook); set aside: "
+        "exercises/ex02_data_sharding.py (the untouched stub)",
+    ]
+    assert uploaded["extra_data"]["files"] == [  # the same files, found in the zip the upload holds
+        "ex01_process_group: alice.zip: exercises/ex01_process_group.py (in alice.zip, in a course folder); set "
+        "aside: alice.zip: notebooks/ex01_process_group.ipynb (the untouched stub)",
+        "ex02_data_sharding: alice.zip: notebooks/ex02_data_sharding.ipynb (in alice.zip, in a course folder, a "
+        "notebook); set aside: alice.zip: exercises/ex02_data_sharding.py (the untouched stub)",
+    ]
+    assert "Files graded:\n" + "\n".join(uploaded["extra_data"]["files"]) in uploaded["output"]

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from grader.catalog import load_catalog
 from grader.instructor.gradescope import RESERVED, results_folder
 from grader.instructor.shard import shard_of
-from grader.instructor.submissions import SubmissionError, name_of, prepare
+from grader.instructor.submissions import name_of, prepare
+from grader.intake import SubmissionError
 
 from . import support
 

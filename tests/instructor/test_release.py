@@ -266,3 +266,14 @@ def test_the_practice_bank_keeps_text_that_looks_like_a_comment() -> None:
     text = practice_bank([bank])
     assert '"e"' not in text and "exam question" not in text and "about the exam" not in text
     assert "# a shell comment in the code" in text and 'id = "p"' in text
+
+
+def test_the_readmes_hand_in_check_works_in_the_copy(released: Path, tmp_path: Path) -> None:
+    """ "What to hand in": a zip of the course folder, checked as the grader will grade it, each choice said."""
+    readme = (released / "README.md").read_text()
+    assert "grader check --path handin.zip" in readme
+    handin = shutil.make_archive(str(tmp_path / "handin"), "zip", released.parent, released.name)
+    done = support.run_grader(released, "check", "--path", handin, "ex01", "--world-size", "2", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr  # the stub: checked, and failing
+    assert "graded: ex01_process_group: exercises/ex01_process_group.py (in a course folder)" in done.stdout
+    assert "not implemented" in done.stdout + done.stderr

@@ -38,6 +38,7 @@ ALLOWED = (
     "grader/doctor.py",
     "grader/grading.py",
     "grader/grading_engines.py",
+    "grader/intake.py",
     "grader/notebook.py",
     "grader/notebook_build.py",
     "grader/notebook_source.py",

@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from instructor import support
 
-from grader import notebook_source, student_files
+from grader import intake, notebook_source, student_files
 from grader.catalog import load_catalog
 from grader.instructor import batch, gradebook, gradescope, submissions
 from grader.instructor.batch import grade_batch
 from grader.instructor.submission_grade import SubmissionGrade
-from grader.instructor.submissions import Submission, SubmissionError, prepare
+from grader.instructor.submissions import Submission, prepare
+from grader.intake import SubmissionError
 from grader.plan import GradingPlan
 
 CATALOG = load_catalog(support.REPO)
@@ -99,12 +100,14 @@ def test_a_deeply_nested_exercise_file_is_its_own_problem(tmp_path: Path, constr
 
 
 def test_a_deeply_nested_stub_beside_a_notebook_is_no_crash(tmp_path: Path) -> None:
-    """Choosing between two files parses both: the crash of issue 19 was there (`is_untouched`)."""
+    """Choosing between two files parses both, to tell a stub and to compare their code: the crash of issue 19
+    was there (`is_untouched`). The file that cannot be parsed holds work, and differs: both are named."""
     folder = _folder(tmp_path, {EX01_PY: f"{SOLUTION}\nx = {'-' * 100_000}1\n".encode()})
     support.notebook(folder / f"{EX01}.ipynb", CATALOG, EX01)
     submission = _checked(folder)
     assert isinstance(submission, Submission)
-    assert "too deeply nested to parse" in submission.problems[EX01]
+    assert submission.problems[EX01].startswith(f"2 files handed in could be {EX01_PY} and their code differs: ")
+    assert submission.problems[EX01].endswith(f"{EX01_PY}, {EX01}.ipynb; hand in one of them")
 
 
 def test_an_exercise_file_over_the_cap_is_not_parsed(tmp_path: Path) -> None:
@@ -231,19 +234,22 @@ NOTEBOOKS: dict[str, tuple[bytes, str | None]] = {  # the notebook's bytes -> wh
 
 @pytest.mark.parametrize("shape", sorted(NOTEBOOKS))
 def test_every_malformed_notebook_shape_is_refused_in_a_sentence(tmp_path: Path, shape: str) -> None:
+    """Handed in alone or in a folder, a notebook named like an exercise is that exercise's file: one that
+    cannot be read is that exercise's problem, in a sentence; under another name, the submission's."""
     data, said = NOTEBOOKS[shape]
     alone = tmp_path / f"{EX01}.ipynb"
     alone.write_bytes(data)
     result = _checked(alone)
     in_folder = _checked(_folder(tmp_path, {f"{EX01}.ipynb": data}))
-    assert isinstance(in_folder, Submission)
+    (tmp_path / "homework.ipynb").write_bytes(data)
+    renamed = _checked(tmp_path / "homework.ipynb")
+    assert isinstance(result, Submission) and isinstance(in_folder, Submission), (result, in_folder)
     if said is None:
-        assert isinstance(result, Submission), result
         assert not result.problems[EX01], result.problems
         assert not in_folder.problems[EX01]
     else:
-        assert isinstance(result, SubmissionError) and said in str(result), result
-        assert said in in_folder.problems[EX01]
+        assert said in result.problems[EX01] and said in in_folder.problems[EX01], result.problems
+        assert isinstance(renamed, SubmissionError) and said in str(renamed), renamed
 
 
 JSON = st.recursive(
@@ -327,10 +333,10 @@ ZIPS: dict[str, tuple[Callable[[Path], Path], str]] = {  # how to build it -> wh
     "not a zip": (lambda p: _written(p, b"PK\x03\x04 but not really"), "not a readable zip archive"),
     "encrypted": (_encrypted, "is encrypted"),
     "too many members": (
-        lambda p: _zip(p, {f"f{i}.txt": b"" for i in range(submissions.MAX_MEMBERS + 1)}),
-        f"a submission holds at most {submissions.MAX_MEMBERS}",
+        lambda p: _zip(p, {f"f{i}.txt": b"" for i in range(intake.MAX_MEMBERS + 1)}),
+        f"a submission holds at most {intake.MAX_MEMBERS}",
     ),
-    "a bomb": (lambda p: _zip(p, {EX01_PY: b"\0" * (submissions.MAX_UNPACKED_BYTES + 1)}), "unpacks to more than"),
+    "a bomb": (lambda p: _zip(p, {EX01_PY: b"\0" * (intake.MAX_UNPACKED_BYTES + 1)}), "unpacks to more than"),
     "a member climbing out": (lambda p: _zip(p, {f"../../{EX01_PY}": b"x = 1"}), "points outside the archive"),
     "an absolute member": (lambda p: _zip(p, {f"/tmp/{EX01_PY}": b"x = 1"}), "is an absolute path"),
     "a NUL in a name": (lambda p: _patched(_zip(p, {EX01_PY + "X": SOLUTION.encode()}), b".pyX", b".py\0"), "NUL byte"),
@@ -352,12 +358,12 @@ def test_a_malformed_zip_is_refused_in_a_sentence(tmp_path: Path, kind: str) -> 
 
 def test_a_zip_nests_its_folder_as_deep_as_allowed_and_no_deeper(tmp_path: Path) -> None:
     """Unpacking makes each folder (pathlib makes them recursively): 1,200 deep would overflow it."""
-    allowed = "d/" * (submissions.MAX_FOLDER_DEPTH - 1) + EX01_PY
+    allowed = "d/" * (intake.MAX_FOLDER_DEPTH - 1) + EX01_PY
     submission = _checked(_zip(tmp_path / "deep.zip", {allowed: SOLUTION.encode()}))
     assert isinstance(submission, Submission) and submission.problems == {EX01: ""}
     refused = _checked(_zip(tmp_path / "deeper.zip", {"d/" * 1_200 + EX01_PY: SOLUTION.encode()}))
     assert isinstance(refused, SubmissionError)
-    assert f"sits in folders nested more than {submissions.MAX_FOLDER_DEPTH} folders deep" in str(refused)
+    assert f"sits in folders nested more than {intake.MAX_FOLDER_DEPTH} folders deep" in str(refused)
 
 
 @FUZZ
@@ -435,10 +441,11 @@ def test_anything_raised_while_preparing_becomes_the_row(
 def test_a_refused_submission_is_its_row_in_its_own_words(tmp_path: Path) -> None:
     (tmp_path / "bob.ipynb").write_bytes(b"[" * 100_000 + b"]" * 100_000)
     grade = _row(tmp_path / "bob.ipynb")
-    assert grade.problem == (
+    assert grade.problem.startswith("nothing handed in is an exercise's file: found bob.ipynb (not readable: ")
+    assert (
         "bob.ipynb is nested too deeply to read: a notebook's JSON nests a few levels, at most "
         f"{notebook_source.MAX_NOTEBOOK_DEPTH}"
-    )
+    ) in grade.problem
     _all_not_run(grade, grade.problem)
 
 
@@ -507,3 +514,11 @@ def test_a_batch_goes_on_past_whatever_prepare_raises(tmp_path: Path, monkeypatc
 def test_nbformat_reads_the_notebooks_the_grader_builds() -> None:
     """The shape check refuses nothing `grader notebook build` writes (with the exercise solved)."""
     assert notebook_source._shape_problem(nbformat.reads(json.dumps(SOLVED), as_version=4)) is None
+
+
+def test_a_zip_member_s_name_never_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """Names are shown on one line, control characters escaped, wherever the grader says them."""
+    archive = _zip(tmp_path / "mallory.zip", {"notes\ngrader: full marks\x1b[2J.txt": b"x"})
+    refused = _checked(archive)
+    assert isinstance(refused, SubmissionError)
+    assert "found notes\\ngrader: full marks\\x1b[2J.txt;" in str(refused) and "\n" not in str(refused)

@@ -27,7 +27,6 @@ from grader.instructor import gradebook, gradescope
 from grader.instructor.class_report import write_report
 from grader.instructor.display import BatchProgress
 from grader.instructor.grade_log import TEXT_LIMIT, GradeLog, read_grades
-from grader.instructor.gradescope_submission import main as locate_main
 from grader.instructor.manifest import Manifest
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.tamper_scan import ReviewMark
@@ -92,7 +91,8 @@ def hostile_grade(name: str = "=evil" + HOSTILE, flood: int = 0) -> SubmissionGr
                     )
                 )
     review = (ReviewMark("=" + HOSTILE + ".ipynb", 3, "-rebinds " + HOSTILE),)  # a notebook's name is the student's
-    return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE], review)
+    files = [f"ex01_process_group: -{HOSTILE}/ex01_process_group.py (in a course folder)"]  # the student's folder name
+    return SubmissionGrade(name, results, 1.0, "+problem " + HOSTILE, ["@note " + HOSTILE], review, files)
 
 
 # --- the remedies --------------------------------------------------------------------------------------
@@ -232,11 +232,12 @@ def test_a_merged_gradebook_is_disarmed_and_finds_every_hostile_name(tmp_path: P
                 "total",
                 "max_score",
                 "seconds",
+                "files",
                 "problem",
                 "review",
             ]
         )
-        writer.writerow([names[2], "0", "0", "0", "10", "1.0", "=1+1", "+f.py:1: x"])
+        writer.writerow([names[2], "0", "0", "0", "10", "1.0", "@ex01.py", "=1+1", "+f.py:1: x"])
     for folder in (one, two):
         Manifest(names, ("ex01_process_group", "ex02_data_sharding")).write(folder / "batch.json")
     result = gradebook.merge([one, two], tmp_path / "merged.csv")
@@ -321,9 +322,10 @@ def test_an_error_naming_a_student_file_is_printed_as_text(
     upload.mkdir()
     for name in (f"a{CLEAR}\ngrader: you get full marks.zip", "b.zip"):
         (upload / name).write_bytes(b"PK")
-    assert locate_main([str(upload), str(tmp_path / "work")]) == 2
+    assert grader_main(["check", "--path", str(upload)]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and error.startswith("grader: 2 zips") and not raw_controls(error)
+    assert error.count("\n") == 1 and not raw_controls(error)
+    assert error.startswith("grader: --path: a\\x1b[2J\\x1b[H\\ngrader: you get full marks.zip is not a readable zip")
 
 
 # --- the job scripts -----------------------------------------------------------------------------------

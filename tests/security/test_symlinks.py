@@ -12,14 +12,17 @@ import shutil
 import socket
 import threading
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from instructor import support
 
+from grader import intake
 from grader.catalog import load_catalog
-from grader.instructor import submissions
-from grader.instructor.submissions import SubmissionError, prepare
+from grader.instructor.submissions import prepare
+from grader.intake import SubmissionError
 
 CATALOG = load_catalog(support.REPO)
 EX01 = "ex01_process_group"
@@ -111,20 +114,40 @@ def test_a_fifo_named_like_a_notebook_hangs_nothing(tmp_path: Path) -> None:
 
 
 def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The folder is checked, then its files are copied: a file turned into a link in between (a
+    """The folder is listed, then its files are copied: a file turned into a link in between (a
     submission grading beside it, without a sandbox, can write there) is still refused, not read."""
     folder = _honest(tmp_path / "mallory")
-    checked = submissions._top_files
+    copy = intake._copy_regular
 
-    def then_swapped(root: Path) -> list[str]:
-        names = checked(root)
+    def swapped_first(*args: Any, **kwargs: Any) -> int:
         (folder / EX01_PY).unlink()
         (folder / EX01_PY).symlink_to("/etc/passwd")
-        return names
+        return copy(*args, **kwargs)
 
-    monkeypatch.setattr(submissions, "_top_files", then_swapped)
+    monkeypatch.setattr(intake, "_copy_regular", swapped_first)
     assert _refused(folder, tmp_path / "work") == f"{EX01_PY} {REFUSED}"
     assert PASSWD not in "".join(p.read_text() for p in (tmp_path / "work").rglob("*") if p.is_file())
+
+
+def test_a_folder_swapped_for_a_link_after_the_listing_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder inside is listed, then entered: made a link to the solutions in between, it is refused,
+    whatever depth it sits at, and nothing behind the link is read."""
+    folder = tmp_path / "mallory"
+    (folder / "deep" / "er").mkdir(parents=True)
+    shutil.copyfile(support.SOLUTIONS / EX01_PY, folder / "deep" / "er" / EX01_PY)
+    enter = intake._Folder._open
+
+    def swapped(self: intake._Folder, parts: Sequence[str]) -> int:
+        if tuple(parts) == ("deep", "er"):
+            shutil.rmtree(folder / "deep" / "er")
+            (folder / "deep" / "er").symlink_to(support.SOLUTIONS)
+        return enter(self, parts)
+
+    monkeypatch.setattr(intake._Folder, "_open", swapped)
+    assert _refused(folder, tmp_path / "work") == f"deep/er {REFUSED}"
+    assert not [p for p in (tmp_path / "work").rglob("*.py")]
 
 
 def test_a_zip_of_a_link_is_refused_and_an_honest_zip_is_not(tmp_path: Path) -> None:
