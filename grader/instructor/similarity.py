@@ -44,6 +44,7 @@ from grader.catalog import Catalog, CatalogError
 from grader.instructor import class_report, manifest, report_plots, submissions
 from grader.instructor.gradescope import results_folder
 from grader.instructor.templating import render
+from grader.intake import SubmissionError
 from grader.report.inert import one_line
 
 T = TypeVar("T")
@@ -214,7 +215,7 @@ def _read(path: Path, catalog: Catalog) -> _Read:
                 for e in catalog.exercises
                 if e.id not in submission.problems and (submission.folder / e.file).is_file()
             }
-        except submissions.SubmissionError as exc:
+        except SubmissionError as exc:
             return _Read({}, frozenset(), str(exc))
         except Exception as exc:  # a RecursionError, a MemoryError...: this submission's, said, and the rest go on
             return _Read({}, frozenset(), f"it could not be read: {type(exc).__name__}: {one_line(str(exc), 300)}")
