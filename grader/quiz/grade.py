@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.judge.tolerance import close_either_way
 from grader.quiz.analysis import MINIMUM_STUDENTS, REPLACE, flags, item_statistics, option_counts, reliability
 from grader.quiz.layouts import GRADER, Layout, LayoutError, detect
 from grader.quiz.marks import Mark
@@ -292,7 +293,11 @@ def _check_lms(path: Path, layout: Layout, keys: dict[int, dict[str, Any]], vers
             f"{path}: its answer columns are those of questions {numbers}, and version {version} has "
             f"{len(entries)} questions: is it the report of this version's quiz?"
         )
-    wrong = [n for n, points in sorted(layout.points.items()) if not math.isclose(points, entries[n]["points"])]
+    wrong = [
+        n
+        for n, points in sorted(layout.points.items())
+        if not close_either_way(points, entries[n]["points"], rtol=1e-9, atol=0)
+    ]
     if wrong:
         said = ", ".join(
             f"question {n} is worth {_number(layout.points[n])}, not {_number(entries[n]['points'])}" for n in wrong

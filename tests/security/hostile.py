@@ -233,6 +233,7 @@ ATTACKS = [
         for _name in [n for n in vars(_rt) if callable(getattr(_rt, n)) and not n[0].isupper()]:
             setattr(_rt, _name, lambda *a, **k: _real_write(3, _frame))
         """,
+        marked=True,
     ),
     Attack(  # writes a forged report into every socket it holds (its report channel among them), then exits
         "forges_its_report_on_the_channel",
@@ -247,6 +248,7 @@ ATTACKS = [
                 pass
         _o._exit(0)
         """,
+        marked=True,
     ),
     # --- the machine --------------------------------------------------------------------------
     Attack(

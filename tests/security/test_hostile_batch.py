@@ -190,4 +190,4 @@ def test_the_forgeries_are_marked_for_review_and_no_other_submission(batch):
     """Their rows keep the points they deserve (test_an_attack_gains_nothing); the marks are said beside them."""
     rows = _gradebook(batch["out"])
     assert {name for name, row in rows.items() if row["review"]} == {a.name for a in ATTACKS if a.marked}, rows
-    assert "7 submission(s) marked for review" in batch["stdout"]
+    assert f"{sum(a.marked for a in ATTACKS)} submission(s) marked for review" in batch["stdout"]

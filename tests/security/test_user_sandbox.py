@@ -44,11 +44,12 @@ def user_course(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _attacker(bob: Path) -> str:
-    """Exercise 1 whose rank 0 first tries everything on bob, then raises what it found (to its own results)."""
+    """Exercise 1 whose rank 0, once its group formed, tries everything on bob, then raises what it found (to its
+    own results)."""
     solution = (support.SOLUTIONS / "ex01_process_group.py").read_text()
     attack = f'''
 def _attack():
-    import os, subprocess, sys, time
+    import os, stat, subprocess, sys, time
     found, marker = [], {MARKER_PARTS[0]!r} + {MARKER_PARTS[1]!r}
     try:
         found.append("READ-BOB: " + (marker in open({str(bob / "ex01_process_group.py")!r}).read()).__str__())
@@ -68,9 +69,13 @@ def _attack():
         if time.monotonic() > until:
             break
         for name in files:
+            if time.monotonic() > until:  # a folder of thousands of files (a virtual environment) ends it too
+                break
             try:
                 path = os.path.join(root, name)
-                if os.path.getsize(path) < 65536 and marker in open(path, errors="replace").read():
+                status = os.lstat(path)  # a regular file only: opening another test's FIFO would wait for ever
+                small = stat.S_ISREG(status.st_mode) and status.st_size < 65536
+                if small and marker in open(path, errors="replace").read():
                     hits.append(name)
             except OSError:
                 pass
@@ -93,8 +98,11 @@ def _attack():
     raise RuntimeError("FINDINGS " + "; ".join(found))
 '''
     return (
-        solution.replace(
-            "    if backend is None:\n", "    if rank == 0:\n        _attack()\n    if backend is None:\n", 1
+        solution.replace(  # after the group formed: a slow search then delays no peer's rendezvous
+            "    dist.init_process_group(backend, rank=rank, world_size=world_size)\n",
+            "    dist.init_process_group(backend, rank=rank, world_size=world_size)\n"
+            "    if rank == 0:\n        _attack()\n",
+            1,
         )
         + attack
     )
