@@ -204,13 +204,14 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
     raised_by_student = bool(frames) and student is not None and frames[-1].filename == student
     inner = cause or exc
     wrapped = wrapped_failures(inner)  # a DCP or spawn error: each rank's own error, not 60 lines said twice
+    message = short_message(wrapped) if wrapped else str(inner)
     chain = chain_facts(inner)
     if wrapped:
-        chain[0]["message"] = short_message(wrapped)
+        chain[0]["message"] = message
         chain[1:1] = [{"type": f.type, "message": f.message[-CHAIN_MESSAGE_CHARS:], "who": f.who} for f in wrapped]
     return {
         "type": type(inner).__name__,
-        "message": short_message(wrapped) if wrapped else str(inner),
+        "message": message,
         "grader_message": str(exc) if cause is not None else "",
         "student_load_error": isinstance(exc, StudentCodeError),
         "not_implemented": isinstance(inner, NotImplementedError) and raised_by_student,
