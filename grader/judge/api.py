@@ -20,6 +20,7 @@ from grader.engine.facts import ReplayedStep, TrainingReplays, Worker
 from grader.judge.diagnose import failure_verdict
 from grader.judge.facts import problems as facts_problems
 from grader.judge.names import HintName, MaybeCause
+from grader.judge.proof import Proven
 from grader.judge.replay import Replayer
 from grader.judge.verdict import Verdict
 
@@ -325,8 +326,14 @@ class CheckContext:
         return facts
 
     def fail(
-        self, message: str, hint: HintName | None = None, details: str = "", cause: MaybeCause = ""
+        self,
+        message: str,
+        hint: HintName | None = None,
+        details: str = "",
+        cause: MaybeCause = "",
+        proven: Proven | None = None,
     ) -> CheckFailed:
-        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `cause`: the
-        name of the cause the message names, given only where it is proven (docs/maintainers/DIAGNOSES.md)."""
-        return CheckFailed(Verdict("failed", message, details, hint, cause=cause))
+        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `proven`: the cause
+        the message names, as the proof path proved it (grader/judge/proof.py); None where the message names none."""
+        named = proven.cause if proven is not None else cause
+        return CheckFailed(Verdict("failed", message, details, hint, cause=named))

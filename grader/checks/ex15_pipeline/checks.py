@@ -452,7 +452,7 @@ def bubble_fraction(ctx: CheckContext) -> None:
                 f"replayed in unit time slots: {world - 1} idle of {m + world - 1} slots per phase on each stage)"
                 + said,
                 hint=HintName("bubble"),
-                cause=slip.name if slip else "",
+                proven=slip.proven if slip else None,
             )
         wrong = [
             (p, mb, fractions[(p, mb, s)])
