@@ -18,22 +18,25 @@ import numpy as np
 
 from grader.engine.facts import ReplayedStep
 from grader.judge.compare import Arrays, first_difference, scale_of
-from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven
 from grader.judge.replay import Hypothesis, Replayer, Steps, prove, reproduces
 from grader.judge.tolerance import close
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: Cause | Literal["measured"]  # the cause named, proven ("loss_summed", "no_sampler"...), or none
+    """What a diagnosis found: a message naming a cause only with its proof (grader/judge/proof.py), else what
+    was measured. A cause without a proof is refused where the finding is made, not where it is reported."""
+
     message: str
     step: int = 0
     hint: HintName | None = None
+    proven: Proven | None = None
 
     @property
-    def proven(self) -> MaybeCause:
-        """The cause as a verdict carries it: "" where none is proven."""
-        return "" if self.cause == "measured" else self.cause
+    def cause(self) -> Cause | Literal["measured"]:
+        return self.proven.cause if self.proven is not None else "measured"
 
 
 @dataclass(frozen=True)
@@ -292,7 +295,7 @@ def diagnose(
         return None
     plain = f"{observation.sentence}. {observation.advice}" if observation.advice else observation.sentence
     if observation.measured_only or setting.replay is None or not setting.hypotheses:
-        return Finding("measured", plain, observation.step)
+        return Finding(plain, observation.step)
     numbers = {name: float(value) for name, value in setting.factors.items()}
     numbers |= {"lr": setting.lr, "momentum": setting.momentum}
     proof = prove(
@@ -307,17 +310,16 @@ def diagnose(
     if named is not None:
         hypothesis, says = named
         return Finding(
-            hypothesis.cause, f"{says}. Measured: {observation.sentence}; {recorded}", observation.step, hypothesis.hint
+            f"{says}. Measured: {observation.sentence}; {recorded}", observation.step, hypothesis.hint, proof.cause
         )
     if proof.proven:
         candidates = "; ".join(says for _, says in proof.proven)
         return Finding(
-            "measured",
             f"{plain}. Each of these reproduces every step, and this run's numbers cannot tell them apart: "
             f"{candidates}",
             observation.step,
         )
-    return Finding("measured", plain, observation.step)
+    return Finding(plain, observation.step)
 
 
 def _joined(

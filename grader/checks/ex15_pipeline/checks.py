@@ -259,7 +259,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
     finding = diagnose(steps, start, [dict(step) for step in reference["steps"]], reference["start"], setting)
     if finding:
         proven = finding.proven
-        raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), cause=proven)
+        raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), proven=proven)
     for rank, facts in enumerate(ranks):
         names, foreign = facts.get("returned_names"), facts.get("returned_foreign")
         if names is None or foreign is None:
