@@ -26,9 +26,13 @@ from grader.judge.verdict import Verdict
 
 
 class CheckFailed(Exception):
-    def __init__(self, verdict: Verdict) -> None:
+    """`failed_run`: the run of the student's code whose failure is the verdict (`require`), where several checks
+    sharing that run would otherwise each say the same failure (the runner makes the later ones point back)."""
+
+    def __init__(self, verdict: Verdict, failed_run: RunResult | None = None) -> None:
         super().__init__(verdict.message)
         self.verdict = verdict
+        self.failed_run = failed_run
 
 
 CheckFunction = Callable[["CheckContext"], "Verdict | str | None"]
@@ -249,7 +253,7 @@ class CheckContext:
         wrong); with a `schema`, once every report also conforms to it (else it fails saying what does not)."""
         verdict = failure_verdict(result, self.student_file, stage)
         if verdict is not None:
-            raise CheckFailed(verdict)
+            raise CheckFailed(verdict, failed_run=result)
         self.notes += [
             f"rank {r.rank} died by signal {-r.status} after it had reported (ignored)"
             for r in result.ranks

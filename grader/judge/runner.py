@@ -25,6 +25,7 @@ from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
+from grader.judge.wording import shorten
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
@@ -55,20 +56,31 @@ def load_checks(exercise: Exercise) -> dict[str, Callable]:
     return registry
 
 
-def _verdict(function: Callable, context: CheckContext) -> Verdict:
+def _verdict(function: Callable, context: CheckContext) -> tuple[Verdict, RunResult | None]:
+    """The check's verdict, and the failed run of the student's code it fails with, if that is its verdict."""
     try:
         outcome = function(context)
     except CheckFailed as failed:
-        return failed.verdict
+        return failed.verdict, failed.failed_run
     except EngineError as exc:
-        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True)
+        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True), None
     except Exception as exc:  # a defect of the check, not of the student's code
         return Verdict(
             "error", f"internal grader error in this check: {type(exc).__name__}: {exc}", traceback.format_exc()
-        )
+        ), None
     if isinstance(outcome, Verdict):
-        return outcome
-    return Verdict("passed", outcome or "")
+        return outcome, None
+    return Verdict("passed", outcome or ""), None
+
+
+def _knock_on(verdict: Verdict, first: str) -> Verdict:
+    """A check failed only because the run it shares with `first` failed: it says so and points there, where
+    the failure is said once, traceback included, with its hint (one mistake, one diagnosis)."""
+    said = verdict.message.splitlines()[0] if verdict.message else "it failed"
+    return Verdict(
+        verdict.status,
+        f"not judged: the run it shares with {first} failed (a knock-on; {first} says why: {shorten(said, 160)})",
+    )
 
 
 def grade_exercise(
@@ -102,6 +114,7 @@ def _grade_checks(
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
     results = []
+    said_by: dict[int, tuple[RunResult, str]] = {}  # a failed run -> the first check that said its failure
     for spec in _selected(exercise.checks, options):
         sizes = options.world_sizes or spec.world_sizes
         for world_size in sizes:
@@ -127,7 +140,12 @@ def _grade_checks(
                     options.seed or 0,
                     check=spec.name,
                 )
-                verdict = skipped_if_api_missing(_verdict(function, context), context.used, exercise)
+                verdict, failed_run = _verdict(function, context)
+                if failed_run is not None and id(failed_run) in said_by:
+                    verdict = _knock_on(verdict, said_by[id(failed_run)][1])
+                elif failed_run is not None:
+                    said_by[id(failed_run)] = (failed_run, spec.name)
+                verdict = skipped_if_api_missing(verdict, context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
                 if left and spec.strays == "fail" and verdict.status == "passed":
