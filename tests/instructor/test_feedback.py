@@ -237,3 +237,8 @@ def test_pages_that_cannot_be_written_cost_that_submission_its_pages_alone(
     assert "1 submission(s)' feedback pages could not be written" in said.err and "b_unwritable" in said.err
     report = (out / "report.html").read_text()
     assert 'href="a_first/feedback.html"' in report and "b_unwritable/feedback" not in report
+
+
+def test_an_unknown_visibility_is_refused_rather_than_read_as_shown() -> None:
+    with pytest.raises(ValueError, match="must be one of"):
+        feedback.feedback(CHEAP, _grade("ada", "wrong"), "visible")
