@@ -54,6 +54,7 @@ INSTRUCTOR_COMMANDS = (
     "release",
     "lint-course",
     "export-grades",
+    "feedback",
 )
 
 

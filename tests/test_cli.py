@@ -329,6 +329,7 @@ def test_a_students_command_loads_no_instructor_code():
         *("grade", "gradebook", "report", "similarity", "gradescope", "slurm", "release", "lint-course"),
         "new-exercise",
         "export-grades",
+        "feedback",
     ]
 
 
