@@ -405,7 +405,7 @@ FORGERIES = [
         ],
         "rank 0's optimizer state holds a dict subclass `Quiet`; the contract asks for a plain dict",
     ),
-    Forgery(  # all-reduces one element per bucket, a tensor subclass claiming the bucket's size: nothing averaged
+    Forgery(  # one element per bucket, a subclass claiming the bucket's size (fails on main too: RecursionError)
         "ex12_claims_its_buckets_size_with_a_tensor_subclass",
         "ex12_overlap_ddp",
         "buckets_by_size",
