@@ -19,6 +19,7 @@ from pathlib import Path
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
 from grader.engine import EngineError, Runner, RunResult
+from grader.engine.exact import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import import_calls, test_call_message
@@ -155,6 +156,7 @@ def _grade_checks(
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
                 _name_test_calls(verdict, warnings, context)
+                verdict = _refusing(verdict, refused(context.used))
                 replaced = tampered(context.used)
                 if replaced:
                     warnings.append(f"marked: the code under test replaced the grader's code ({'; '.join(replaced)})")
@@ -188,6 +190,36 @@ def tampered(runs: Iterable[RunResult]) -> tuple[str, ...]:
             if isinstance(found, list):
                 lines.update((f"rank {rank.rank}: {line[:300]}", None) for line in found if isinstance(line, str))
     return tuple(lines)[:MAX_TAMPERED]
+
+
+def refused(runs: Iterable[RunResult]) -> tuple[str, ...]:
+    """Each object of a type the contract does not allow that a rank found where it reads a fact (exact.REFUSED), in a
+    sentence: "rank 0's optimizer state holds a torch.Tensor subclass `Fake`; the contract asks for plain tensors".
+    A report is untrusted: a malformed record is still a refusal, its strings capped."""
+    lines: dict[str, None] = {}
+    for run in runs:
+        for rank in run.ranks:
+            found = rank.facts.get(REFUSED)
+            for record in found if isinstance(found, list) else ():
+                said = {key: str(record.get(key, ""))[:100] if isinstance(record, dict) else "" for key in _REFUSAL}
+                kind = f"a {said['kind']} subclass" if said["kind"] else "a"
+                lines[
+                    f"rank {rank.rank}'s {said['where'] or 'report'} holds {kind} `{said['type'] or '?'}`; "
+                    f"the contract asks for {said['asks'] or 'plain objects'}"
+                ] = None
+    return tuple(lines)[:MAX_TAMPERED]
+
+
+_REFUSAL = ("where", "kind", "type", "asks")
+
+
+def _refusing(verdict: Verdict, refusals: tuple[str, ...]) -> Verdict:
+    """A check whose ranks refused an object fails, whatever it found: the fact it would rest on is missing."""
+    if not refusals:
+        return verdict
+    said = "\n".join(refusals)
+    message = said if verdict.status == "passed" else f"{said}\n{verdict.message}"
+    return replace(verdict, status="failed", message=message)
 
 
 def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContext) -> None:
