@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import describe
-from tests.variants import materialize
+from conftest import describe
+from variants import materialize
 
 BARRIER_IN_THE_IF = {
     "replace": [
