@@ -183,6 +183,24 @@ def test_without_hypotheses_the_observation_is_said_with_where_to_look(run) -> N
     )
 
 
+def test_parameters_off_by_an_exact_factor_are_named_with_it(run) -> None:
+    """One bucket summed, the others averaged: only some parameters are W times the reference's. The message says
+    which and by how much, and which equal it; a parameter off by no single factor keeps the plain measurement."""
+    start, grads = run
+    setting = Setting(lr=LR, momentum=MOMENTUM, factors={}, reference="the reference")
+    doubled = [{"w": g["w"], "b": 2 * g["b"]} for g in grads]
+    finding = diagnose(_sgd(start, doubled), start, _sgd(start, grads), start, setting)
+    assert finding is not None and finding.cause == "measured"
+    assert "in some parameters only: b is exactly 2 times the reference's; every other parameter's gradient " in (
+        finding.message
+    )
+    assert "equals it (w)" in finding.message
+    noisy = [{"w": g["w"], "b": g["b"] + np.float32(0.5)} for g in grads]
+    finding = diagnose(_sgd(start, noisy), start, _sgd(start, grads), start, setting)
+    assert finding is not None and "some parameters only" not in finding.message
+    assert "it is not a multiple of it" in finding.message
+
+
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
     setting = _setting(start, grads, momentum=0.0, labels={3: "the first step of epoch 1"})

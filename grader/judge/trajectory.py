@@ -97,6 +97,36 @@ def _proportional(actual: Arrays, expected: Arrays) -> float | None:
     return None
 
 
+def _listed(names: list[str]) -> str:
+    shown = names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else [])
+    return ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else shown[0]
+
+
+def by_parameter(actual: Arrays, expected: Arrays, what: str) -> str:
+    """Where only some parameters are off, each by an exact factor, and every other one equals the reference's:
+    "inp.weight and inp.bias are exactly 2 times the reference's; every other parameter's gradient equals it".
+    "" for any other pattern (a parameter off by no single factor, or every parameter off)."""
+    equal: list[str] = []
+    scaled: dict[float, list[str]] = {}
+    for name in expected:
+        if name not in actual:
+            return ""
+        one, want = {name: actual[name]}, {name: expected[name]}
+        if first_difference(one, want) is None:
+            equal.append(name)
+        elif (factor := _proportional(one, want)) is not None:
+            scaled.setdefault(_round(factor), []).append(name)
+        else:
+            return ""
+    if not equal or not scaled:
+        return ""
+    groups = [
+        f"{_listed(names)} {'is' if len(names) == 1 else 'are'} exactly {_fraction(factor)} the reference's"
+        for factor, names in sorted(scaled.items())
+    ]
+    return f"{'; '.join(groups)}; every other parameter's {what} equals it ({_listed(equal)})"
+
+
 @dataclass(frozen=True)
 class Observation:
     """Where the run first leaves the reference, in measured terms, and the fitted values the
@@ -174,6 +204,10 @@ class _Locator:
             if scale < 1:
                 fits["clip_norm"] = _round(_norm(grads))
             measured = f"the gradient at optimizer.step() is exactly {_fraction(scale)} the reference's"
+        elif located := by_parameter(grads, expected, "gradient"):
+            measured = f"the gradient at optimizer.step() differs from the reference's ({self.setting.reference}) " + (
+                f"in some parameters only: {located}"
+            )
         else:
             difference = first_difference(grads, expected)
             measured = (
@@ -239,6 +273,8 @@ class _Locator:
         if scale is not None:
             fits["lr_scale"] = _round(scale)
             measured = f"the update is exactly {_fraction(scale)} the reference's for every parameter"
+        elif located := by_parameter(update, expected, "update"):
+            measured = f"the update differs from the reference's in some parameters only: {located}"
         else:
             difference = first_difference(update, expected)
             optimizer = self.setting.optimizer or f"SGD(lr={lr:g}, momentum={momentum:g})"
