@@ -106,7 +106,7 @@ def read(path: Path) -> nbformat.NotebookNode:
     if _depth(parsed) > MAX_NOTEBOOK_DEPTH:
         raise NotebookError(too_deep)
     try:
-        with warnings.catch_warnings(record=True) as said:
+        with warnings.catch_warnings(record=True) as warned:
             warnings.simplefilter("always")
             notebook = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat's readers and converters trip on malformed input in any way they do
@@ -115,7 +115,7 @@ def read(path: Path) -> nbformat.NotebookNode:
     problem = _shape_problem(notebook)
     if problem is not None:
         raise NotebookError(f"{path.name} is not a valid notebook: {problem}")
-    _warn(path, [str(w.message) for w in said])
+    _warn(path, [str(w.message) for w in warned])
     return notebook
 
 
