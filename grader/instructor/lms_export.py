@@ -68,7 +68,7 @@ def _shown(student: Student, form: str) -> str:
 
 
 def export(source: Path, roster_path: Path, form: str, out: Path, assignment: str) -> Export:
-    """Write `out` in `form` (canvas or moodle) from the gradebook at `source` and the LMS's `roster`."""
+    """Write `out` in `form` (canvas or moodle) from the gradebook at `source` and the LMS's roster at `roster_path`."""
     book, _ = _gradebook(source)
     header, rows = _read_gradebook(book)
     totals = {row[0]: row[header.index("total")] for row in rows}
