@@ -53,6 +53,7 @@ INSTRUCTOR_COMMANDS = (
     "slurm",
     "release",
     "lint-course",
+    "new-exercise",
     "export-grades",
     "feedback",
 )

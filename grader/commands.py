@@ -36,6 +36,13 @@ STATUS_MEANINGS = {
 }
 
 
+# `check --path` is a check: the code it takes in runs as you, with your files, as your own exercises do
+PATH_NO_SANDBOX_WARNING = (
+    "WARNING: --path runs the code it checks without a sandbox, as you and with your files: check only code "
+    "you trust (`grader grade` sandboxes each submission)."
+)
+
+
 class UsageError(Exception):
     """Bad input from the command line: reported in one line, exit code 2."""
 
@@ -136,6 +143,7 @@ def _check_handed_in(args: argparse.Namespace, catalog: Catalog, exercises: list
             files = intake.take_in(Path(args.path), catalog, Path(workdir) / "work")
         except intake.SubmissionError as exc:
             raise UsageError(f"--path: {exc}") from exc
+        print(PATH_NO_SANDBOX_WARNING, file=sys.stderr)
         terminal = _check_terminal(args)
         for choice in files.choices:
             if any(e.id == choice.exercise for e in exercises):

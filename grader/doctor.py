@@ -4,7 +4,9 @@ Each finding is one line, PASS, WARN or FAIL, with the fix. What only a rank pro
 (torch's backends and APIs, the GPUs, NCCL, and whether ranks start and form a group at all) is asked of
 real ranks through the engine, as `grader check` starts them; this process imports no torch.
 Every verdict is a function of facts, so a GPU node is tested by simulating its facts where there
-is no GPU (tests/test_doctor.py). Exit status: 0 when nothing failed, 1 otherwise.
+is no GPU (tests/test_doctor.py). Exit status: 0 when nothing failed, 1 when something did, and 3 (`NO_GPU_EXIT`)
+for `--gpu` on a machine where nothing failed and no GPU is visible: the CPU course is ready there, its GPU paths
+are not, and the machine is not broken, so a script that needs a GPU node can tell the two apart.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ INSTALL_TORCH = "pip install torch==2.13.0 (the version CI tests; the README's i
 GLOO_MEGABYTES, GLOO_ITERATIONS = 4.0, 5
 NCCL_MEGABYTES, NCCL_ITERATIONS = 256.0, 20
 STYLES = {"PASS": "passed", "WARN": "skipped", "FAIL": "failed"}
+NO_GPU_EXIT = 3  # `--gpu` where no GPU is visible and nothing failed (the module's docstring)
+NO_GPU = "GPU"  # the topic of the finding that says whether a GPU is visible
 
 
 @dataclass(frozen=True)
@@ -308,15 +312,16 @@ def gpu_findings(facts: dict[str, Any], node: Node, expect_gpu: bool) -> list[Fi
         if expect_gpu:
             return [
                 Finding(
-                    "FAIL",
-                    "GPU",
-                    detail,
-                    "check nvidia-smi and CUDA_VISIBLE_DEVICES, and install a CUDA build of torch",
+                    "WARN",
+                    NO_GPU,
+                    f"{detail}: the GPU paths (--backend nccl, the NCCL all-reduce, P2P) cannot run here; the CPU "
+                    "course does not need them",
+                    "on a GPU node, check nvidia-smi and CUDA_VISIBLE_DEVICES, and install a CUDA build of torch",
                 )
             ]
-        return [Finding("PASS", "GPU", f"{detail}: not needed, every exercise runs on CPU with gloo")]
+        return [Finding("PASS", NO_GPU, f"{detail}: not needed, every exercise runs on CPU with gloo")]
     names = ", ".join(sorted(set(facts.get("names", [])))) or "unnamed"
-    findings = [Finding("PASS", "GPU", f"{gpus} CUDA GPU(s) visible ({names})")]
+    findings = [Finding("PASS", NO_GPU, f"{gpus} CUDA GPU(s) visible ({names})")]
     if not facts.get("nccl"):
         findings.append(
             Finding(
@@ -443,7 +448,21 @@ def examine(node_factory: Callable[[], Node], expect_gpu: bool = False) -> list[
 # --- the command -------------------------------------------------------------------------------
 
 
-def _print(findings: Iterable[Finding], seconds: float) -> None:
+def verdict(findings: Iterable[Finding], expect_gpu: bool) -> tuple[str, int]:
+    """The closing sentence and the exit status (the module's docstring): a CPU machine asked about its GPU is
+    not broken, and is not a GPU node either."""
+    findings = list(findings)
+    if any(f.status == "FAIL" for f in findings):
+        return "this machine cannot run the course yet", 1
+    if expect_gpu and any(f.topic == NO_GPU and f.status != "PASS" for f in findings):
+        return (
+            "the CPU course is ready on this machine; its GPU paths are not, because no CUDA GPU is visible",
+            NO_GPU_EXIT,
+        )
+    return "this machine can run the course", 0
+
+
+def _print(findings: Iterable[Finding], seconds: float, said: str) -> None:
     terminal = Terminal()
     findings = list(findings)
     width = max(len(f.topic) for f in findings)
@@ -455,8 +474,7 @@ def _print(findings: Iterable[Finding], seconds: float) -> None:
             terminal.line(f"      {' ' * width}  fix: {finding.fix}")
     failed = sum(f.status == "FAIL" for f in findings)
     warned = sum(f.status == "WARN" for f in findings)
-    verdict = "this machine can run the course" if not failed else "this machine cannot run the course yet"
-    terminal.line(f"\n{verdict}: {failed} failed, {warned} warning(s) ({seconds:.1f}s)")
+    terminal.line(f"\n{said}: {failed} failed, {warned} warning(s) ({seconds:.1f}s)")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -474,11 +492,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if engine is not None:
             engine.close()
     seconds = time.monotonic() - started
+    said, status = verdict(findings, args.gpu)
     if args.json:
         print(
             json.dumps(
                 {
                     "ok": all(f.status != "FAIL" for f in findings),
+                    "verdict": said,
+                    "exit_status": status,
                     "seconds": round(seconds, 2),
                     "platform": sys.platform,
                     "findings": [asdict(f) for f in findings],
@@ -487,8 +508,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             )
         )
     else:
-        _print(findings, seconds)
-    return 1 if any(f.status == "FAIL" for f in findings) else 0
+        _print(findings, seconds, said)
+    return status
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -497,8 +518,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="can this machine run the course? what to fix if not",
         description="Check Python, torch, the launcher, loopback, the temp folder, the "
         "sandbox, the torch APIs the exercises use and, on a GPU node, CUDA, NCCL and P2P. Exit status 1 if "
-        "anything failed.",
+        f"anything failed; {NO_GPU_EXIT} for --gpu where nothing failed and no GPU is visible (the CPU course is "
+        "ready, the GPU paths are not).",
     )
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
-    doctor.add_argument("--gpu", action="store_true", help="this is a GPU node: fail where CUDA or NCCL is missing")
+    doctor.add_argument(
+        "--gpu",
+        action="store_true",
+        help=f"this should be a GPU node: where no GPU is visible, say so and exit with status {NO_GPU_EXIT}",
+    )
     doctor.set_defaults(func=cmd_doctor)

@@ -15,6 +15,8 @@ import ast
 import hashlib
 import json
 import re
+import sys
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import nbformat
 
 from grader.catalog import Catalog, Exercise
 from grader.judge.verdict import CheckResult
+from grader.report.inert import one_line
 
 TAG = "exercise"
 METADATA_KEY = "grader"
@@ -103,14 +106,30 @@ def read(path: Path) -> nbformat.NotebookNode:
     if _depth(parsed) > MAX_NOTEBOOK_DEPTH:
         raise NotebookError(too_deep)
     try:
-        notebook = nbformat.reads(text, as_version=4)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            notebook = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat's readers and converters trip on malformed input in any way they do
         said = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__  # (AssertionError, NameError...)
         raise NotebookError(f"{path.name} is not a valid notebook: {said}") from exc
     problem = _shape_problem(notebook)
     if problem is not None:
         raise NotebookError(f"{path.name} is not a valid notebook: {problem}")
+    _warn(path, [str(w.message) for w in warned])
     return notebook
+
+
+_WARNED: set[tuple[str, str]] = set()  # (notebook, warning) said already: a notebook is read more than once
+
+
+def _warn(path: Path, messages: list[str]) -> None:
+    """nbformat's warnings (a cell without an id...) on stderr, each once, naming the notebook, which nbformat's
+    own do not; their first sentence only, since the rest is advice to nbformat's users."""
+    for message in messages:
+        said = one_line(message.split(". ")[0].rstrip("."), 300)
+        if (str(path), said) not in _WARNED:
+            _WARNED.add((str(path), said))
+            print(f"grader: warning: {one_line(path.name, 200)}: {said}", file=sys.stderr)
 
 
 def recorded_exercise(notebook: nbformat.NotebookNode) -> str | None:

@@ -41,6 +41,20 @@ def course_root(start: Path | None = None) -> Path:
     )
 
 
+def course_origin(root: Path, start: Path | None = None) -> str:
+    """How `course_root` came to `root`, for a command that must say which course it uses: the installed
+    checkout, reached from a folder in no course, would otherwise be used without a word."""
+    if os.environ.get("GRADER_COURSE"):
+        return "set by GRADER_COURSE"
+    here = (start or Path.cwd()).resolve()
+    if here.is_relative_to(root):
+        return "the course the current folder is in"
+    return (
+        f"the course this grader was installed from, since {here} is in no course; run it inside a course, or set "
+        "GRADER_COURSE, to use another"
+    )
+
+
 def ships(part: str) -> bool:
     """Whether `part` (a module or package of grader/, by file name) is in this grader: a student copy leaves the
     instructor's parts out. Asked of the files, not of the import system, which may find an editable install's."""

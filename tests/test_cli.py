@@ -17,7 +17,7 @@ from conftest import REPO
 
 from grader.catalog import Exercise, load_catalog
 from grader.cli import build_parser, main
-from grader.commands import Watcher
+from grader.commands import PATH_NO_SANDBOX_WARNING, Watcher
 from grader.grading import ExerciseFiles
 from grader.judge.runner import ALL_CHECKS, PUBLIC_CHECKS, CheckResult
 from grader.plan import GradingPlan
@@ -213,6 +213,15 @@ def test_reset_restores_the_stub_and_keeps_a_backup(course, capsys):
 def test_bad_arguments_exit_2_with_a_message(course, capsys, argv, message):
     code, out = run(capsys, *argv)
     assert code == 2 and message in out
+
+
+def test_check_path_warns_in_one_line_that_it_runs_the_code_unsandboxed(course, capsys):
+    """Unlike `grader grade`, `check --path` runs what it takes in as the user: an instructor is told so."""
+    code = main(["check", "--path", str(course / "exercises"), "ex01", "--world-size", "2"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.splitlines().count(PATH_NO_SANDBOX_WARNING) == 1 and "\n" not in PATH_NO_SANDBOX_WARNING
+    assert "without a sandbox" in PATH_NO_SANDBOX_WARNING
 
 
 def test_missing_or_broken_course_is_reported(tmp_path, monkeypatch, capsys):

@@ -149,7 +149,30 @@ def test_one_gpu_no_nccl_and_no_gpu_where_one_is_expected(engine):
     cpu = {**GPU_NODE, "cuda": False, "gpus": 0, "cuda_build": ""}
     assert findings_of(SimulatedNode(engine, cpu))["GPU"].status == "PASS"
     expected = findings_of(SimulatedNode(engine, cpu), expect_gpu=True)["GPU"]
-    assert expected.status == "FAIL" and "a CPU build" in expected.detail and "nvidia-smi" in expected.fix
+    assert expected.status == "WARN" and "a CPU build" in expected.detail and "nvidia-smi" in expected.fix
+    assert "the GPU paths (--backend nccl" in expected.detail and "cannot run here" in expected.detail
+
+
+def test_a_gpu_node_asked_for_on_a_cpu_machine_is_a_ready_cpu_course_with_its_own_exit_status(engine):
+    """Not broken (1) and not a GPU node (0): the sentence says which, the status lets a script tell."""
+    cpu = {**GPU_NODE, "cuda": False, "gpus": 0, "cuda_build": ""}
+    findings = doctor.rank_findings(SimulatedNode(engine, cpu), expect_gpu=True)
+    said, status = doctor.verdict(findings, expect_gpu=True)
+    assert status == doctor.NO_GPU_EXIT == 3
+    assert said == "the CPU course is ready on this machine; its GPU paths are not, because no CUDA GPU is visible"
+    assert doctor.verdict(findings, expect_gpu=False) == ("this machine can run the course", 0)
+    broken = [*findings, doctor.Finding("FAIL", "loopback", "no loopback")]
+    assert doctor.verdict(broken, expect_gpu=True) == ("this machine cannot run the course yet", 1)
+
+
+def test_doctor_gpu_on_this_cpu_machine_says_the_cpu_course_is_ready():
+    done = _doctor("--gpu")
+    if re.search(r"^PASS +GPU +\d+ CUDA GPU", done.stdout, re.M):
+        pytest.skip("this machine has a GPU")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert re.search(r"^WARN +GPU +no CUDA GPU visible .*the GPU paths .* cannot run here", done.stdout, re.M)
+    assert "the CPU course is ready on this machine; its GPU paths are not" in done.stdout
+    assert "cannot run the course yet" not in done.stdout
 
 
 def test_ranks_that_cannot_start_fail_the_gloo_line():

@@ -34,7 +34,7 @@ from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.submissions import leftover, name_of
 from grader.instructor.templating import UnsafeValue
 from grader.notebook_source import NotebookError
-from grader.paths import course_root
+from grader.paths import course_origin, course_root
 from grader.plan import GradingPlan, check_counts
 from grader.report.inert import one_line
 from grader.report.sink import Sink, closing
@@ -306,6 +306,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--time",
         metavar="HH:MM:SS",
         help="each task's time limit (default: enough for every submission to use --timeout)",
+    )
+    cluster.add_argument(
+        "--roster",
+        type=Path,
+        metavar="FILE",
+        help="the class roster (an LMS's CSV export), passed to every task's `grader grade --roster`; read now, "
+        "so a roster the tasks could not read is refused before the job is written",
     )
     cluster.add_argument("--partition", metavar="NAME")
     cluster.add_argument("--account", metavar="NAME")
@@ -643,6 +650,8 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
         options += ["--world-size", str(args.world_size)]
     if args.exercises:
         options += ["--exercises", ",".join(e.id for e in catalog.exercises)]
+    if args.roster:
+        options += ["--roster", str(args.roster.resolve())]
     if args.sandbox == "none":
         options.append("--no-sandbox")
     elif args.sandbox != "auto":  # auto is grade's default: left out, the tasks are as sandboxed as a plain grade
@@ -683,6 +692,8 @@ def cmd_slurm(args: argparse.Namespace) -> int:
         raise InstructorError(
             f"{args.results}: Slurm's #SBATCH --output cannot hold a path with spaces: choose another"
         )
+    if args.roster:
+        _roster(args.roster)  # the tasks read it again; a roster they cannot read is refused now, not in every log
     job = _slurm_job(args, course_catalog(args.exercises), count)
     try:
         script = slurm.render_job(job, args.out)
@@ -697,6 +708,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
         f"{args.out}: {count} submission(s) in {job.shards} array task(s), {slurm.hms(job.time_limit_s)} each; "
         f"submit with: sbatch {args.out}"
     )
+    print(f"the tasks grade with the course at {job.course} ({course_origin(job.course)})")
     return 0
 
 

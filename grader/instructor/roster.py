@@ -10,8 +10,11 @@ surrounding spaces ignored; any other column is kept in `Student.row` for whoeve
 - login: `login`, `username`, `login id` or `sis login id`;
 - email: `email` or `email address`;
 - submission: `submission`, the name of the student's submission where nothing else tells it.
-At least one of the id, login, email and submission columns must be there. A row with none of them filled in
-is no student (Canvas's "Points Possible" row) and is skipped.
+At least one of the id, login, email and submission columns must be there; read as one LMS's own export
+(`read_roster(path, lms)`, for `grader export-grades`), one of the columns that LMS names its students by
+(`LMS_IDS`) or a submission column. A row with none of them filled in is no student (Canvas's "Points Possible"
+row) and is skipped. This is the one reader of rosters: `grader grade --roster`, `grader slurm --roster` and
+`grader export-grades` all read them here.
 
 A submission is matched to a student (`Roster.match`) by, in this order, the first key that finds any:
 0. its name is the student's `submission` cell;
@@ -34,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.report.inert import csv_cell
+from grader.report.inert import csv_cell, one_line
 
 FILENAME = "roster.csv"  # what `grader grade --roster` writes beside the gradebook: every student and submission
 _NAME = ("name", "student", "full name")
@@ -45,6 +48,9 @@ _EMAIL = ("email", "email address")
 _SUBMISSION = ("submission",)
 _CANVAS = re.compile(r"(?P<name>\w*?)_(?:LATE_|late_)?(?P<id>\d+)_\d+(?:_.*)?", re.DOTALL)
 _MOODLE = re.compile(r"(?P<name>.+?)_\d+_assign\w*", re.DOTALL)
+# the columns an LMS's own export names its students by, and what that export is called there
+LMS_IDS = {"canvas": ("SIS Login ID", "SIS User ID", "ID"), "moodle": ("Username", "ID number", "Email address")}
+LMS_EXPORTS = {"canvas": "Gradebook export", "moodle": "grade export or participants download"}
 
 
 class RosterError(Exception):
@@ -59,7 +65,8 @@ class Student:
     email: str
     ids: tuple[str, ...] = ()  # every id column's value (Canvas's `ID` and `SIS User ID`)
     submission: str = ""  # the roster's `submission` cell, where it has one
-    row: dict[str, str] = field(default_factory=dict, compare=False, hash=False)  # the roster's row as it is
+    line: int = 0  # the roster's line the student is on: two students are two lines, whatever their cells
+    row: dict[str, str] = field(default_factory=dict, compare=False, hash=False)  # column as headed -> cell
 
 
 @dataclass
@@ -118,6 +125,12 @@ def _pick(row: dict[str, str], columns: dict[str, str], names: Sequence[str]) ->
 @dataclass
 class Roster:
     students: list[Student]
+    columns: tuple[str, ...] = ()  # the header, in order, as the roster spells it (spaces around trimmed)
+
+    @property
+    def by_submission(self) -> bool:
+        """Whether the roster has a `submission` column, which then names each student's submission."""
+        return any(name.casefold() in _SUBMISSION for name in self.columns)
 
     def _by(self, key: str, values: Sequence[str]) -> list[Student]:
         wanted = {v.casefold() for v in values if v}
@@ -156,26 +169,51 @@ class Roster:
         return matches
 
 
-def read_roster(path: Path) -> Roster:
-    """The roster's students, or RosterError saying why it cannot be read."""
+def _table(path: Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The CSV's header (names trimmed) and its rows, each with its line and its cells (trimmed) by column."""
+    unreadable = f"{path}: cannot be read as a CSV roster"
     try:
         text = path.read_text(encoding="utf-8-sig")
         first = next((line for line in text.splitlines() if line.strip()), "")
         reader = csv.DictReader(text.splitlines(), delimiter=max((",", ";", "\t"), key=first.count))
-        header = [name for name in reader.fieldnames or [] if name is not None]
-        rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise RosterError(f"{path}: cannot be read as a CSV roster: {exc}") from exc
-    columns = {name.strip().casefold(): name for name in header}
-    known_by = (*_IDS, *_LOGIN, *_EMAIL, *_SUBMISSION)
-    if not any(name in columns for name in known_by):
+        reader.fieldnames = [name.strip() for name in reader.fieldnames or [] if name is not None]
+        rows = [
+            (reader.line_num, {k: v.strip() for k, v in row.items() if isinstance(k, str) and isinstance(v, str)})
+            for row in reader
+        ]
+    except FileNotFoundError:
+        raise RosterError(f"{unreadable}: no such file") from None
+    except UnicodeDecodeError:
         raise RosterError(
-            f"{path}: no column a student is known by: a roster needs one of {', '.join(known_by)} "
-            f"(case ignored); its columns are {', '.join(map(repr, header)) or 'none'}"
+            f"{unreadable}: it is not UTF-8; save it from the LMS or a spreadsheet as UTF-8 CSV"
+        ) from None
+    except OSError as exc:
+        raise RosterError(f"{unreadable}: {exc.strerror or exc}") from None
+    except csv.Error as exc:
+        raise RosterError(f"{unreadable}: {exc}") from None
+    return list(reader.fieldnames), rows
+
+
+def read_roster(path: Path, lms: str | None = None) -> Roster:
+    """The roster's students, or RosterError saying why it cannot be read; with `lms` (a key of `LMS_IDS`), the
+    roster must be that LMS's export (the module's docstring)."""
+    header, rows = _table(path)
+    columns = {name.casefold(): name for name in header}
+    known_by = tuple(name.casefold() for name in LMS_IDS[lms]) if lms else (*_IDS, *_LOGIN, *_EMAIL)
+    if not any(name in columns for name in (*known_by, *_SUBMISSION)):
+        found = ", ".join(map(repr, (one_line(name, 100) for name in header[:12]))) or "none"
+        if lms:
+            raise RosterError(
+                f"{path}: not a {lms.title()} roster: no {', '.join(LMS_IDS[lms])} column (its columns are {found}); "
+                f"give the {LMS_EXPORTS[lms]}"
+            )
+        raise RosterError(
+            f"{path}: no column a student is known by: a roster needs one of {', '.join((*known_by, *_SUBMISSION))} "
+            f"(case ignored); its columns are {found}"
         )
     students = []
-    for row in rows:
-        ids = tuple(value for name in _IDS if name in columns and (value := (row.get(columns[name]) or "").strip()))
+    for line, row in rows:
+        ids = tuple(row[columns[name]] for name in _IDS if name in columns and row.get(columns[name]))
         login, email = _pick(row, columns, _LOGIN), _pick(row, columns, _EMAIL)
         submission = _pick(row, columns, _SUBMISSION)
         if not (ids or login or email or submission):
@@ -183,9 +221,8 @@ def read_roster(path: Path) -> Roster:
         name = _pick(row, columns, _NAME) or " ".join(
             filter(None, (_pick(row, columns, _FIRST), _pick(row, columns, _LAST)))
         )
-        kept = {key: value or "" for key, value in row.items() if isinstance(key, str) and isinstance(value, str)}
-        students.append(Student(name, _pick(row, columns, _IDS), login, email, ids, submission, kept))
-    return Roster(students)
+        students.append(Student(name, _pick(row, columns, _IDS), login, email, ids, submission, line, row))
+    return Roster(students, tuple(header))
 
 
 def write_matches(path: Path, matches: Matches, roster: Roster) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from grader.cli import main
+from grader.instructor import lms_export, roster
 
 GRADEBOOK = [
     ["submission", "ex01_process_group", "ex02_data_sharding", "total", "max_score", "seconds", "problem", "review"],
@@ -157,3 +158,20 @@ def test_a_missing_gradebook_or_roster_is_one_line(tmp_path: Path, capsys: pytes
     book = write(tmp_path / "gradebook.csv", GRADEBOOK)
     assert main(["export-grades", str(book), "--roster", str(tmp_path / "nope.csv"), *argv[2:]]) == 2
     assert "roster" in capsys.readouterr().err
+
+
+def test_the_roster_is_read_by_the_one_roster_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`grader grade --roster` and `export-grades` read rosters alike: through grader/instructor/roster.py, the
+    export holding no CSV reader of its own."""
+    read: list[tuple[Path, str | None]] = []
+
+    def reading(path: Path, lms: str | None = None) -> roster.Roster:
+        read.append((path, lms))
+        return real(path, lms)
+
+    real = roster.read_roster
+    monkeypatch.setattr(roster, "read_roster", reading)
+    code, rows = export(tmp_path, MOODLE_ROSTER, "moodle")
+    assert read == [(tmp_path / "roster.csv", "moodle")] and rows[1][:2] == ["Ada", "Lovelace"]
+    source = Path(lms_export.__file__).read_text()
+    assert "csv.reader" not in source and "DictReader" not in source

@@ -247,3 +247,22 @@ def test_a_notebook_check_counts_in_grader_list_as_a_file_check_does(
     assert main(["check", str(copy)]) == 0
     capsys.readouterr()
     assert status() == "passing"
+
+
+def test_nbformat_s_warnings_name_the_notebook_once_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A notebook whose cells have no id (an older Jupyter's, or one written by hand) makes nbformat warn on
+    stderr without naming it: the grader's warning names the file, once however often it is read."""
+    catalog = load_catalog(support.REPO)
+    built = notebook_build.build_notebook(catalog.get("ex01"), support.REPO / "exercises" / "ex01_process_group.py")
+    book = json.loads(nbformat.writes(built))
+    for cell in book["cells"]:
+        del cell["id"]
+    path = tmp_path / "my_work.ipynb"
+    path.write_text(json.dumps(book))
+    notebook_source.read(path)
+    notebook_source.extract(path, catalog, tmp_path)
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    assert line.startswith("grader: warning: my_work.ipynb: ") and "missing an id" in line, err

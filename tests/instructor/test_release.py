@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,23 @@ def test_release_refuses_hidden_code_that_would_ship(tmp_path: Path) -> None:
     )
     with pytest.raises(ReleaseError, match="reshuffles_each_epoch.*move it to hidden.py"):
         release(load_catalog(course), tmp_path / "out", GRADER_PACKAGE)
+
+
+def _documented(document: Path, command: str) -> list[str]:
+    """The arguments of the one line of `document`'s code blocks that starts with `command`, comment left out."""
+    lines = [line for line in document.read_text().splitlines() if line.strip().startswith(command + " ")]
+    assert len(lines) == 1, f"{document.name} shows `{command}` {len(lines)} times"
+    return shlex.split(lines[0], comments=True)
+
+
+def test_the_readmes_release_command_works_as_written(tmp_path: Path) -> None:
+    """Run in the course, as an instructor who copies it from the README would."""
+    course = support.course_copy(tmp_path / "course")
+    argv = _documented(support.REPO / "README.md", "grader release")
+    done = support.run_grader(course, *argv[1:], cwd=course)
+    assert done.returncode == 0, done.stderr
+    out = (course / argv[argv.index("--out") + 1]).resolve()
+    assert (out / "exercises" / "catalog.toml").is_file() and not (course / "student-copy").exists()
 
 
 def test_release_refuses_a_non_empty_folder(tmp_path: Path) -> None:

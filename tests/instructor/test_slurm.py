@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.cli import main
+
 from . import support
 
 
@@ -123,3 +125,31 @@ def test_an_empty_or_missing_folder_is_refused(tmp_path: Path) -> None:
     for folder, message in (("empty", "holds no submissions"), ("nowhere", "is not a folder")):
         done = slurm(tmp_path, folder, "--out", "job.sh")
         assert done.returncode == 2 and message in done.stderr
+
+
+def test_the_roster_is_passed_to_every_task_and_read_before_the_job_is_written(tmp_path: Path) -> None:
+    subs = _class_folder(tmp_path, 3)
+    (tmp_path / "roster.csv").write_text("Student,SIS Login ID\nAnn Lee,student000\n")
+    done = slurm(tmp_path, str(subs), "--out", "job.sh", "--roster", "roster.csv")
+    assert done.returncode == 0, done.stderr
+    assert f"--roster {tmp_path / 'roster.csv'} " in _srun_line(tmp_path / "job.sh")  # absolute: tasks run anywhere
+    (tmp_path / "bad.csv").write_text("Student,Score\nAnn,3\n")
+    done = slurm(tmp_path, str(subs), "--out", "again.sh", "--roster", "bad.csv")
+    assert done.returncode == 2 and "no column a student is known by" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "again.sh").exists()
+
+
+def test_it_says_which_course_the_tasks_grade_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run outside any course, the installed one is used: said, with its path, never silently."""
+    subs = _class_folder(tmp_path, 2)
+    done = slurm(tmp_path, str(subs), "--out", "job.sh")
+    assert f"the tasks grade with the course at {support.REPO} (set by GRADER_COURSE)" in done.stdout
+    monkeypatch.delenv("GRADER_COURSE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["slurm", str(subs), "--out", "job.sh"]) == 0
+    said = capsys.readouterr().out
+    assert f"the tasks grade with the course at {support.REPO} (the course this grader was installed from, " in said
+    assert f"since {tmp_path.resolve()} is in no course" in said
+    assert f"export GRADER_COURSE={support.REPO}\n" in (tmp_path / "job.sh").read_text()

@@ -3,6 +3,7 @@ student commands only, and what only the course can do is refused there in a sen
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import shutil
 import subprocess
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from grader import cli
 from grader.catalog import load_catalog
+from grader.instructor import cli as instructor_cli
 from grader.instructor.release import ReleaseError, release
 
 from . import support
@@ -174,6 +177,22 @@ def test_an_instructor_command_in_the_copy_is_refused_in_one_sentence(copy: Path
     assert done.returncode == 2 and not (tmp_path / "again").exists()
     assert done.stderr.strip().splitlines() == [
         "grader: `grader release` is an instructor's command, and this is a student copy of the course, whose "
+        "grader has the student commands only (`grader --help` lists them)"
+    ]
+
+
+def test_every_command_only_the_course_has_is_on_the_copys_refused_list() -> None:
+    """A command the copy's grader lacks must be refused there in a sentence, not failed as a usage error."""
+    commands = argparse.ArgumentParser().add_subparsers()
+    instructor_cli.register(commands)
+    assert set(commands.choices) == set(cli.INSTRUCTOR_COMMANDS)
+
+
+def test_new_exercise_in_the_copy_is_refused_in_one_sentence(copy: Path, tmp_path: Path) -> None:
+    done = support.run_grader(copy, "new-exercise", "all_to_all", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "grader: `grader new-exercise` is an instructor's command, and this is a student copy of the course, whose "
         "grader has the student commands only (`grader --help` lists them)"
     ]
 
