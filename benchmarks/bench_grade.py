@@ -1,7 +1,8 @@
 """Time `grader grade` on a batch of submissions, with a sandbox per submission and without one,
 side by side (targets: at most 3 s per submission on 2 cores; the sandbox at most 1.5x).
 
-Run from the repository root:  PYTHONPATH=. python benchmarks/bench_grade.py [--count 20] [-j 2] [--exercises N] [--rounds 1]
+Run from the repository root:
+    PYTHONPATH=. python benchmarks/bench_grade.py [--count 20] [-j 2] [--exercises N] [--rounds 1]
 The batch mixes correct submissions, untouched stubs and named mistakes (the kinds the tests
 grade), graded at the catalog's world sizes with the CLI's own code path, warm-up included. The
 two batches alternate (--rounds), so that a change of load on the machine hits both alike. Where no
