@@ -580,7 +580,7 @@ def tied_and_frozen(ctx: CheckContext) -> None:
             measured = (
                 f"all-reduced {extra[0]} elements more than the trained gradients hold at step 1"
                 if extra[0] > 0
-                else "registered on one tensor"
+                else f"all-reduced {sent[0]} elements at step 1, where the trained gradients hold {total}"
             )
             # the replay: one hook per module that uses a parameter, so two on the tied weight, each adding it
             # to a bucket at every step
