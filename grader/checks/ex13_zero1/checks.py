@@ -1,10 +1,11 @@
 """Judging exercise 13: the ZeRO-1 loop against one process's AdamW, the optimizer state each rank
 holds, the partition, the exchange of updated parameters and the bytes communicated per step.
 
-Every check reads one shared run per world size (the `train` worker). A cause is named only where
-it is measured directly (the state of every parameter on every rank; a non-owner still holding its
-own pre-step value) or where a replay of it (hypotheses.toml: a simulation of W ranks with one change to the
-correct loop, `replays` in workers.py) reproduces every recorded step on every rank.
+Every check reads one shared run per world size (the `train` worker). A cause is named only where a
+structural replay proves it (what the mistake builds from the reference equals, field by field, what the run
+built: every rank's optimizers, the partitions of every list on every rank) or where a replay of it
+(hypotheses.toml: a simulation of W ranks with one change to the correct loop, `replays` in workers.py)
+reproduces every recorded step on every rank. Anything else is said as measured.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, structural
 from grader.judge.tolerance import close
 from grader.judge.wording import shorten
 
@@ -66,12 +68,13 @@ def _ranks(ctx: CheckContext) -> list[Training]:
     """Each rank's training, once every rank ran train_zero1."""
     reports = ctx.facts(TRAIN, **_run_kwargs(ctx))
     if any(f.get("partitions_differ") for f in reports):
+        proven = _rank_tied(ctx, [f["partitions"] for f in reports])
         raise ctx.fail(
             "partition differs between ranks: partition_parameters returned different partitions on different "
-            "ranks for the same sizes (balanced_partition shows them), so train_zero1 was not run: ranks that "
-            "disagree on the owners call mismatched collectives",
+            f"ranks for the same sizes{_TIES if proven is not None else ''} (balanced_partition shows them), so "
+            "train_zero1 was not run: ranks that disagree on the owners call mismatched collectives",
             hint=HintName("partition"),
-            cause=Cause("partition_differs"),
+            proven=proven,
         )
     ranks = []
     for rank, facts in enumerate(reports):
@@ -213,7 +216,7 @@ def matches_adamw(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"{says}. Measured: {measured}; replaying it on the reference reproduces all {STEPS} steps on every rank",
             hint=hypothesis.hint,
-            cause=hypothesis.cause,
+            proven=proof.cause,
         )
     if proof.proven:
         candidates = "; or ".join(says for _, says in proof.proven)
@@ -239,17 +242,31 @@ def state_is_sharded(ctx: CheckContext) -> None:
         f"all {total} parameters: {full})"
     )
     if all(s >= full for s in states):
-        every = all(set(_held(f)) == set(sizes) for f in ranks)
-        raise ctx.fail(
-            f"state for all parameters on every rank: {measured}. "
-            + (
-                "Each rank's optimizer holds every parameter"
-                if every
-                else f"Each rank's state tensors hold at least the {full} elements of all the parameters"
+        reference = _reference(ctx)
+        names = list(reference["start"])
+        # the replay: one AdamW over all the parameters on every rank, holding the state of each (2 per element)
+        everything = [{"params": names, "state_numel": 2 * sum(int(np.size(reference["start"][n])) for n in names)}]
+        proven = structural(
+            Cause("full_state_every_rank"),
+            built={f"rank {rank}": everything for rank in range(world)},
+            observed={
+                f"rank {rank}": [{"params": o["params"], "state_numel": o["state_numel"]} for o in f["optimizers"]]
+                for rank, f in enumerate(ranks)
+            },
+        )
+        if proven is not None:
+            raise ctx.fail(
+                f"state for all parameters on every rank: {measured}. Each rank's optimizer holds every parameter, "
+                "so nothing is sharded; build AdamW over this rank's shard only",
+                hint=HintName("adamw_over_owned"),
+                proven=proven,
             )
-            + ", so nothing is sharded; build AdamW over this rank's shard only",
+        counts = [len(f["optimizers"]) for f in ranks]
+        raise ctx.fail(
+            f"{measured}: every rank's state tensors hold at least the {full} elements of all the parameters; the "
+            f"ranks stepped {counts} optimizers, rank 0's holding {len(_held(ranks[0]))} of the {len(sizes)} "
+            "parameters. A rank's optimizer state is that of its own shard: one AdamW, built once over it",
             hint=HintName("adamw_over_owned"),
-            cause=Cause("full_state_every_rank"),
         )
     # an optimizer may hold tensors of its own (a flat fp32 shard): then only the numbers are judged
     foreign = [any(_FOREIGN in o["params"] for o in f["optimizers"]) for f in ranks]
@@ -315,6 +332,35 @@ def _partitions(ctx: CheckContext) -> list[list[Partition]]:
     return [f["partitions"] for f in ctx.require(result, schema=Trained)]
 
 
+_TIES = ": on every list, each rank returned the greedy partition with its ties broken towards itself"
+
+
+def _greedy(sizes: list[int], world: int, towards: int) -> list[list[int]]:
+    """The largest parameters first, each onto the least-loaded rank, ties broken towards rank `towards` (then on
+    in rank order): the balanced partition, the same on every rank only when `towards` is."""
+    shards: list[list[int]] = [[] for _ in range(world)]
+    loads = [0] * world
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        rank = min(range(world), key=lambda r: (loads[r], (r - towards) % world))
+        shards[rank].append(index)
+        loads[rank] += sizes[index]
+    return [sorted(shard) for shard in shards]
+
+
+def _rank_tied(ctx: CheckContext, per_rank: list[list[Partition]]) -> Proven | None:
+    """`partition_differs`, proven when every rank returned, for every list drawn, the greedy partition with its
+    ties broken towards the calling rank (the replay: the judge's own greedy, once per rank)."""
+    world = ctx.world_size
+    return structural(
+        Cause("partition_differs"),
+        built={f"rank {r}": [_greedy(c["sizes"], world, r) for c in per_rank[0]] for r in range(world)},
+        observed={
+            f"rank {r}": [[sorted(shard) for shard in c.get("shards", [])] for c in calls]
+            for r, calls in enumerate(per_rank)
+        },
+    )
+
+
 def _loads(shards: list[list[int]], sizes: list[int]) -> list[int]:
     return [sum(sizes[i] for i in shard if 0 <= i < len(sizes)) for shard in shards]
 
@@ -337,12 +383,13 @@ def balanced_partition(ctx: CheckContext) -> None:
         outputs = [calls[number]["shards"] for calls in per_rank]
         other = next((r for r, shards in enumerate(outputs) if shards != outputs[0]), None)
         if other is not None:
+            proven = _rank_tied(ctx, per_rank)
             raise ctx.fail(
                 f"partition differs between ranks: {asked} returned {outputs[0]} on rank 0 and {outputs[other]} on "
-                f"rank {other}. Every rank must compute the same partition: it may depend on its arguments only "
-                "(not the rank, nor an unseeded random draw)",
+                f"rank {other}{_TIES if proven is not None else ''}. Every rank must compute the same partition: it "
+                "may depend on its arguments only (not the rank, nor an unseeded random draw)",
                 hint=HintName("partition"),
-                cause=Cause("partition_differs"),
+                proven=proven,
             )
         shards = outputs[0]
         if len(shards) != world:
@@ -378,21 +425,29 @@ def balanced_partition(ctx: CheckContext) -> None:
             unbalanced.append((asked, shards, loads, bound))
     if unbalanced:
         asked, shards, loads, bound = unbalanced[0]
-        by_index = all(
-            calls["shards"] == [list(range(r, len(calls["sizes"]), world)) for r in range(world)]
-            for calls in per_rank[0]
+        # the replay: every list split by index (parameter i to rank i mod W), on every rank
+        by_index = structural(
+            Cause("unbalanced"),
+            built={
+                f"rank {rank}": [[list(range(r, len(c["sizes"]), world)) for r in range(world)] for c in per_rank[0]]
+                for rank in range(world)
+            },
+            observed={
+                f"rank {rank}": [[sorted(shard) for shard in c.get("shards", [])] for c in calls]
+                for rank, calls in enumerate(per_rank)
+            },
         )
         raise ctx.fail(
             f"unbalanced: {asked} gave loads {loads} (elements per rank), the largest above sum / W + the largest "
             f"parameter = {bound:g}; {len(unbalanced)} of the {len(per_rank[0])} lists drawn are unbalanced"
             + (
                 ". Every list was split by index (parameter i to rank i mod W), by count, not by size"
-                if by_index
+                if by_index is not None
                 else ""
             )
             + "; place the largest parameters first, each on the least-loaded rank",
             hint=HintName("partition"),
-            cause=Cause("unbalanced"),
+            proven=by_index,
         )
 
 
@@ -425,12 +480,18 @@ def updated_params_reach_every_rank(ctx: CheckContext) -> None:
                     other.append((k, rank, name, owner, float(np.max(np.abs(after - computed)))))
     if stale and not other:
         k, rank, name, owner, moved = stale[0]
+        measured = (
+            f"after step {k}, rank {rank} still holds its pre-step {name}, which its owner, rank {owner}, moved by "
+            f"up to {moved:.3g} ({len(stale)} such copies over the {STEPS} steps)"
+        )
+        proof = _proof(ctx, ranks)  # named only where its replay reproduces every step on every rank
+        proven = proof.cause if proof.named is not None and proof.named[0].cause == "updated_params_not_sent" else None
         raise ctx.fail(
-            f"updated parameters not sent: after step {k}, rank {rank} still holds its pre-step {name}, which its "
-            f"owner, rank {owner}, moved by up to {moved:.3g} ({len(stale)} such copies over the {STEPS} steps); "
-            "broadcast each parameter from its owner after the step",
+            f"updated parameters not sent: {measured}; broadcast each parameter from its owner after the step"
+            if proven is not None
+            else f"{measured}: look at how each parameter's new value reaches the ranks that do not own it",
             hint=HintName("broadcast_from_owner"),
-            cause=Cause("updated_params_not_sent"),
+            proven=proven,
         )
     if other:
         k, rank, name, owner, largest = other[0]
