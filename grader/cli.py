@@ -56,6 +56,7 @@ INSTRUCTOR_COMMANDS = (
     "release",
     "lint-course",
     "export-grades",
+    "feedback",
 )
 
 

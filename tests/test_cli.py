@@ -330,6 +330,7 @@ def test_a_students_command_loads_no_instructor_code():
         "lint-course",
         "new-exercise",
         "export-grades",
+        "feedback",
     ]
 
 

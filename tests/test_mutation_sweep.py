@@ -27,6 +27,12 @@ def helper(a, b):
     return a - b
 
 
+class Twice:
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
 def graded(values, n):
     """A docstring the sweep leaves in place."""
     total = 0
@@ -51,7 +57,7 @@ def test_every_operator_makes_a_compiling_mutant_that_differs() -> None:
     for mutant in mutants:
         compile(mutant.source, mutant.id, "exec")
         assert ast.unparse(ast.parse(mutant.source)) != original, mutant.diff
-        assert mutant.location.startswith("graded:"), "only the graded function is mutated"
+        assert mutant.location.split(":")[0] in {"graded", "helper", "Twice.backward"}, mutant.location
         assert mutant.diff.startswith("--- original")
 
 
@@ -65,12 +71,21 @@ def test_generation_is_deterministic_and_deduplicated() -> None:
     assert len({m.operator for m in picked}) == 5, "a small sample is spread over the operators"
 
 
-def test_signature_and_other_functions_are_left_alone() -> None:
+def test_signatures_are_left_alone() -> None:
     for mutant in _mutants():
         tree = ast.parse(mutant.source)
         functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-        assert ast.unparse(functions["helper"]) == "def helper(a, b):\n    return a - b"
+        assert ast.unparse(functions["helper"].args) == "a, b"
         assert ast.unparse(functions["graded"].args) == "values, n"
+
+
+def test_the_code_the_graded_functions_run_is_mutated_too() -> None:
+    """An autograd Function's backward and a helper are the student's code as much as the graded function: the
+    graded function's mutants come first, then the helper's, then the methods'."""
+    locations = [m.location.split(":")[0] for m in _mutants()]
+    assert {"graded", "helper", "Twice.backward"} <= set(locations)
+    firsts = [locations.index(name) for name in ("graded", "helper", "Twice.backward")]
+    assert firsts == sorted(firsts)
 
 
 def test_sweep_of_two_ex10_mutants_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

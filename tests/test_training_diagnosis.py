@@ -183,6 +183,24 @@ def test_without_hypotheses_the_observation_is_said_with_where_to_look(run) -> N
     )
 
 
+def test_parameters_off_by_an_exact_factor_are_named_with_it(run) -> None:
+    """One bucket summed, the others averaged: only some parameters are W times the reference's. The message says
+    which and by how much, and which equal it; a parameter off by no single factor keeps the plain measurement."""
+    start, grads = run
+    setting = Setting(lr=LR, momentum=MOMENTUM, factors={}, reference="the reference")
+    doubled = [{"w": g["w"], "b": 2 * g["b"]} for g in grads]
+    finding = diagnose(_sgd(start, doubled), start, _sgd(start, grads), start, setting)
+    assert finding is not None and finding.cause == "measured"
+    assert "in some parameters only: b is exactly 2 times the reference's; every other parameter's gradient " in (
+        finding.message
+    )
+    assert "equals it (w)" in finding.message
+    noisy = [{"w": g["w"], "b": g["b"] + np.float32(0.5)} for g in grads]
+    finding = diagnose(_sgd(start, noisy), start, _sgd(start, grads), start, setting)
+    assert finding is not None and "some parameters only" not in finding.message
+    assert "it is not a multiple of it" in finding.message
+
+
 def test_the_place_of_the_first_difference_is_in_the_message(run) -> None:
     start, grads = run
     setting = _setting(start, grads, momentum=0.0, labels={3: "the first step of epoch 1"})
@@ -234,12 +252,18 @@ def test_data_signatures() -> None:
     assert diagnose_samples([b[:3] for b in expected], pipeline) is None  # a beginning: the step count decides
     assert _sample_cause(repeated, pipeline) == "no_set_epoch"
     assert _sample_cause([[[0, 5, 2, 7]], [[1, 6, 3, 0]]], pipeline) == "batch_size"
-    overlapping = [expected[0], [[0, 6], [3, 5], [7, 1], [2, 4]]]
-    assert _sample_cause(overlapping, pipeline) == "shards_overlap"
+    overlapping = [expected[0], [[0, 6], [3, 5], [7, 1], [2, 4]]]  # measured: no mistake builds these shards
+    overlap = diagnose_samples(overlapping, pipeline)
+    assert overlap is not None and overlap.cause == "measured" and "ranks 0 and 1 both trained on" in overlap.message
     one_rank_repeats = [expected[0], [[1, 6], [3, 4], [1, 6], [3, 4]]]  # an order is named only if every rank has it
     assert _sample_cause(one_rank_repeats, pipeline) == "measured"
     everything = [[[i, i + 1] for i in range(0, 8, 2)] * 2] * 2
     assert _sample_cause(everything, pipeline) == "no_sampler"
+    # as many samples as the whole dataset, but not every sample: a signature of counts alone, no longer a cause
+    doubled = [[[0, 1], [0, 1], [2, 3], [2, 3]] * 2] * 2
+    assert _sample_cause(doubled, pipeline) == "measured"
+    # another batch size, but not the sampler's samples in its order: measured, not "batch_size"
+    assert _sample_cause([[[7, 6, 5, 4]], [[1, 6, 3, 0]]], pipeline) == "measured"
 
 
 def _save(path: str, start: float, end: float, **extra) -> dict:

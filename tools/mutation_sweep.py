@@ -2,7 +2,8 @@
 
 The mistakes in tests/mistakes/ were written alongside the diagnoses; mutants were not. Each mutant is one small
 `ast` edit (swap two call arguments, off-by-one, drop/duplicate a call, reorder two statements, change a constant
-or an operator, drop a `with`, negate an `if`) inside an exercise's graded functions, graded with every check
+or an operator, drop a `with`, negate an `if`) inside an exercise's graded functions, the other functions of its
+file and its classes' methods (autograd Functions, hooks), graded with every check
 (public and hidden). The sweep counts what the grader must never do: crash ("internal grader error") or name a
 cause that does not hold (a named cause is graded again with another seed and must come back the same).
 
@@ -207,18 +208,30 @@ def _statement_sites(node: ast.AST) -> Iterator[tuple[str, int, Edit]]:
                 yield "swap_statements", line, _swap(statements, i, i + 1)
 
 
+def _mutated(
+    tree: ast.Module, functions: tuple[str, ...]
+) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """The functions whose bodies are mutated, named: the graded functions first, then the rest of the student's
+    code they run: the file's other functions and the methods of its classes (an autograd Function's forward and
+    backward, a module's hooks). Hooks defined inside a function are part of its body."""
+    defined = (ast.FunctionDef, ast.AsyncFunctionDef)
+    tops = [top for top in tree.body if isinstance(top, defined)]
+    yield from ((top.name, top) for top in tops if top.name in functions)
+    yield from ((top.name, top) for top in tops if top.name not in functions)
+    for cls in (top for top in tree.body if isinstance(top, ast.ClassDef)):
+        yield from ((f"{cls.name}.{method.name}", method) for method in cls.body if isinstance(method, defined))
+
+
 def _sites(tree: ast.Module, functions: tuple[str, ...]) -> list[tuple[str, str, Edit]]:
-    """Every mutation of the graded functions, in a fixed order: (operator, "function:line", edit)."""
+    """Every mutation of the student's code, in a fixed order: (operator, "function:line", edit)."""
     sites = []
-    for top in tree.body:
-        if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) or top.name not in functions:
-            continue
+    for name, top in _mutated(tree, functions):
         # the function's body is mutated, its signature and decorators are not (they are checked statically)
         inner = [node for statement in top.body for node in ast.walk(statement)]
         for node in [top, *inner]:
             found = _expression_sites(node) if node is not top else iter(())
             for operator, line, edit in (*found, *_statement_sites(node)):
-                sites.append((operator, f"{top.name}:{line}", edit))
+                sites.append((operator, f"{name}:{line}", edit))
     return sites
 
 

@@ -23,6 +23,7 @@ class RankFacts(TypedDict):
     rendezvous_ranks: NotRequired[list[int] | None]  # RENDEZVOUS_RANKS: what the grader's own store saw
     collective_mismatch: NotRequired[dict[str, Any]]  # collectives.MISMATCH: ranks in different collectives
     tampered: NotRequired[list[str]]  # tamper.TAMPERED: what of the grader's own code the code under test replaced
+    refused: NotRequired[list[dict[str, str]]]  # exact.REFUSED: objects of a type the contract does not allow
 
 
 @dataclass(frozen=True)

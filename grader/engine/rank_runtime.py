@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any, Final, NamedTuple, NoReturn, cast
 from urllib.parse import urlparse
 
-from grader.engine import collectives, spawn_log, tamper, wire
+from grader.engine import collectives, exact, spawn_log, tamper, wire
 from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 from grader.engine.wrapped_errors import short_message, traceback_text, wrapped_failures
@@ -418,8 +418,9 @@ def _bind_report(
     facts, update, asked = context.facts, context.facts.update, context.functions_asked
     student_file = context.student_file
     leave, after_error, describe, waiting = recorder.leave, recorder.after_error, describe_exception, _mismatch_error
-    tampered, address = tamper.replaced, GLOO_ADDRESS_KEY.fullmatch
+    tampered, refused, address = tamper.replaced, exact.refused, GLOO_ADDRESS_KEY.fullmatch
     mismatch_key, rendezvous_key, tampered_key = collectives.MISMATCH, RENDEZVOUS_RANKS, tamper.TAMPERED
+    refused_key = exact.REFUSED
     unencodable = (wire.WireError, RecursionError, RuntimeError)  # RuntimeError: a fact changed while encoded
     stores: list[tuple[Any, Callable[[], list[str]] | None]] = []
     started = clock()
@@ -447,10 +448,13 @@ def _bind_report(
         found = tampered()
         if found:
             facts[tampered_key] = found
+        objects = refused()
+        if objects:
+            facts[refused_key] = objects
         try:
             payload = encode({"facts": facts, "error": error, "seconds": clock() - started})
         except unencodable as exc:
-            kept = {key: facts[key] for key in (mismatch_key, tampered_key) if key in facts}
+            kept = {key: facts[key] for key in (mismatch_key, tampered_key, refused_key) if key in facts}
             payload = encode({"facts": kept, "error": {"type": "WireError", "message": str(exc)}, "seconds": 0.0})
         write_all(payload)
         close(report_fd)

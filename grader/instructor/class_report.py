@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grader.catalog import Catalog
@@ -30,7 +30,10 @@ NAMES_SHOWN = 12
 MESSAGE_SHOWN = 500  # characters of a diagnosis or an error's message
 
 
-def render_report(summary: ClassSummary, title: str, plots: bool | None = None) -> str:
+Links = Sequence[tuple[str, str]]  # (submission, href) of each feedback page to send its student
+
+
+def render_report(summary: ClassSummary, title: str, plots: bool | None = None, feedback: Links = ()) -> str:
     """The page; `plots` None draws figures when matplotlib is installed, False never does."""
     figures = {}
     if plots is not False and report_plots.available():
@@ -47,6 +50,7 @@ def render_report(summary: ClassSummary, title: str, plots: bool | None = None) 
         message_shown=MESSAGE_SHOWN,
         clock=clock,
         written=time.strftime("%Y-%m-%d %H:%M"),
+        feedback=feedback,
     )
 
 
@@ -57,9 +61,11 @@ def write_report(
     title: str,
     wall_seconds: float | None = None,
     plots: bool | None = None,
+    feedback: Links = (),
 ) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(summarize(catalog, grades, wall_seconds), title, plots), encoding="utf-8")
+    page = render_report(summarize(catalog, grades, wall_seconds), title, plots, feedback)
+    path.write_text(page, encoding="utf-8")
     return path
 
 
@@ -67,12 +73,21 @@ class ClassReport:
     """`grader grade`'s sink of the class report: written once every submission is graded, from the grades in
     the order they were given (a batch stopped half-way leaves none: a part would pass for the class's)."""
 
-    def __init__(self, path: Path, catalog: Catalog, title: str, names: Sequence[str], started: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        catalog: Catalog,
+        title: str,
+        names: Sequence[str],
+        started: float,
+        feedback: Callable[[Sequence[str]], Links] | None = None,
+    ) -> None:
         self.path = path
         self._catalog = catalog
         self._title = title
         self._order = {name: i for i, name in enumerate(names)}
         self._started = started  # time.monotonic() when the batch began
+        self._feedback = feedback  # the links to the submissions' feedback pages, once written
         self._grades: list[SubmissionGrade] = []
         self.seconds = 0.0  # the batch's wall time, once closed
         self.written: Path | None = None
@@ -89,7 +104,8 @@ class ClassReport:
             return
         grades = sorted(self._grades, key=lambda g: self._order[g.name])
         try:  # every row is written by now: a report that fails loses the report alone
-            self.written = write_report(self.path, self._catalog, grades, self._title, self.seconds)
+            links = self._feedback([g.name for g in grades]) if self._feedback else ()
+            self.written = write_report(self.path, self._catalog, grades, self._title, self.seconds, feedback=links)
         except Exception as exc:
             print(
                 f"grader: the class report could not be written: {type(exc).__name__}: {one_line(str(exc), 500)}",

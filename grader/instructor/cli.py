@@ -1,5 +1,5 @@
-"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `similarity`, `gradescope`, `slurm`,
-`release`, `lint-course`."""
+"""The instructor's commands: `grader grade`, `gradebook merge`, `report`, `feedback`, `similarity`, `gradescope`,
+`slurm`, `release`, `lint-course`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from grader.catalog import Catalog, course_catalog
 from grader.engine.platforms import LAUNCHERS
 from grader.instructor import (
     class_report,
+    feedback,
     grade_log,
     gradebook,
     gradescope,
@@ -158,7 +159,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=Path,
         required=True,
         metavar="DIR",
-        help="writes DIR/<submission>/results.json, DIR/gradebook.csv and DIR/report.html",
+        help="writes DIR/<submission>/results.json and feedback pages, DIR/gradebook.csv and DIR/report.html",
     )
     _add_batch_options(grade, jobs=2)
     grade.add_argument(
@@ -172,7 +173,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--hidden-visibility",
         choices=gradescope.HIDDEN_VISIBILITIES,
         default="hidden",
-        help="Gradescope visibility of hidden checks (default hidden: never shown to students)",
+        help="Gradescope visibility of hidden checks, and whether the feedback pages show them "
+        "(default hidden: never shown to students)",
     )
     grade.add_argument(
         "--shard",
@@ -407,6 +409,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     grades.set_defaults(func=cmd_export_grades)
 
+    pages = commands.add_parser(
+        "feedback",
+        help="write each submission's feedback page for its student again, from a run's grades.jsonl",
+        description="Write OUT/<submission>/feedback.html and feedback.md (`grader grade` writes both) from "
+        "OUT/grades.jsonl: each check's verdict, points, message, hint and the student's traceback. No review "
+        "mark, tamper note or similarity finding is ever in a page.",
+    )
+    pages.add_argument("outs", nargs="+", type=Path, metavar="OUT", help="a `grader grade --out` folder (a shard's)")
+    pages.add_argument("--format", choices=feedback.FORMATS, default="both", help="the pages to write (default both)")
+    pages.add_argument(
+        "--hidden-visibility",
+        choices=gradescope.HIDDEN_VISIBILITIES,
+        default="hidden",
+        help="as given to `grader grade`: hidden (the default) leaves hidden checks out of the pages",
+    )
+    pages.set_defaults(func=cmd_feedback)
+
 
 def _graded(command: str, paths: list[Path]) -> list[Path]:
     """The paths that are submissions; each one left out (a tool's leftover: .DS_Store, __MACOSX...) is named on
@@ -529,8 +548,14 @@ def _grade(
     """Plan, grade, sinks: each submission's results.json, gradebook row, grade log line and progress line as
     it is graded (in that order: a results.json that fails is noted in the row), then the class report."""
     title = "Class report" + (f", shard {args.shard}" if args.shard else "")
+    report_path = args.out / class_report.FILENAME
     report = class_report.ClassReport(
-        args.out / class_report.FILENAME, catalog, title, [name_of(p) for p in paths], time.monotonic()
+        report_path,
+        catalog,
+        title,
+        [name_of(p) for p in paths],
+        time.monotonic(),
+        lambda names: feedback.links(report_path, [args.out], names),
     )
     stamp = provenance.stamp(record.provenance, record.seed) if record.provenance else None
     book = args.out / gradebook.FILENAME
@@ -538,6 +563,7 @@ def _grade(
     student_ids = matches.student_ids() if matches else None
     sinks: list[Sink[SubmissionGrade]] = [
         gradescope.ResultsFiles(args.out, catalog, args.hidden_visibility, stamp),
+        feedback.FeedbackPages(args.out, catalog, args.hidden_visibility),
         *([gradebook.Gradebook(book, catalog, student_ids, overridden)] if gradebook_written else []),
         grade_log.GradeLog(args.out / grade_log.FILENAME, stamp),
         BatchProgress(len(paths)),
@@ -569,7 +595,14 @@ def _grade(
             f"{one_line(', '.join(unwritten), 500)}",
             file=sys.stderr,
         )
-    return (0 if report.written is not None and not unwritten else 1), grades
+    no_pages = [g.name for g in grades if any(n.startswith(feedback.UNWRITTEN) for n in g.notes)]
+    if no_pages:
+        print(
+            f"grader: {len(no_pages)} submission(s)' feedback pages could not be written (see the gradebook's "
+            f"problem column): {one_line(', '.join(no_pages), 500)}",
+            file=sys.stderr,
+        )
+    return (0 if report.written is not None and not unwritten and not no_pages else 1), grades
 
 
 def _manifest_of(out: Path) -> manifest.Manifest:
@@ -746,12 +779,16 @@ def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:
     return grades
 
 
-def _write_class_report(path: Path, grades: list[SubmissionGrade], plots: bool | None = None) -> None:
-    """The report of grades from any runs, over the exercises they were graded on."""
+def _write_class_report(
+    path: Path, grades: list[SubmissionGrade], sources: list[Path], plots: bool | None = None
+) -> None:
+    """The report of grades from any runs, over the exercises they were graded on, linking the runs' pages."""
     graded = {r.exercise for g in grades for r in g.results}
     catalog = course_catalog()
     catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
-    class_report.write_report(path, catalog, grades, "Class report", plots=plots)
+    outs = [source if source.is_dir() else source.parent for source in sources]
+    pages = feedback.links(path, outs, [g.name for g in grades])
+    class_report.write_report(path, catalog, grades, "Class report", plots=plots, feedback=pages)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -763,8 +800,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise InstructorError(f"submission {twice[0]!r} is in more than one of the runs: report them apart")
-    _write_class_report(args.out, grades, plots=False if args.no_plots else None)
+    _write_class_report(args.out, grades, args.sources, plots=False if args.no_plots else None)
     print(f"class report of {len(grades)} submission(s): {args.out}")
+    return 0
+
+
+def cmd_feedback(args: argparse.Namespace) -> int:
+    catalog = course_catalog()
+    written = 0
+    for out in args.outs:
+        try:
+            written += len(feedback.rewrite(out, catalog, args.hidden_visibility, args.format))
+        except feedback.FeedbackError as exc:
+            raise InstructorError(str(exc)) from exc
+    hidden = "hidden checks left out" if args.hidden_visibility == "hidden" else "hidden checks shown"
+    print(f"{written} feedback page(s) written under {len(args.outs)} `grader grade` folder(s) ({hidden})")
     return 0
 
 
@@ -797,7 +847,7 @@ def cmd_gradebook_merge(args: argparse.Namespace) -> int:
     grades = _grades_of(args.sources)
     if grades is not None:
         report = args.report or args.out.with_name(class_report.FILENAME)
-        _write_class_report(report, grades)
+        _write_class_report(report, grades, args.sources)
         print(f"class report: {report}")
     else:
         print("no class report: a source has no grades.jsonl beside its gradebook")

@@ -70,6 +70,12 @@ def _grade(record: dict[str, Any]) -> SubmissionGrade:
     )
 
 
+def as_logged(grade: SubmissionGrade) -> SubmissionGrade:
+    """The grade as grades.jsonl keeps it (texts escaped and cut): what is drawn from a batch as it runs is
+    then the same as what is drawn again from its log."""
+    return _grade(_record(grade))
+
+
 class GradeLog:
     def __init__(self, path: Path, stamp: dict[str, Any] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,14 +20,19 @@ from grader.engine.facts import ReplayedStep, TrainingReplays, Worker
 from grader.judge.diagnose import failure_verdict
 from grader.judge.facts import problems as facts_problems
 from grader.judge.names import HintName, MaybeCause
+from grader.judge.proof import Proven
 from grader.judge.replay import Replayer
 from grader.judge.verdict import Verdict
 
 
 class CheckFailed(Exception):
-    def __init__(self, verdict: Verdict) -> None:
+    """`failed_run`: the run of the student's code whose failure is the verdict (`require`), where several checks
+    sharing that run would otherwise each say the same failure (the runner makes the later ones point back)."""
+
+    def __init__(self, verdict: Verdict, failed_run: RunResult | None = None) -> None:
         super().__init__(verdict.message)
         self.verdict = verdict
+        self.failed_run = failed_run
 
 
 CheckFunction = Callable[["CheckContext"], "Verdict | str | None"]
@@ -248,7 +253,7 @@ class CheckContext:
         wrong); with a `schema`, once every report also conforms to it (else it fails saying what does not)."""
         verdict = failure_verdict(result, self.student_file, stage)
         if verdict is not None:
-            raise CheckFailed(verdict)
+            raise CheckFailed(verdict, failed_run=result)
         self.notes += [
             f"rank {r.rank} died by signal {-r.status} after it had reported (ignored)"
             for r in result.ranks
@@ -325,8 +330,14 @@ class CheckContext:
         return facts
 
     def fail(
-        self, message: str, hint: HintName | None = None, details: str = "", cause: MaybeCause = ""
+        self,
+        message: str,
+        hint: HintName | None = None,
+        details: str = "",
+        cause: MaybeCause = "",
+        proven: Proven | None = None,
     ) -> CheckFailed:
-        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `cause`: the
-        name of the cause the message names, given only where it is proven (docs/maintainers/DIAGNOSES.md)."""
-        return CheckFailed(Verdict("failed", message, details, hint, cause=cause))
+        """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `proven`: the cause
+        the message names, as the proof path proved it (grader/judge/proof.py); None where the message names none."""
+        named = proven.cause if proven is not None else cause
+        return CheckFailed(Verdict("failed", message, details, hint, cause=named))

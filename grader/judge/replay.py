@@ -27,6 +27,7 @@ import numpy as np
 
 from grader.engine.facts import ReplayRequest
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, replayed
 
 R = TypeVar("R")
 # an exercise's trusted replay worker as a check hands it over: requests in, each hypothesis' replay out
@@ -288,6 +289,11 @@ class Proof:
     @property
     def named(self) -> tuple[Hypothesis, str] | None:
         return self.proven[0] if len(self.proven) == 1 else None
+
+    @property
+    def cause(self) -> Proven | None:
+        """The one hypothesis whose replay reproduces the run, as a verdict names it; None when none or several do."""
+        return replayed(self.named[0].cause) if self.named is not None else None
 
 
 def requests(

@@ -19,12 +19,14 @@ from pathlib import Path
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
 from grader.engine import EngineError, Runner, RunResult
+from grader.engine.exact import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
+from grader.judge.wording import shorten
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
@@ -55,20 +57,31 @@ def load_checks(exercise: Exercise) -> dict[str, Callable]:
     return registry
 
 
-def _verdict(function: Callable, context: CheckContext) -> Verdict:
+def _verdict(function: Callable, context: CheckContext) -> tuple[Verdict, RunResult | None]:
+    """The check's verdict, and the failed run of the student's code it fails with, if that is its verdict."""
     try:
         outcome = function(context)
     except CheckFailed as failed:
-        return failed.verdict
+        return failed.verdict, failed.failed_run
     except EngineError as exc:
-        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True)
+        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True), None
     except Exception as exc:  # a defect of the check, not of the student's code
         return Verdict(
             "error", f"internal grader error in this check: {type(exc).__name__}: {exc}", traceback.format_exc()
-        )
+        ), None
     if isinstance(outcome, Verdict):
-        return outcome
-    return Verdict("passed", outcome or "")
+        return outcome, None
+    return Verdict("passed", outcome or ""), None
+
+
+def _knock_on(verdict: Verdict, first: str) -> Verdict:
+    """A check failed only because the run it shares with `first` failed: it says so and points there, where
+    the failure is said once, traceback included, with its hint (one mistake, one diagnosis)."""
+    said = verdict.message.splitlines()[0] if verdict.message else "it failed"
+    return Verdict(
+        verdict.status,
+        f"not judged: the run it shares with {first} failed (a knock-on; {first} says why: {shorten(said, 160)})",
+    )
 
 
 def grade_exercise(
@@ -102,6 +115,7 @@ def _grade_checks(
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
     results = []
+    said_by: dict[int, tuple[RunResult, str]] = {}  # a failed run -> the first check that said its failure
     for spec in _selected(exercise.checks, options):
         sizes = options.world_sizes or spec.world_sizes
         for world_size in sizes:
@@ -127,7 +141,12 @@ def _grade_checks(
                     options.seed or 0,
                     check=spec.name,
                 )
-                verdict = skipped_if_api_missing(_verdict(function, context), context.used, exercise)
+                verdict, failed_run = _verdict(function, context)
+                if failed_run is not None and id(failed_run) in said_by:
+                    verdict = _knock_on(verdict, said_by[id(failed_run)][1])
+                elif failed_run is not None:
+                    said_by[id(failed_run)] = (failed_run, spec.name)
+                verdict = skipped_if_api_missing(verdict, context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
                 if left and spec.strays == "fail" and verdict.status == "passed":
@@ -137,6 +156,7 @@ def _grade_checks(
                 if verdict.status == "passed":
                     verdict.details = "\n".join(context.notes)
                 _name_test_calls(verdict, warnings, context)
+                verdict = _refusing(verdict, refused(context.used))
                 replaced = tampered(context.used)
                 if replaced:
                     warnings.append(f"marked: the code under test replaced the grader's code ({'; '.join(replaced)})")
@@ -170,6 +190,36 @@ def tampered(runs: Iterable[RunResult]) -> tuple[str, ...]:
             if isinstance(found, list):
                 lines.update((f"rank {rank.rank}: {line[:300]}", None) for line in found if isinstance(line, str))
     return tuple(lines)[:MAX_TAMPERED]
+
+
+def refused(runs: Iterable[RunResult]) -> tuple[str, ...]:
+    """Each object of a type the contract does not allow that a rank found where it reads a fact (exact.REFUSED), in a
+    sentence: "rank 0's optimizer state holds a torch.Tensor subclass `Fake`; the contract asks for plain tensors".
+    A report is untrusted: a malformed record is still a refusal, its strings capped."""
+    lines: dict[str, None] = {}
+    for run in runs:
+        for rank in run.ranks:
+            found = rank.facts.get(REFUSED)
+            for record in found if isinstance(found, list) else ():
+                said = {key: str(record.get(key, ""))[:100] if isinstance(record, dict) else "" for key in _REFUSAL}
+                kind = f"a {said['kind']} subclass" if said["kind"] else "a"
+                lines[
+                    f"rank {rank.rank}'s {said['where'] or 'report'} holds {kind} `{said['type'] or '?'}`; "
+                    f"the contract asks for {said['asks'] or 'plain objects'}"
+                ] = None
+    return tuple(lines)[:MAX_TAMPERED]
+
+
+_REFUSAL = ("where", "kind", "type", "asks")
+
+
+def _refusing(verdict: Verdict, refusals: tuple[str, ...]) -> Verdict:
+    """A check whose ranks refused an object fails, whatever it found: the fact it would rest on is missing."""
+    if not refusals:
+        return verdict
+    said = "\n".join(refusals)
+    message = said if verdict.status == "passed" else f"{said}\n{verdict.message}"
+    return replace(verdict, status="failed", message=message)
 
 
 def _name_test_calls(verdict: Verdict, warnings: list[str], context: CheckContext) -> None:

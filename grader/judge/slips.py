@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.judge.names import Cause
+from grader.judge.proof import Proven, replayed
 from grader.judge.tolerance import close_either_way
 
 REL = 1e-6
@@ -54,6 +55,14 @@ class Formula:
 
     def rewritten(self, tree: ast.Expression) -> Formula:
         return Formula(self.params, ast.unparse(tree))
+
+
+@dataclass(frozen=True)
+class ProvenSlip:
+    """A slip that reproduced the function at every probe: its sentence, and its cause as proven by that replay."""
+
+    sentence: str
+    proven: Proven
 
 
 @dataclass(frozen=True)
@@ -271,8 +280,10 @@ def find_slip(
     named: Iterable[Slip] = (),
     params: Sequence[str] | None = None,
     rel: float = REL,
-) -> Slip | None:
+) -> ProvenSlip | None:
     """The slip that reproduces `got` at every probe, or None when none does or several with
     different names do (the cause is then not proven)."""
     found = matching_slips(reference, probes, got, named, params, rel)
-    return found[0] if found and len({slip.name for slip in found}) == 1 else None
+    if not found or len({slip.name for slip in found}) != 1:
+        return None
+    return ProvenSlip(found[0].sentence, replayed(found[0].name))

@@ -18,22 +18,25 @@ import numpy as np
 
 from grader.engine.facts import ReplayedStep
 from grader.judge.compare import Arrays, first_difference, scale_of
-from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven
 from grader.judge.replay import Hypothesis, Replayer, Steps, prove, reproduces
 from grader.judge.tolerance import close
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: Cause | Literal["measured"]  # the cause named, proven ("loss_summed", "no_sampler"...), or none
+    """What a diagnosis found: a message naming a cause only with its proof (grader/judge/proof.py), else what
+    was measured. A cause without a proof is refused where the finding is made, not where it is reported."""
+
     message: str
     step: int = 0
     hint: HintName | None = None
+    proven: Proven | None = None
 
     @property
-    def proven(self) -> MaybeCause:
-        """The cause as a verdict carries it: "" where none is proven."""
-        return "" if self.cause == "measured" else self.cause
+    def cause(self) -> Cause | Literal["measured"]:
+        return self.proven.cause if self.proven is not None else "measured"
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,36 @@ def _proportional(actual: Arrays, expected: Arrays) -> float | None:
     if first_difference(actual, _scaled(expected, scale)) is None:
         return scale
     return None
+
+
+def _listed(names: list[str]) -> str:
+    shown = names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else [])
+    return ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else shown[0]
+
+
+def by_parameter(actual: Arrays, expected: Arrays, what: str) -> str:
+    """Where only some parameters are off, each by an exact factor, and every other one equals the reference's:
+    "inp.weight and inp.bias are exactly 2 times the reference's; every other parameter's gradient equals it".
+    "" for any other pattern (a parameter off by no single factor, or every parameter off)."""
+    equal: list[str] = []
+    scaled: dict[float, list[str]] = {}
+    for name in expected:
+        if name not in actual:
+            return ""
+        one, want = {name: actual[name]}, {name: expected[name]}
+        if first_difference(one, want) is None:
+            equal.append(name)
+        elif (factor := _proportional(one, want)) is not None:
+            scaled.setdefault(_round(factor), []).append(name)
+        else:
+            return ""
+    if not equal or not scaled:
+        return ""
+    groups = [
+        f"{_listed(names)} {'is' if len(names) == 1 else 'are'} exactly {_fraction(factor)} the reference's"
+        for factor, names in sorted(scaled.items())
+    ]
+    return f"{'; '.join(groups)}; every other parameter's {what} equals it ({_listed(equal)})"
 
 
 @dataclass(frozen=True)
@@ -171,6 +204,10 @@ class _Locator:
             if scale < 1:
                 fits["clip_norm"] = _round(_norm(grads))
             measured = f"the gradient at optimizer.step() is exactly {_fraction(scale)} the reference's"
+        elif located := by_parameter(grads, expected, "gradient"):
+            measured = f"the gradient at optimizer.step() differs from the reference's ({self.setting.reference}) " + (
+                f"in some parameters only: {located}"
+            )
         else:
             difference = first_difference(grads, expected)
             measured = (
@@ -236,6 +273,8 @@ class _Locator:
         if scale is not None:
             fits["lr_scale"] = _round(scale)
             measured = f"the update is exactly {_fraction(scale)} the reference's for every parameter"
+        elif located := by_parameter(update, expected, "update"):
+            measured = f"the update differs from the reference's in some parameters only: {located}"
         else:
             difference = first_difference(update, expected)
             optimizer = self.setting.optimizer or f"SGD(lr={lr:g}, momentum={momentum:g})"
@@ -292,7 +331,7 @@ def diagnose(
         return None
     plain = f"{observation.sentence}. {observation.advice}" if observation.advice else observation.sentence
     if observation.measured_only or setting.replay is None or not setting.hypotheses:
-        return Finding("measured", plain, observation.step)
+        return Finding(plain, observation.step)
     numbers = {name: float(value) for name, value in setting.factors.items()}
     numbers |= {"lr": setting.lr, "momentum": setting.momentum}
     proof = prove(
@@ -307,17 +346,16 @@ def diagnose(
     if named is not None:
         hypothesis, says = named
         return Finding(
-            hypothesis.cause, f"{says}. Measured: {observation.sentence}; {recorded}", observation.step, hypothesis.hint
+            f"{says}. Measured: {observation.sentence}; {recorded}", observation.step, hypothesis.hint, proof.cause
         )
     if proof.proven:
         candidates = "; ".join(says for _, says in proof.proven)
         return Finding(
-            "measured",
             f"{plain}. Each of these reproduces every step, and this run's numbers cannot tell them apart: "
             f"{candidates}",
             observation.step,
         )
-    return Finding("measured", plain, observation.step)
+    return Finding(plain, observation.step)
 
 
 def _joined(

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from grader.engine import tamper
+from grader.engine import exact, tamper
 from grader.engine.facts import ReplayedStep, ReplayRequest, TrainingReplays
 
 FEATURES, HIDDEN = 8, 16
@@ -134,12 +134,13 @@ def optimizer_state(optimizer: torch.optim.Optimizer, named: list[tuple[str, tor
     """Per parameter, the optimizer's state buffers by name (momentum_buffer, exp_avg...) and the
     norm of each: which buffers exist says which optimizer ran, their norms whether they were kept."""
     summary: dict[str, Any] = {}
+    state = {id(p): buffers for p, buffers in exact.items(optimizer.state, "optimizer state")}
     for name, p in named:
-        buffers = optimizer.state.get(p, {})
+        buffers = exact.items(state.get(id(p), {}), "optimizer state")
         summary[name] = {
-            key: float(value.detach().float().norm()) if isinstance(value, torch.Tensor) else float(value)
-            for key, value in buffers.items()
-            if isinstance(value, (torch.Tensor, int, float))
+            key: float(value.detach().float().norm()) if exact.tensor(value, "optimizer state") else float(value)
+            for key, value in buffers
+            if type(value) in (int, float) or exact.tensor(value, "optimizer state")
         }
     return summary
 
@@ -165,7 +166,7 @@ class StepRecorder:
         ]
 
     def _named(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        params = exact.optimizer_parameters(optimizer)
         return [(self._names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
 
     def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -173,7 +174,7 @@ class StepRecorder:
         if not self.steps:
             self.start = {name: p.detach().cpu().clone() for name, p in named}
         grads = {
-            name: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu())
+            name: (p.grad.detach().cpu().clone() if exact.tensor(p.grad, "model") else torch.zeros_like(p).cpu())
             for name, p in named
         }
         step: dict[str, Any] = {"grads": grads, "no_grad": [name for name, p in named if p.grad is None]}
@@ -221,16 +222,16 @@ class ShardStepRecorder:
 
     @staticmethod
     def _piece(tensor: torch.Tensor | None) -> torch.Tensor | None:
-        if tensor is None:
+        if not exact.tensor(tensor, "model", True):
             return None
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-        return local.detach().cpu().reshape(-1).clone()
+        local = exact.local(tensor, "model")
+        return None if local is None else local.detach().cpu().reshape(-1).clone()
 
     def _named(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
         from torch.distributed.fsdp._common_utils import clean_tensor_name
 
         self._names.update({id(p): clean_tensor_name(name) for name, p in self._model.named_parameters()})
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        params = exact.optimizer_parameters(optimizer)
         named = [(self._names.get(id(p), f"param{i}"), p) for i, p in enumerate(params)]
         for name, p in named:
             if hasattr(p, "_numels_with_padding") and name not in self.layouts:

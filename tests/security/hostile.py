@@ -356,3 +356,115 @@ ATTACKS = [
         marked=True,
     ),
 ]
+
+
+@dataclass
+class Forgery:
+    """A reference solution changed to fake one fact the grader reads from an object it hands back (a subclass that
+    lies about its size, a launcher that writes the grader's records itself): `check` passed on it before the grader
+    read those facts from what the code cannot choose (grader/engine/exact.py, ex04's ProcessWatch); now it fails,
+    saying `said`."""
+
+    name: str
+    exercise: str
+    check: str
+    edits: list[tuple[str, str]]  # (text of the solution, what the forgery puts there)
+    said: str
+
+    def write(self, folder: Path) -> Path:
+        source = (REPO / "solutions" / f"{self.exercise}.py").read_text()
+        for old, new in self.edits:
+            assert old in source, f"{self.name}: the solution no longer holds {old!r}"
+            source = source.replace(old, new)
+        path = folder / f"{self.exercise}.py"
+        path.write_text(source)
+        return path
+
+
+_STRANGERS = "[int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (os.getpid(), 1)]"
+
+FORGERIES = [
+    Forgery(  # every rank holds the state of every parameter; a dict subclass hides the foreign ones' buffers
+        "ex13_hides_unsharded_state_in_a_dict_subclass",
+        "ex13_zero1",
+        "state_is_sharded",
+        [
+            (
+                "    optimizer = torch.optim.AdamW(mine, lr=lr) if mine else None\n",
+                "    optimizer = torch.optim.AdamW(params, lr=lr)\n\n"
+                "    class Quiet(dict):\n"
+                "        def values(self):\n"
+                "            return []\n",
+            ),
+            (
+                "        if optimizer is not None:\n            optimizer.step()\n",
+                "        optimizer.step()\n        for index, p in enumerate(params):\n"
+                "            if index not in shards[rank] and type(optimizer.state[p]) is dict:\n"
+                "                optimizer.state[p] = Quiet(optimizer.state[p])\n",
+            ),
+        ],
+        "rank 0's optimizer state holds a dict subclass `Quiet`; the contract asks for a plain dict",
+    ),
+    Forgery(  # one element per bucket, a subclass claiming the bucket's size (fails on main too: RecursionError)
+        "ex12_claims_its_buckets_size_with_a_tensor_subclass",
+        "ex12_overlap_ddp",
+        "buckets_by_size",
+        [
+            (
+                "        flat = torch.cat([p.grad.reshape(-1) for p in bucket])\n"
+                "        in_flight.append((dist.all_reduce(flat, async_op=True), flat, bucket))\n",
+                "        flat = torch.cat([p.grad.reshape(-1) for p in bucket])\n"
+                "        claim = torch.zeros(1).as_subclass(Claim)\n"
+                "        claim.claimed = flat.numel()\n"
+                "        in_flight.append((dist.all_reduce(claim, async_op=True), flat * world_size, bucket))\n",
+            ),
+            (
+                "    bucket: list[nn.Parameter] = []",
+                "    class Claim(torch.Tensor):\n"
+                "        def numel(self):\n"
+                "            return self.claimed\n\n"
+                "    bucket: list[nn.Parameter] = []",
+            ),
+        ],
+        "rank 0's all_reduce call holds a torch.Tensor subclass `Claim`; the contract asks for plain tensors",
+    ),
+    Forgery(  # writes the failing rank's records itself, naming a pid no process holds, and raises the planted error
+        "ex04_writes_the_failing_ranks_records_itself",
+        "ex04_launch",
+        "propagates_errors",
+        [
+            (
+                "    results = mp.get_context(start_method).SimpleQueue()\n",
+                "    import os\n"
+                "    if getattr(fn, '__name__', '') == 'fail_on_last_rank':\n"
+                "        import time\n"
+                "        last, folder = world_size - 1, args[0]\n"
+                "        open(os.path.join(folder, f'started-{last}'), 'w').write(str(4_194_000 + last))\n"
+                "        open(os.path.join(folder, f'raised-{last}'), 'w').write(repr(time.time()))\n"
+                "        raise ValueError('planted failure on the last rank')\n"
+                "    results = mp.get_context(start_method).SimpleQueue()\n",
+            ),
+        ],
+        "rank 1 never ran in a process launch_distributed started",
+    ),
+    Forgery(  # runs fn in the launcher itself, then reports unrelated processes' pids in the results and records
+        "ex04_reports_pids_of_unrelated_processes",
+        "ex04_launch",
+        "runs_every_rank",
+        [
+            (
+                "    results = mp.get_context(start_method).SimpleQueue()\n",
+                "    import os\n"
+                "    if getattr(fn, '__name__', '') == 'report_identity':\n"
+                "        results = [fn(rank, world_size, *args) for rank in range(world_size)]\n"
+                f"        strangers = {_STRANGERS}\n"
+                "        for rank, result in enumerate(results):\n"
+                "            result['pid'] = strangers[rank]\n"
+                "            open(os.path.join(args[1], f'started-{rank}'), 'w').write(str(strangers[rank]))\n"
+                "        return results\n"
+                "    results = mp.get_context(start_method).SimpleQueue()\n",
+            ),
+        ],
+        "never ran in a process launch_distributed started",
+    ),
+]

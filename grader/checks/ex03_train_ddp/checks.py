@@ -20,6 +20,7 @@ from grader.judge.api import CheckContext, check
 from grader.judge.compare import Arrays, first_difference
 from grader.judge.diagnose import where
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import structural
 from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.judge.trajectory import Finding, Setting, diagnose
 from grader.judge.writes import barrier_callers, landed_at, went_on_early, writers_problem
@@ -37,8 +38,6 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("no_set_epoch"),
             Cause("unshuffled"),
             Cause("epochs_from_one"),
-            Cause("shards_overlap"),
-            Cause("data"),
         ),
         HintName("data_sampler"),
     ),
@@ -102,8 +101,8 @@ def _checkpoint(ctx: CheckContext) -> Checkpoint:
 
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
-    proven = finding.proven
-    return ctx.fail(prefix + finding.message, hint=finding.hint or _HINTS.get(finding.cause), cause=proven)
+    hint = finding.hint or _HINTS.get(finding.cause)
+    return ctx.fail(prefix + finding.message, hint=hint, proven=finding.proven)
 
 
 def _differs(a: Arrays, b: Arrays) -> bool:
@@ -184,6 +183,7 @@ def _pipeline(reference: Reference) -> Pipeline:
         reference["batches"],
         reference["mistaken_batches"],
         "DistributedSampler(shuffle=True, seed=0) with set_epoch(epoch)",
+        hint=HintName("data_sampler"),
     )
 
 
@@ -200,9 +200,9 @@ def _data_before(ranks: list[Train], reference: Reference, steps: int) -> Findin
         many = next((s for s, batches in enumerate(got, 1) if len(batches) != 1), None)
         if many is not None:
             return Finding(
-                Cause("data"),
                 f"step {many} came after {len(got[many - 1])} forward passes with autograd on, "
                 "where one batch makes one step",
+                hint=HintName("data_sampler"),
             )
     return None
 
@@ -214,13 +214,21 @@ def matches_large_batch(ctx: CheckContext) -> None:
     mine, want = ranks[0]["steps"], reference["steps"]
     if len(mine) != len(want):
         batches = trained_batches(ranks[0]["forwards"])
-        if batches == reference["batches"][0] and len(mine) % len(batches) == 0:
-            found: Finding | None = Finding(
-                Cause("steps_per_batch"),
-                f"{len(mine) // len(batches)} optimizer steps per batch: optimizer.step() is called once per batch",
-            )
-        else:
-            found = _data_before(ranks, reference, len(mine))
+        per_batch = len(mine) // len(batches) if batches else 0
+        proven = structural(  # several steps after each batch: the batches, then steps that saw no new one
+            Cause("steps_per_batch"),
+            {
+                "each step's new batches": [
+                    step for batch in reference["batches"][0] for step in [[batch]] + [[]] * (per_batch - 1)
+                ]
+            },
+            {"each step's new batches": step_batches(ranks[0])},
+        )
+        found: Finding | None = (
+            Finding(f"{per_batch} optimizer steps per batch: optimizer.step() is called once per batch", proven=proven)
+            if per_batch > 1 and proven is not None
+            else _data_before(ranks, reference, len(mine))
+        )
         counted = (
             f"{len(mine)} optimizer steps instead of {len(want)} ({EPOCHS} epochs of {SIZE} samples, batches "
             f"of {BATCH} per rank)"

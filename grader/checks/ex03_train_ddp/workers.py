@@ -84,6 +84,7 @@ def reference(
         "no_set_epoch": loader_batches(size, world_size, batch_size, epochs, set_epoch=False),
         "unshuffled": loader_batches(size, world_size, batch_size, epochs, shuffle=False),
         "epochs_from_one": loader_batches(size, world_size, batch_size, epochs, first_epoch=1),
+        "dropped_partial_batch": [[batch for batch in rank if len(batch) == batch_size] for rank in expected],
     }
     facts["momentum"] = MOMENTUM
     return facts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.ex04_launch.facts import LAUNCH_FAILING, LAUNCH_IDENTITY, Identity, LeftBehind, Stall
+from grader.checks.ex04_launch.facts import LAUNCH_FAILING, LAUNCH_IDENTITY, Identity, LeftBehind, Observed, Stall
 from grader.checks.ex04_launch.protocol import SLOW_RANK_SECONDS, digest, payload
 from grader.judge.api import CheckContext, check
 from grader.judge.explain import error_messages
@@ -87,6 +87,21 @@ def _is_identity(result: Any) -> bool:
     return isinstance(result, dict) and all(type(result.get(key)) is kind for key, kind in types.items())
 
 
+def _strangers(ctx: CheckContext, observed: Observed | None) -> None:
+    """Fail where a rank's `started` marker names a process the launcher never started, as the kernel shows it
+    (workers.ProcessWatch; Linux only, None elsewhere): the marker was not written by fn in a process of its own."""
+    if observed is None or not observed["strangers"]:
+        return
+    rank = observed["strangers"][0]
+    pid = observed["pids"].get(str(rank))
+    raise ctx.fail(
+        f"rank {rank} never ran in a process launch_distributed started: the grader's record of it names pid {pid}, "
+        "which the kernel shows is neither the launcher nor a live process descended from it; start every rank "
+        "in a process of its own and let fn run there",
+        hint=HintName("start_processes"),
+    )
+
+
 @check("runs_every_rank")
 def runs_every_rank(ctx: CheckContext) -> None:
     facts, size = _identity(ctx)
@@ -125,6 +140,16 @@ def runs_every_rank(ctx: CheckContext) -> None:
             "needs its own process (no loop in the launcher)",
             hint=HintName("start_processes"),
         )
+    observed = facts["observed"]
+    _strangers(ctx, observed)
+    for rank, result in enumerate(results):
+        ran_in = observed["pids"].get(str(rank)) if observed is not None else None
+        if ran_in is not None and result["pid"] != ran_in:
+            raise ctx.fail(
+                f"rank {rank}'s result reports pid {result['pid']}, but fn ran as rank {rank} in process {ran_in}: "
+                "the results are not what fn returned",
+                hint=HintName("result_queue"),
+            )
 
 
 def _left(left: LeftBehind) -> str:
@@ -166,6 +191,7 @@ def propagates_errors(ctx: CheckContext) -> None:
             f"fn never ran as rank {failing} (the rank the grader makes raise), so no error could surface",
             hint=HintName("start_processes"),
         )
+    _strangers(ctx, facts["observed"])
     if raised is None:
         raise ctx.fail(
             f"swallowing a child's error: rank {failing} raised ValueError but launch_distributed returned normally",

@@ -23,6 +23,13 @@ class LeftBehind(TypedDict):
     unreaped: list[int]
 
 
+class Observed(TypedDict):
+    """What the kernel showed of the processes the `started` markers name (Linux /proc; None elsewhere)."""
+
+    pids: dict[str, int]  # rank -> the pid its marker names when the launcher returned
+    strangers: list[int]  # ranks whose pid was neither the launcher's nor a live process descended from it
+
+
 class Identity(RankFacts):
     """The student's launch_distributed on report_identity (`launch_identity`)."""
 
@@ -33,6 +40,7 @@ class Identity(RankFacts):
     finished_at_return: list[int]
     finish_order: list[int]
     results: Any  # whatever the launcher returned, made plain and bounded (workers._plain): judged by its shape
+    observed: Observed | None
 
 
 class Link(TypedDict):
@@ -55,6 +63,7 @@ class Failing(RankFacts):
     seconds_after_raise: float | None  # None: the failing rank never ran
     slept_before_return: list[int]
     left_behind: LeftBehind
+    observed: Observed | None
 
 
 LAUNCH_IDENTITY = Worker("launch_identity", Identity)

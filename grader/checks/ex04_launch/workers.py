@@ -38,6 +38,8 @@ LAUNCHER_MARKER = "launcher"
 # starts one process after another has exited (a mistake of its own) is not deadlocked.
 TURN_GRACE_S = 8.0
 EXIT_WAIT_S = 2.0  # at most this long for the previous rank's process to exit, once its function returned
+WATCHING = "watching"  # marker: the launcher's process tree is observed, so a started rank waits to be seen
+SEEN_WAIT_S = 5.0  # at most this long a started rank waits for the observer to have seen its process
 _stack_file: TextIO | None = None  # kept open in a launched process for its delayed stack dump
 
 
@@ -47,12 +49,21 @@ def _mark(marker_dir: str, name: str, text: str = "") -> None:
     staged.replace(Path(marker_dir, name))
 
 
+def _started(marker_dir: str, rank: int) -> None:
+    """Mark this rank started, and wait (briefly) until the observer has seen this process alive, where one watches."""
+    _mark(marker_dir, f"started-{rank}", str(os.getpid()))
+    if Path(marker_dir, WATCHING).exists():
+        until = time.monotonic() + SEEN_WAIT_S
+        while not Path(marker_dir, f"seen-{rank}-{os.getpid()}").exists() and time.monotonic() < until:
+            time.sleep(0.002)
+
+
 def report_identity(
     rank: int, world_size: int, token: str, marker_dir: str, delays: list[float], seed: int, size: int
 ) -> dict[str, Any]:
     """The launched function: who it ran as, where, with what; finishes after its rank's delay."""
     global _stack_file
-    _mark(marker_dir, f"started-{rank}", str(os.getpid()))
+    _started(marker_dir, rank)
     result = {
         "rank": rank,
         "world_size": world_size,
@@ -110,7 +121,7 @@ def _mtime(folder: Path, name: str) -> float:
 
 
 def fail_on_last_rank(rank: int, world_size: int, marker_dir: str) -> None:
-    _mark(marker_dir, f"started-{rank}", str(os.getpid()))
+    _started(marker_dir, rank)
     if rank == world_size - 1:
         _mark(marker_dir, f"raised-{rank}", repr(time.time()))
         raise ValueError(FAILING_RANK_MESSAGE)
@@ -261,6 +272,75 @@ class StallWatch:
         return True
 
 
+def _descends(pid: int, launcher: int) -> bool:
+    """Whether the kernel shows `pid` alive (not a zombie) with a parent chain that reaches `launcher` (Linux /proc)."""
+    seen: set[int] = set()
+    current = pid
+    while current > 1 and current not in seen:
+        seen.add(current)
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return False
+        if current == pid and fields[0] in "ZXx":
+            return False
+        current = int(fields[1])
+        if current == launcher:
+            return True
+    return False
+
+
+class ProcessWatch:
+    """Sees, outside the code under test's Python, which process each `started` marker names: the launcher's own, a
+    live process descended from it (its parent chain, as the kernel shows it in /proc, reaches the launcher), or
+    neither: a pid a launcher wrote about a process it never started. Each pid a marker names is looked at when the
+    marker appears (a rank waits for that: `_started`) and, if it changed, again when the launcher has returned.
+    Linux only: elsewhere (no /proc) nothing is observed, and `facts()` is None."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.launcher = folder, os.getpid()
+        self.active = Path("/proc/self/stat").exists()
+        self.looked: dict[tuple[int, int], bool] = {}  # (rank, pid) -> the launcher's or its live descendant
+        self._returned = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="grader-process-watch", daemon=True)
+
+    def __enter__(self) -> ProcessWatch:
+        if self.active:
+            _mark(str(self.folder), WATCHING)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._returned.set()
+        if self.active:
+            self._thread.join()
+
+    def _look(self) -> None:
+        for rank, text in _markers(self.folder, "started").items():
+            try:
+                pid = int(text)
+            except ValueError:
+                continue
+            if (rank, pid) not in self.looked:
+                self.looked[(rank, pid)] = pid == self.launcher or _descends(pid, self.launcher)
+                _mark(str(self.folder), f"seen-{rank}-{pid}")
+
+    def _watch(self) -> None:
+        while not self._returned.wait(0.002):
+            self._look()
+
+    def facts(self) -> dict[str, Any] | None:
+        """The pid each marker names now, and the ranks whose pid is neither the launcher's nor a descendant's."""
+        if not self.active:
+            return None
+        self._look()
+        pids = {rank: int(text) for rank, text in _markers(self.folder, "started").items() if text.isdigit()}
+        return {
+            "pids": {str(rank): pid for rank, pid in sorted(pids.items())},
+            "strangers": sorted(rank for rank, pid in pids.items() if not self.looked.get((rank, pid), False)),
+        }
+
+
 def _warm_forkserver() -> None:
     """A forkserver the launcher may start imports torch once, not once per rank: only faster."""
     multiprocessing.set_forkserver_preload(["torch", "torch.multiprocessing"])
@@ -276,7 +356,7 @@ def launch_identity(
     _warm_forkserver()
     ctx.facts["launcher_pid"] = os.getpid()
     started = time.perf_counter()
-    with StallWatch(markers, world_size, str(ctx.student_file)) as watch:
+    with ProcessWatch(markers) as processes, StallWatch(markers, world_size, str(ctx.student_file)) as watch:
         try:
             results = launch(report_identity, world_size, ("token-42", str(markers), delays, seed, size), start_method)
         except Exception:
@@ -284,6 +364,7 @@ def launch_identity(
                 raise
             results = None  # the processes the watchdog stopped made the launcher raise
     ctx.facts["seconds"] = time.perf_counter() - started
+    ctx.facts["observed"] = processes.facts()
     ctx.facts["stalled"] = watch.seen
     finished = _markers(markers, "done")
     ctx.facts["left_behind"] = _left_behind(markers)
@@ -298,15 +379,17 @@ def launch_failing(ctx: RankContext, world_size: int, start_method: str) -> dict
     markers = ctx.run_dir / "markers"
     markers.mkdir()
     _warm_forkserver()
-    try:
-        launch(fail_on_last_rank, world_size, (str(markers),), start_method)
-        ctx.facts["raised"] = None
-    except NotImplementedError:
-        raise  # the untouched stub: "not implemented yet", not "an error without a traceback"
-    except Exception as exc:
-        # the whole chain: a launcher may re-raise the rank's error `from` it, as its __cause__
-        ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:], "chain": chain_facts(exc)}
+    with ProcessWatch(markers) as processes:
+        try:
+            launch(fail_on_last_rank, world_size, (str(markers),), start_method)
+            ctx.facts["raised"] = None
+        except NotImplementedError:
+            raise  # the untouched stub: "not implemented yet", not "an error without a traceback"
+        except Exception as exc:
+            # the whole chain: a launcher may re-raise the rank's error `from` it, as its __cause__
+            ctx.facts["raised"] = {"type": type(exc).__name__, "message": str(exc)[-4000:], "chain": chain_facts(exc)}
     returned = time.time()
+    ctx.facts["observed"] = processes.facts()
     raised_at = _markers(markers, "raised").get(world_size - 1)
     ctx.facts["seconds_after_raise"] = returned - float(raised_at) if raised_at else None
     ctx.facts["slept_before_return"] = sorted(

@@ -4,6 +4,7 @@ Each check runs with k = 2 and k = 4 micro-batches per step."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from grader.checks.ex05_no_sync.facts import REFERENCE, REPLAYS, TRAIN, WORKLOAD, Reference, Train
@@ -11,7 +12,8 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import first_difference
 from grader.judge.names import Cause, HintName
-from grader.judge.samples import Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
+from grader.judge.proof import Proven, structural
+from grader.judge.samples import Batches, Pipeline, diagnose_samples, eval_mode_passes, step_batches, trained_batches
 from grader.judge.trajectory import Finding, Setting, diagnose
 
 # 151 samples, batches of 3: the sampler pads, the loader drops a partial micro-batch, and at W=2 a
@@ -27,10 +29,8 @@ _HINTS: dict[Cause | Literal["measured"], HintName] = {
             Cause("partial_batch_used"),
             Cause("unshuffled"),
             Cause("epochs_from_one"),
-            Cause("shards_overlap"),
             Cause("no_sampler"),
             Cause("batch_size"),
-            Cause("data"),
         ),
         HintName("data_and_optimizer"),
     ),
@@ -95,34 +95,65 @@ def _pipeline(reference: Reference) -> Pipeline:
         reference["batches"],
         reference["mistaken_batches"],
         "DistributedSampler(shuffle=True, seed=0) with a drop_last loader",
+        drop_last=True,
+        hint=HintName("data_and_optimizer"),
+    )
+
+
+def _each_step(batches: Batches, per_step: int, first: int) -> list[Batches]:
+    """The micro-batches of each step when the first step takes `first` of `batches` and every later one
+    `per_step`, the last one what is left."""
+    rest = batches[first:]
+    return [batches[:first]] + [rest[i : i + per_step] for i in range(0, len(rest), per_step)]
+
+
+def _stepped(facts: Train, expected: Batches, per_step: int, first: int, whole: bool) -> Proven | None:
+    """A step after `first` micro-batches, then every `per_step` (1, 1: every micro-step; k, k with `whole`: a
+    trailing partial group that still steps; 1, k: the counter off by one), proven when the run's steps take
+    exactly those groups of the expected micro-batches: all of them with `whole`, else as many steps as it made."""
+    got = step_batches(facts)
+    built = _each_step(expected, per_step, first)
+    if not got or (whole and len(got) != len(built)):
+        return None
+    return structural(
+        Cause("micro_batches_per_step"),
+        {"each step's micro-batches": built[: len(got)]},
+        {"each step's micro-batches": got},
     )
 
 
 def _micro_batches(ranks: list[Train], reference: Reference, k: int, steps: int) -> Finding | None:
     """A mistake in what the first `steps` steps were made of: their samples, or how many micro-batches each."""
     pipeline = _pipeline(reference)
+    hint = HintName("step_per_group")
     for facts, expected in zip(ranks, pipeline.expected):
         got = step_batches(facts)[:steps]
         if got == [expected[i * k : (i + 1) * k] for i in range(len(got))]:
             continue
         counts = [len(batches) for batches in got]
         if trained_batches(facts["forwards"])[: sum(counts)] == expected[: sum(counts)]:
-            if all(len(batches) == 1 for batches in step_batches(facts)):
+            if (proven := _stepped(facts, expected, 1, 1, whole=False)) is not None:
                 return Finding(
-                    Cause("micro_batches_per_step"),
                     f"stepping every micro-step: with k={k} each optimizer step "
                     f"came after one micro-batch; call optimizer.step() once per {k} micro-batches",
+                    hint=hint,
+                    proven=proven,
                 )
             wrong = next(s for s, count in enumerate(counts, 1) if count != k)
             every = [len(batches) for batches in step_batches(facts)]
+            off = _stepped(facts, expected, k, 1, whole=False)  # stepping where i % k == 0
             return Finding(
-                Cause("micro_batches_per_step"),
                 f"with k={k}, optimizer step {wrong} came after "
                 f"{counts[wrong - 1]} micro-batch(es) instead of {k} (micro-batches per step: "
-                f"{every[:6]}...): the accumulation counter is off; step when (i + 1) % k == 0",
+                f"{every[:6]}...)"
+                + (": the accumulation counter is off by one" if off else "")
+                + "; step when (i + 1) % k == 0",
+                hint=hint,
+                proven=off,
             )
         return diagnose_samples([trained_batches(f["forwards"]) for f in ranks], pipeline) or Finding(
-            Cause("data"), f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches"
+            f"with k={k}, step 1 trained on other samples than the reference's first k micro-batches",
+            hint=HintName("data_and_optimizer"),
         )
     return None
 
@@ -132,17 +163,21 @@ def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[Train], want: Re
     if len(mine) == expected:
         return None
     setting = f"with k={k}: {micro} full micro-batches of {BATCH} per rank"
-    if len(mine) in (micro, micro + 1):
+    hint = HintName("step_per_group")
+    batches = want["batches"][0]
+    if (proven := _stepped(ranks[0], batches, 1, 1, whole=True)) is not None:
         return Finding(
-            Cause("micro_batches_per_step"),
             f"stepping every micro-step: {len(mine)} optimizer steps instead of "
             f"{expected} ({setting}); call optimizer.step() once per {k} micro-batches",
+            hint=hint,
+            proven=proven,
         )
-    if len(mine) == expected + 1 and len(step_batches(ranks[0])[-1]) < k:
+    if (proven := _stepped(ranks[0], batches, k, k, whole=True)) is not None:
         return Finding(
-            Cause("micro_batches_per_step"),
             f"{len(mine)} optimizer steps instead of {expected} ({setting}): the "
             f"trailing group of {micro % k} micro-batch(es) made a step; drop a group of fewer than k",
+            hint=hint,
+            proven=proven,
         )
     found = _micro_batches(ranks, want, k, len(mine))
     counted = (
@@ -150,8 +185,8 @@ def _step_count(k: int, mine: list[dict[str, Any]], ranks: list[Train], want: Re
         "group makes none)"
     )
     if found is None:
-        return Finding(Cause("micro_batches_per_step"), counted)
-    return Finding(found.cause, f"{counted}: {found.message}")
+        return Finding(counted, hint=hint)
+    return replace(found, message=f"{counted}: {found.message}")
 
 
 def _setting(ctx: CheckContext, k: int, want: Reference) -> Setting:
@@ -177,26 +212,43 @@ def _problem(ctx: CheckContext, k: int) -> Finding | None:
         return counted
     finding = diagnose(mine, ranks[0]["start"], want["steps"], want["start"], _setting(ctx, k, want))
     if finding is not None:
-        if sum(ranks[0]["all_reduces_per_step"]) == 0:
+        never = structural(  # every rank stepping on its own gradients: no all-reduce in any step, on any rank
+            Cause("never_synchronized"),
+            {f"rank {r}'s all-reduces per step": [0] * len(f["all_reduces_per_step"]) for r, f in enumerate(ranks)},
+            {f"rank {r}'s all-reduces per step": list(f["all_reduces_per_step"]) for r, f in enumerate(ranks)},
+        )
+        if never is not None:
             return Finding(
-                Cause("never_synchronized"),
                 f"with k={k}, step {finding.step} differs from the large-batch step "
                 "and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),
+                hint=HintName("no_sync"),
+                proven=never,
             )
         return _micro_batches(ranks, want, k, finding.step) or finding
     difference = first_difference(ranks[0]["final"], want["steps"][-1]["params"])
     if difference:
+        untrained = structural(  # the model as it was before training: its initial weights, exactly
+            Cause("returned"), {"returned weights": want["start"]}, {"returned weights": ranks[0]["final"]}
+        )
+        said = "the untrained one (its initial weights, exactly)" if untrained else "not the trained ones"
         return Finding(
-            Cause("returned"),
-            f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are not "
-            f"the trained ones: {difference}",
+            f"train_accumulate returned a model ({ranks[0]['returned']}) whose weights are {said}: {difference}",
+            hint=HintName("data_and_optimizer"),
+            proven=untrained,
         )
     in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
     if in_eval:
-        return Finding(
+        flags = [call["training"] for call in ranks[0]["forwards"] if call["grad"] and call["samples"]]
+        evaluated = structural(
             Cause("eval_mode"),
+            {"training flag of each training pass": [False] * passes},
+            {"training flag of each training pass": flags},
+        )
+        return Finding(
             f"the model trained in eval mode: {in_eval} of the {passes} forward passes that "
             "trained ran with model.training False; call model.train() before training",
+            hint=HintName("data_and_optimizer"),
+            proven=evaluated,
         )
     return None
 
@@ -207,8 +259,7 @@ def matches_large_batch(ctx: CheckContext) -> str:
     if found:
         # causes this run cannot tell apart (k = W = 2) are named by neither; the other k may tell them apart
         chosen = next((f for f in found if f.cause != "measured"), found[0])
-        proven = chosen.proven
-        raise ctx.fail(chosen.message, hint=chosen.hint or _HINTS.get(chosen.cause), cause=proven)
+        raise ctx.fail(chosen.message, hint=chosen.hint or _HINTS.get(chosen.cause), proven=chosen.proven)
     return f"k = {' and '.join(map(str, KS))}: every optimizer step equals one process on its k*b*W samples"
 
 

@@ -99,7 +99,8 @@ def reference(
     facts = train_reference(model, dataset, steps, lr, parts=parts).facts()
     facts["batches"] = batches
     facts["mistaken_batches"] = {
-        "unshuffled": _full(loader_batches(size, world_size, batch_size, epochs=1, shuffle=False), batch_size)
+        "unshuffled": _full(loader_batches(size, world_size, batch_size, epochs=1, shuffle=False), batch_size),
+        "partial_batch_used": loader_batches(size, world_size, batch_size, epochs=1),
     }
     facts["micro_batches"] = len(facts["batches"][0])
     facts["momentum"] = MOMENTUM

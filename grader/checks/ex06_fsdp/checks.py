@@ -13,6 +13,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.compare import Arrays, first_difference
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import structural
 from grader.judge.tolerance import close
 from grader.judge.trajectory import Finding, Setting, diagnose, gathered_steps
 from grader.judge.wording import article
@@ -231,8 +232,8 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
     finding = _trajectory_finding(ctx, ranks, want)
     if finding is not None:
-        proven = finding.proven
-        raise ctx.fail(finding.message, hint=finding.hint or HintName("optimizer_after_sharding"), cause=proven)
+        hint = finding.hint or HintName("optimizer_after_sharding")
+        raise ctx.fail(finding.message, hint=hint, proven=finding.proven)
     if first_difference(final, want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (
@@ -283,7 +284,7 @@ def _match_keys(keys: list[str], wanted: list[str]) -> tuple[dict[str, str], str
     return {name: name for name in wanted}, ""
 
 
-def _initial_weights(ctx: CheckContext, facts: Train, initial: Arrays) -> CheckFailed:
+def _initial_weights(ctx: CheckContext, facts: Train, initial: Arrays, saved: Arrays) -> CheckFailed:
     """The checkpoint equals the initial weights: when it was gathered is proven only by the weights the
     grader gathered itself after training. Where training left them unchanged too, that is
     matches_reference's finding, and nothing here tells when the checkpoint was taken."""
@@ -299,11 +300,14 @@ def _initial_weights(ctx: CheckContext, facts: Train, initial: Arrays) -> CheckF
             "the checkpoint holds the initial weights, and so did the model after training: no optimizer "
             "step changed them; see matches_reference"
         )
+    before = structural(  # gathered before the steps: the reference's initial weights, every tensor exactly
+        Cause("checkpoint_before_training"), {"checkpoint": initial}, {"checkpoint": saved}
+    )
     return ctx.fail(
-        "the checkpoint holds the initial weights, while the model after training holds other ones: it was "
-        "gathered before the training steps",
+        "the checkpoint holds the initial weights, while the model after training holds other ones"
+        + (": it was gathered before the training steps" if before else ""),
         hint=HintName("full_state_dict"),
-        cause=Cause("checkpoint_before_training"),
+        proven=before,
     )
 
 
@@ -353,7 +357,7 @@ def full_checkpoint(ctx: CheckContext) -> None:
             f"the checkpoint does not load into a plain model: {saved['loads_plain']}", hint=HintName("full_state_dict")
         )
     if first_difference(saved["tensors"], reference["initial"], rtol=0.0, atol=0.0) is None:
-        raise _initial_weights(ctx, ranks[0], reference["initial"])
+        raise _initial_weights(ctx, ranks[0], reference["initial"], saved["tensors"])
     difference = first_difference(saved["tensors"], want)
     if difference:
         raise ctx.fail(

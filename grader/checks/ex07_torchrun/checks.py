@@ -17,6 +17,7 @@ from grader.judge.api import CheckContext, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import structural
 from grader.judge.tolerance import close_each
 
 NODES = [2, 1]
@@ -331,14 +332,22 @@ def device_from_local_rank(ctx: CheckContext) -> None:
     if wrong:
         message = _what_each_did(processes, wrong)
         asked = [_asked_before_binding(p) for p in wrong]
-        if all(asked):
+        unbound = structural(  # what current_device() answers before set_device: GPU 0, in every process
+            Cause("current_device_before_set_device"),
+            {f"process {i}": {"device": "cuda:0", "asked before binding": True} for i in range(len(wrong))},
+            {
+                f"process {i}": {"device": p["device"], "asked before binding": q is not None}
+                for i, (p, q) in enumerate(zip(wrong, asked))
+            },
+        )
+        if unbound is not None:
             apis = sorted({q["api"] for q in asked if q})
             message += (
                 f". In each of them pick_device() returned what {' and '.join(apis)}() answered before anything "
                 "was bound: the GPU a new process starts on, GPU 0 on every node, whatever its LOCAL_RANK. Read "
                 "LOCAL_RANK from the environment, then torch.cuda.set_device(local_rank)"
             )
-            raise ctx.fail(message, hint=HintName("local_rank_gpu"), cause=Cause("current_device_before_set_device"))
+            raise ctx.fail(message, hint=HintName("local_rank_gpu"), proven=unbound)
         raise ctx.fail(message, hint=HintName("local_rank_gpu"))
     for process in processes:
         env, chosen = process["env"], process.get("set_device") or []

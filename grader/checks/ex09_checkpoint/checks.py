@@ -199,14 +199,14 @@ def resume_matches(ctx: CheckContext) -> None:
         if finding is None:
             continue
         proven = finding.proven
-        if finding.cause == "momentum_lost":
+        if finding.cause == "momentum_lost":  # proven by its replay: the buffers counted say how it was lost
             restored = facts["momentum_restored"]
             raise ctx.fail(
                 f"{finding.message} (after load_checkpoint the optimizer held {restored} momentum buffers for "
                 f"{PARAMETERS} parameters)",
                 hint=finding.hint,
-                cause=proven,
+                proven=proven,
             )
         raise ctx.fail(
-            f"resumed training differs from uninterrupted training: {finding.message}", hint=finding.hint, cause=proven
+            f"resumed training differs from uninterrupted training: {finding.message}", hint=finding.hint, proven=proven
         )

@@ -119,7 +119,7 @@ def judge_values(
         f"{measured}. {slip.sentence[0].upper()}{slip.sentence[1:]} "
         f"(this slip gives the value at all {len(probed)} inputs probed)",
         hint=hint,
-        cause=slip.name,
+        proven=slip.proven,
     )
 
 

@@ -116,7 +116,7 @@ def _reference(ctx: CheckContext) -> Reference:
 
 def _fail(ctx: CheckContext, finding: Finding, prefix: str = "") -> Exception:
     proven = finding.proven
-    return ctx.fail(prefix + finding.message, hint=finding.hint or HintName("wait_then_average"), cause=proven)
+    return ctx.fail(prefix + finding.message, hint=finding.hint or HintName("wait_then_average"), proven=proven)
 
 
 def _same(a: Arrays, b: Arrays) -> bool:

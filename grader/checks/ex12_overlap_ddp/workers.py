@@ -30,6 +30,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
@@ -161,7 +162,7 @@ class CommRecorder:
             "registered": self.registered,
             "frozen_grads": self.frozen_grads,
             "unwaited": self.unwaited,
-            "sizes": {name: p.numel() * p.element_size() for name, p in self.model.named_parameters()},
+            "sizes": {name: exact.nbytes(p) for name, p in self.model.named_parameters() if exact.tensor(p, "model")},
             "trained": [self._names[id(p)] for p in self._trained],
         }
 
@@ -209,7 +210,7 @@ class CommRecorder:
         ) -> Any:
             record = {
                 "step": recorder.step + 1,
-                "numel": int(tensor.numel()) if isinstance(tensor, torch.Tensor) else 0,
+                "numel": exact.numel(tensor) if exact.tensor(tensor, "all_reduce call") else 0,
                 "async": bool(async_op),
                 "op": str(op).rsplit(".", 1)[-1],
                 "backward": recorder.depth > 0,

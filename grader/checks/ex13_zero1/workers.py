@@ -30,6 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import TensorDataset
 
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import FEATURES, make_regression, state, train_reference
@@ -110,8 +111,8 @@ def _bytes(*args: Any) -> int:
     """The whole buffer of a collective: the largest of its tensor arguments (a tensor or lists of them)."""
 
     def total(value: Any) -> int:
-        if isinstance(value, torch.Tensor):
-            return value.numel() * value.element_size()
+        if exact.tensor(value, "collective call"):
+            return exact.nbytes(value)
         if isinstance(value, (list, tuple)):
             return sum(total(v) for v in value)
         return 0
@@ -177,9 +178,10 @@ class ZeroRecorder:
         self.steps += 1
         at = len(self.snapshots)
         if at not in self.grads:
-            named = list(self.model.named_parameters())
+            named = [(n, p) for n, p in self.model.named_parameters() if exact.tensor(p, "model")]
             self.grads[at] = {
-                n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p.detach())) for n, p in named
+                n: (p.grad.detach().clone() if exact.tensor(p.grad, "model") else torch.zeros_like(p.detach()))
+                for n, p in named
             }
             self.no_grad[at] = [n for n, p in named if p.grad is None]
 
@@ -187,9 +189,8 @@ class ZeroRecorder:
         if _is_zero_wrapper(optimizer):
             return
         values = self.owned.setdefault(len(self.snapshots), {})
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                values[self.names.get(id(p), "another tensor")] = p.detach().clone()
+        for p in exact.optimizer_parameters(optimizer):
+            values[self.names.get(id(p), "another tensor")] = p.detach().clone()
 
     def close(self) -> None:
         self._collectives.__exit__(None, None, None)
@@ -202,26 +203,29 @@ class ZeroRecorder:
         OSS) holds the state of none: what a rank holds is where the state lives, not what a param group lists."""
         facts, seen = [], set()
         for optimizer in self.optimizers.values():
+            state = {id(p): exact.items(buffers, STATE) for p, buffers in exact.items(optimizer.state, STATE)}
             held = [
                 self.names.get(id(p), "another tensor")
-                for g in optimizer.param_groups
-                for p in g["params"]
-                if any(isinstance(v, torch.Tensor) for v in optimizer.state.get(p, {}).values())
+                for p in exact.optimizer_parameters(optimizer)
+                if any(exact.tensor(v, STATE) for _, v in state.get(id(p), []))
             ]
             numel = 0
-            for buffers in optimizer.state.values():
-                for value in buffers.values() if isinstance(buffers, dict) else ():
-                    if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        key = (value.untyped_storage().data_ptr(), value.storage_offset(), value.numel())
+            for buffers in state.values():
+                for _, value in buffers:
+                    if exact.tensor(value, STATE) and exact.dim(value) > 0:
+                        key = (value.untyped_storage().data_ptr(), value.storage_offset(), exact.numel(value))
                         if key not in seen:
                             seen.add(key)
-                            numel += value.numel()
+                            numel += exact.numel(value)
             facts.append({"type": type(optimizer).__name__, "params": held, "state_numel": numel})
         return facts
 
 
+STATE = "optimizer state"
+
+
 def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    return {name: p.detach().clone() for name, p in model.named_parameters() if exact.tensor(p, "model")}
 
 
 def train(

@@ -259,7 +259,7 @@ def _matches(ctx: CheckContext, schedule: str) -> None:
     finding = diagnose(steps, start, [dict(step) for step in reference["steps"]], reference["start"], setting)
     if finding:
         proven = finding.proven
-        raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), cause=proven)
+        raise ctx.fail(finding.message, hint=finding.hint or HintName("loss_scaling"), proven=proven)
     for rank, facts in enumerate(ranks):
         names, foreign = facts.get("returned_names"), facts.get("returned_foreign")
         if names is None or foreign is None:
@@ -452,7 +452,7 @@ def bubble_fraction(ctx: CheckContext) -> None:
                 f"replayed in unit time slots: {world - 1} idle of {m + world - 1} slots per phase on each stage)"
                 + said,
                 hint=HintName("bubble"),
-                cause=slip.name if slip else "",
+                proven=slip.proven if slip else None,
             )
         wrong = [
             (p, mb, fractions[(p, mb, s)])

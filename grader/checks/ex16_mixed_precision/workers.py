@@ -34,6 +34,7 @@ from torch.distributed.fsdp._common_utils import clean_tensor_name
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine import exact
 from grader.engine.rank_runtime import RankContext
 from grader.rank.fsdp_units import OriginalNames, fsdp_units
 from grader.rank.training import MOMENTUM, make_regression, make_transformer
@@ -41,8 +42,11 @@ from grader.rank.training import MOMENTUM, make_regression, make_transformer
 REGIONS = ("inp", "blocks.0", "blocks.1", "blocks.2", "out")
 
 
-def _dtype(tensor: Any) -> str:
-    return str(tensor.dtype).removeprefix("torch.") if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+def _dtype(tensor: Any, where: str) -> str:
+    """A tensor's dtype as torch reads it (a tensor of a type the contract does not allow is refused: exact.py)."""
+    if exact.tensor(tensor, where, True):
+        return str(exact.dtype(tensor)).removeprefix("torch.")
+    return type(tensor).__name__
 
 
 def _in_backward() -> bool:
@@ -83,7 +87,7 @@ class SavedByRegion:
         if self.active and not _in_backward():
             count = self.counts.setdefault(self._stack[-1] if self._stack else "loss", [0, 0])
             count[0] += 1
-            count[1] += tensor.numel() * tensor.element_size()
+            count[1] += exact.nbytes(tensor) if exact.tensor(tensor, "autograd graph", True) else 0
         return tensor
 
     @contextmanager
@@ -118,8 +122,10 @@ class Watch:
     def _collective(self, kind: str, position: int, keyword: str) -> Callable[..., dict[str, Any]]:
         def describe(*args: Any, **kwargs: Any) -> dict[str, Any]:
             sent = kwargs.get(keyword, args[position] if len(args) > position else None)
-            numel = sent.numel() if isinstance(sent, torch.Tensor) else 0
-            self.collectives.append({"kind": kind, "dtype": _dtype(sent), "numel": numel, "step": self.steps})
+            numel = exact.numel(sent) if exact.tensor(sent, "collective call") else 0
+            self.collectives.append(
+                {"kind": kind, "dtype": _dtype(sent, "collective call"), "numel": numel, "step": self.steps}
+            )
             return {}
 
         return describe
@@ -129,15 +135,15 @@ class Watch:
             self.linears.append(
                 {
                     "name": name,
-                    "input": _dtype(args[0]) if args else "none",
-                    "weight": _dtype(getattr(module, "weight", None)),
+                    "input": _dtype(args[0], "model") if args else "none",
+                    "weight": _dtype(getattr(module, "weight", None), "model"),
                     "autocast": torch.is_autocast_enabled(self.device_type),
                     "backward": _in_backward(),
                 }
             )
 
     def _output(self, _module: nn.Module, _args: Any, output: Any) -> None:
-        if _in_backward() or not isinstance(output, torch.Tensor) or len(self.losses) >= len(self.batches):
+        if _in_backward() or not exact.tensor(output, "model") or len(self.losses) >= len(self.batches):
             return
         target = self.batches[len(self.losses)][1].to(output.device)
         if output.shape == target.shape:
@@ -150,16 +156,17 @@ class Watch:
             return
         original = self.names.parameters(self.model)
         current = {id(p): original[n] for n, p in self.model.named_parameters()}
-        held = [p for group in optimizer.param_groups for p in group["params"]]
+        held = exact.optimizer_parameters(optimizer)
         self.optimizer = {
             "held": len(held),
             "current": sum(id(p) in current for p in held),
-            "dtypes": sorted({_dtype(p.to_local() if isinstance(p, DTensor) else p) for p in held}),
+            "dtypes": sorted({_dtype(exact.local(p, "optimizer"), "optimizer") for p in held}),
         }
         for p in held:
-            if id(p) in current and p.grad is not None:
-                grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-                self.grads[current[id(p)]] = grad.detach().float().cpu().clone()
+            if id(p) in current and exact.tensor(p.grad, "model", True):
+                grad = exact.local(p.grad, "model")
+                if grad is not None:
+                    self.grads[current[id(p)]] = grad.detach().float().cpu().clone()
 
     def close(self) -> None:
         self._handle.remove()
@@ -170,13 +177,13 @@ def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     stored = []
     original = names.parameters(model)
     for name, p in model.named_parameters():
-        local = p.to_local() if isinstance(p, DTensor) else p
+        local = exact.local(p, "model") if exact.tensor(p, "model", True) else None
         stored.append(
             {
                 "name": original[name],
                 "dtensor": isinstance(p, DTensor),
-                "local": local.numel(),
-                "dtype": _dtype(local),
+                "local": exact.numel(local) if local is not None else 0,
+                "dtype": _dtype(local, "model"),
             }
         )
     return stored

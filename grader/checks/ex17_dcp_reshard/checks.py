@@ -404,11 +404,11 @@ def resumes_at_half(ctx: CheckContext) -> None:
             else "the checkpoint holds no optimizer state at all (no exp_avg among its keys): save_checkpoint "
             "saved the model alone"
         )
-        raise ctx.fail(f"{finding.message} ({where})", hint=HintName("optimizer_state"), cause=proven)
+        raise ctx.fail(f"{finding.message} ({where})", hint=HintName("optimizer_state"), proven=proven)
     raise ctx.fail(
         f"resumed training differs from uninterrupted training: {finding.message}",
         hint=finding.hint or HintName("optimizer_state"),
-        cause=proven,
+        proven=proven,
     )
 
 
