@@ -47,6 +47,8 @@ STUDENT_COMMANDS = ("list", "check", "hint", "watch", "reset", "node", "doctor",
 INSTRUCTOR_COMMANDS = (
     "grade",
     "gradebook",
+    "regrade",
+    "override",
     "report",
     "similarity",
     "gradescope",

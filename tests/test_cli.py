@@ -335,7 +335,8 @@ def test_a_students_command_loads_no_instructor_code():
     ).stdout
     assert re.findall(r"^    (\S+)", listed, re.M) == [
         *("list", "check", "hint", "watch", "reset", "node", "notebook", "doctor", "quiz"),
-        *("grade", "gradebook", "report", "similarity", "gradescope", "slurm", "release", "lint-course"),
+        *("grade", "gradebook", "regrade", "override", "report", "similarity", "gradescope", "slurm", "release"),
+        "lint-course",
         "new-exercise",
         "export-grades",
         "feedback",

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import math
+import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -21,6 +25,9 @@ from grader.instructor import (
     gradescope_bundle,
     lms_export,
     manifest,
+    overrides,
+    provenance,
+    regrade,
     roster,
     shard,
     similarity,
@@ -36,7 +43,7 @@ from grader.instructor.templating import UnsafeValue
 from grader.notebook_source import NotebookError
 from grader.paths import course_origin, course_root
 from grader.plan import GradingPlan, check_counts
-from grader.report.inert import one_line
+from grader.report.inert import csv_cell, one_line
 from grader.report.sink import Sink, closing
 from grader.sandbox import MODES, NO_SANDBOX_WARNING, SandboxError, SandboxSet, open_sandbox
 
@@ -67,6 +74,16 @@ def _shard(text: str) -> shard.Shard:
         return shard.parse_shard(text)
     except shard.ShardError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _score(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a score, such as 6 or 4.5")
+    return value
 
 
 def _exercise_list(text: str) -> tuple[str, ...]:
@@ -108,14 +125,16 @@ def _add_batch_options(parser: argparse.ArgumentParser, jobs: int) -> None:
     _add_exercises(parser, "grade")
 
 
-def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
-    """--sandbox MODE / --no-sandbox, shared by `grade` and `slurm` (whose tasks grade in that mode)."""
+def _add_sandbox_options(parser: argparse.ArgumentParser, regrading: bool = False) -> None:
+    """--sandbox MODE / --no-sandbox, shared by `grade`, `slurm` (whose tasks grade in that mode) and `regrade`
+    (whose default, None, is the mode the old batch was graded in)."""
     confine = parser.add_mutually_exclusive_group()
+    default = "the old batch's mode" if regrading else "auto"
     confine.add_argument(
         "--sandbox",
         choices=MODES,
-        default="auto",
-        help="how each submission is confined (default auto: bubblewrap, else an unprivileged "
+        default=None if regrading else "auto",
+        help=f"how each submission is confined (default {default}; auto: bubblewrap, else an unprivileged "
         "user when run as root, else refuse); see docs/SECURITY.md",
     )
     confine.add_argument(
@@ -200,6 +219,35 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="the class report of the merged runs (default: report.html beside FILE)",
     )
     merge.set_defaults(func=cmd_gradebook_merge)
+
+    again = commands.add_parser(
+        "regrade",
+        help="grade a batch's submissions again with the current grader and course: what changed, check by check",
+        description="Grade the submissions OLD_OUT graded (their paths, seed and options are in OLD_OUT/batch.json) "
+        "with the current grader and course into NEW_OUT, carry OLD_OUT's score overrides over, and write "
+        "NEW_OUT/regrade.md and regrade.csv: every check whose verdict changed. The gradebook is written only "
+        "with --accept.",
+    )
+    again.add_argument("old_out", type=Path, metavar="OLD_OUT", help="a `grader grade --out` folder")
+    again.add_argument("--out", type=Path, required=True, metavar="NEW_OUT", help="where the regrade goes")
+    again.add_argument("--accept", action="store_true", help="write NEW_OUT/gradebook.csv (default: the diff only)")
+    _add_sandbox_options(again, regrading=True)
+    again.set_defaults(func=cmd_regrade)
+
+    override = commands.add_parser(
+        "override",
+        help="set one exercise's score of one submission by hand, with a note; the gradebook shows both",
+        description="Record in OUT/overrides.csv that SUBMISSION's EXERCISE scores SCORE (0 to the exercise's "
+        "points), why, who and when, and rewrite OUT/gradebook.csv with it: the override's score and total, "
+        "the graded score in its overrides column. `grader regrade` keeps overrides.",
+    )
+    override.add_argument("out", type=Path, metavar="OUT", help="a `grader grade --out` folder")
+    override.add_argument("submission", metavar="SUBMISSION", help="a submission's name, as in the gradebook")
+    override.add_argument("exercise", metavar="EXERCISE", help="an exercise id or number, e.g. ex03 or 3")
+    override.add_argument("score", nargs="?", type=_score, metavar="SCORE", help="the score it gets")
+    override.add_argument("--note", metavar="TEXT", help="why (required to set a score)")
+    override.add_argument("--remove", action="store_true", help="remove the override: the graded score again")
+    override.set_defaults(func=cmd_override)
 
     report = commands.add_parser(
         "report",
@@ -400,15 +448,49 @@ def _graded(command: str, paths: list[Path]) -> list[Path]:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    plan = GradingPlan.from_args(args, hidden=True)
+    submissions = _graded("grade", args.submissions)
+    if not submissions:
+        raise InstructorError("nothing to grade: every path given is a leftover of a tool, not a submission")
+    return _grade_batch(args, GradingPlan.from_args(args, hidden=True), submissions).status
+
+
+@dataclasses.dataclass(frozen=True)
+class _Graded:
+    """What a batch came to, for `grade` (its exit status) and `regrade` (its grades, to compare)."""
+
+    status: int
+    grades: list[SubmissionGrade]
+    record: manifest.Manifest
+    matches: roster.Matches | None
+
+
+def _batch_options(args: argparse.Namespace, submissions: list[Path]) -> manifest.BatchOptions:
+    """What batch.json records of the command line for a regrade: paths made absolute, as given otherwise."""
+    return manifest.BatchOptions(
+        paths=tuple(str(path.absolute()) for path in submissions),
+        world_size=args.world_size,
+        deadline=args.deadline,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        backend=args.backend,
+        sandbox=args.sandbox,
+        hidden_visibility=args.hidden_visibility,
+        launcher=args.launcher,
+        roster=None if args.roster is None else str(args.roster.absolute()),
+    )
+
+
+def _grade_batch(
+    args: argparse.Namespace, plan: GradingPlan, submissions: list[Path], gradebook_written: bool = True
+) -> _Graded:
+    """Grade `submissions` as `grader grade` does, into `args.out`: batch.json (the seed drawn here, once, when
+    the plan has none), the results, the grade log, the class report and, when `gradebook_written`, the
+    gradebook with OUT's overrides applied. `grade` and `regrade` both come here."""
     if args.launcher == "portable" and args.sandbox != "none":
         raise InstructorError(
             "--launcher portable grades without a sandbox only (--no-sandbox, trusted code): "
             "the sandbox is Linux-only and starts ranks with the fork launcher"
         )
-    submissions = _graded("grade", args.submissions)
-    if not submissions:
-        raise InstructorError("nothing to grade: every path given is a leftover of a tool, not a submission")
     names = [name_of(path) for path in submissions]
     folders = [gradescope.results_folder(name) for name in names]
     repeated = sorted({f for f in folders if folders.count(f) > 1})
@@ -417,10 +499,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     catalog = course_catalog(args.exercises)
     students = _roster(args.roster) if args.roster else None
     paths = shard.select(submissions, args.shard) if args.shard else submissions
+    if plan.seed is None:
+        plan = dataclasses.replace(plan, seed=secrets.randbelow(2**31))  # one for the batch, recorded for a regrade
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
-    manifest.Manifest(tuple(names), tuple(e.id for e in catalog.exercises), args.shard).write(
-        args.out / manifest.FILENAME
+    ids = tuple(e.id for e in catalog.exercises)
+    record = manifest.Manifest(
+        tuple(names), ids, args.shard, plan.seed, _batch_options(args, submissions), provenance.of_batch(catalog)
     )
+    record.write(args.out / manifest.FILENAME)
     matches = None
     if students is not None:  # every submission named on the command line, not only a shard's
         matches = students.match_all(names)
@@ -432,18 +518,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if sandbox is None:
         print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
-        return _grade(args, catalog, plan, sandbox, paths, names, matches)
+        status, grades = _grade(args, catalog, plan, sandbox, paths, names, matches, record, gradebook_written)
+        return _Graded(status, grades, record, matches)
     finally:
         if sandbox is not None:
             sandbox.close()
         for line in matches.lines() if matches else []:  # said last, where it is read
-            print(f"grader grade: roster: {one_line(line, 2000)}", file=sys.stderr)
+            print(f"grader {args.command}: roster: {one_line(line, 2000)}", file=sys.stderr)
 
 
 def _roster(path: Path) -> roster.Roster:
     try:
         return roster.read_roster(path)
     except roster.RosterError as exc:
+        raise InstructorError(str(exc)) from exc
+
+
+def _overrides(out: Path) -> dict[tuple[str, str], overrides.Override]:
+    try:
+        return overrides.read_overrides(out / overrides.FILENAME)
+    except overrides.OverrideError as exc:
         raise InstructorError(str(exc)) from exc
 
 
@@ -455,7 +549,9 @@ def _grade(
     paths: list[Path],
     names: list[str],
     matches: roster.Matches | None,
-) -> int:
+    record: manifest.Manifest,
+    gradebook_written: bool,
+) -> tuple[int, list[SubmissionGrade]]:
     """Plan, grade, sinks: each submission's results.json, gradebook row, grade log line and progress line as
     it is graded (in that order: a results.json that fails is noted in the row), then the class report."""
     title = "Class report" + (f", shard {args.shard}" if args.shard else "")
@@ -468,23 +564,31 @@ def _grade(
         time.monotonic(),
         lambda names: feedback.links(report_path, [args.out], names),
     )
+    stamp = provenance.stamp(record.provenance, record.seed) if record.provenance else None
+    book = args.out / gradebook.FILENAME
+    overridden = _overrides(args.out)
+    student_ids = matches.student_ids() if matches else None
     sinks: list[Sink[SubmissionGrade]] = [
-        gradescope.ResultsFiles(args.out, catalog, args.hidden_visibility),
+        gradescope.ResultsFiles(args.out, catalog, args.hidden_visibility, stamp),
         feedback.FeedbackPages(args.out, catalog, args.hidden_visibility),
-        gradebook.Gradebook(args.out / gradebook.FILENAME, catalog, matches.student_ids() if matches else None),
-        grade_log.GradeLog(args.out / grade_log.FILENAME),
+        *([gradebook.Gradebook(book, catalog, student_ids, overridden)] if gradebook_written else []),
+        grade_log.GradeLog(args.out / grade_log.FILENAME, stamp),
         BatchProgress(len(paths)),
         report,
     ]
+    if not gradebook_written:
+        book.unlink(missing_ok=True)  # an earlier run's would pass for this one's
     with closing(sinks):
         grades = grade_batch(catalog, paths, plan, sandbox, sinks) if paths else []
     if args.shard:
         print(f"shard {args.shard}: {len(paths)} of the {len(names)} submission(s)")
     each = f" ({report.seconds / len(grades):.2f}s each)" if grades else ""
     print(
-        f"graded {len(grades)} submission(s) in {report.seconds:.1f}s{each}: {args.out / gradebook.FILENAME}, "
-        f"{report.written or 'no class report'}"
+        f"graded {len(grades)} submission(s) in {report.seconds:.1f}s{each}: "
+        f"{book if gradebook_written else 'no gradebook'}, {report.written or 'no class report'}"
     )
+    if overridden and gradebook_written:
+        print(f"{len(overridden)} score override(s) of {args.out / overrides.FILENAME} applied to the gradebook")
     marked = [g.name for g in grades if g.review]
     if marked:  # stdout: on Gradescope, the autograder's output, which only instructors see
         print(
@@ -505,7 +609,167 @@ def _grade(
             f"problem column): {one_line(', '.join(no_pages), 500)}",
             file=sys.stderr,
         )
-    return 0 if report.written is not None and not unwritten and not no_pages else 1
+    return (0 if report.written is not None and not unwritten and not no_pages else 1), grades
+
+
+def _manifest_of(out: Path) -> manifest.Manifest:
+    path = out / manifest.FILENAME
+    if not path.is_file():
+        raise InstructorError(f"{out} has no {manifest.FILENAME}: give a `grader grade --out` folder")
+    try:
+        return manifest.read_manifest(path)
+    except manifest.ManifestError as exc:
+        raise InstructorError(str(exc)) from exc
+
+
+def _regradable(old: Path) -> manifest.Manifest:
+    """OLD_OUT's batch.json, with what a regrade needs (a sentence naming what an older grader did not record)."""
+    record = _manifest_of(old)
+    if record.seed is None or record.options is None:
+        what = "its seed" if record.seed is None else "its options and submission paths"
+        raise InstructorError(
+            f"{old} was graded by an older grader that did not record {what}: a regrade cannot grade it the same "
+            "way; grade its submissions again with `grader grade`"
+        )
+    return record
+
+
+def _log_of(out: Path) -> list[SubmissionGrade]:
+    path = out / grade_log.FILENAME
+    if not path.is_file():
+        raise InstructorError(f"{out} has no {grade_log.FILENAME}: no grades to compare with or override")
+    try:
+        return grade_log.read_grades(path)
+    except grade_log.GradeLogError as exc:
+        raise InstructorError(str(exc)) from exc
+
+
+def cmd_regrade(args: argparse.Namespace) -> int:
+    old, new = args.old_out, args.out
+    if new.resolve() == old.resolve():
+        raise InstructorError(f"--out {new} is {old} itself: a regrade writes another folder and leaves the old one")
+    record = _regradable(old)
+    options = record.options
+    assert options is not None  # _regradable says so
+    gone = [path for path in options.paths if not os.path.lexists(path)]
+    if gone:
+        raise InstructorError(
+            f"{len(gone)} submission(s) {old} graded no longer exist: {_listed(gone)}; put them back (a regrade "
+            "grades the same files)"
+        )
+    before = _log_of(old)
+    overridden = _overrides(old)
+    new.mkdir(mode=0o700, parents=True, exist_ok=True)
+    overrides.write_overrides(new / overrides.FILENAME, overridden.values())  # carried: the gradebook applies them
+    again = argparse.Namespace(
+        command="regrade",
+        submissions=[Path(path) for path in options.paths],
+        out=new,
+        exercises=record.exercises,
+        shard=record.shard,
+        roster=None if options.roster is None else Path(options.roster),
+        world_size=options.world_size,
+        deadline=options.deadline,
+        timeout=options.timeout,
+        jobs=options.jobs,
+        backend=options.backend,
+        sandbox=args.sandbox or options.sandbox,
+        hidden_visibility=options.hidden_visibility,
+        launcher=options.launcher,
+    )
+    plan = dataclasses.replace(GradingPlan.from_args(again, hidden=True), seed=record.seed)
+    graded = _grade_batch(again, plan, again.submissions, gradebook_written=args.accept)
+    assert graded.record.provenance is not None  # written by this grader
+    diff = regrade.compare(
+        before, graded.grades, overridden, provenance.changes(record.provenance, graded.record.provenance)
+    )
+    markdown, table = regrade.write(new, diff, old)
+    print(f"regrade: {len(diff.changes)} check result(s) changed in {diff.rows} submission(s): {markdown}, {table}")
+    for said in diff.provenance:
+        print(f"regrade: since {old}: {one_line(said, 300)}")
+    for flag in diff.flagged:
+        print(
+            f"regrade: override kept, {regrade.FLAG}: {one_line(flag.override.submission, 200)} "
+            f"{flag.override.exercise} graded {flag.old_score:g} -> {flag.new_score:g}, "
+            f"override {flag.override.score:g}"
+        )
+    if args.accept:
+        print(f"{diff.rows} row(s) changed: {new / gradebook.FILENAME} written")
+    else:
+        print(f"{diff.rows} row(s) would change; rerun with --accept to write {new / gradebook.FILENAME}")
+    return graded.status
+
+
+def _exercise_of(key: str, exercises: list[str]) -> str:
+    """The graded exercise `key` names: its id, its number, or a unique start of its id."""
+    if key in exercises:
+        return key
+    number = f"ex{int(key):02d}_" if key.isdigit() else None
+    found = [e for e in exercises if e.startswith(key) or (number is not None and e.startswith(number))]
+    if len(found) != 1:
+        raise InstructorError(
+            f"no graded exercise {key!r} (or several); the exercises graded are: {', '.join(exercises)}"
+        )
+    return found[0]
+
+
+def _student_ids(book: Path, grades: list[SubmissionGrade]) -> dict[str, str] | None:
+    """Each graded submission's student_id in the gradebook (None when it has no such column): kept when the
+    gradebook is rewritten. Its rows hold names as CSV cells, so each name is looked up as its cell."""
+    try:
+        header, rows = gradebook.read(book)
+    except gradebook.MergeError as exc:
+        raise InstructorError(str(exc)) from exc
+    if "student_id" not in header:
+        return None
+    column = header.index("student_id")
+    by_cell = {row[0]: row[column] for row in rows if len(row) > column}
+    cells = {g.name: csv_cell(g.name, gradebook.CELL_LIMIT) for g in grades}
+    return {name: by_cell[cell] for name, cell in cells.items() if cell in by_cell}
+
+
+def cmd_override(args: argparse.Namespace) -> int:
+    record = _manifest_of(args.out)
+    grades = _log_of(args.out)
+    grade = next((g for g in grades if g.name == args.submission), None)
+    if grade is None:
+        raise InstructorError(
+            f"no submission {one_line(args.submission, 200)!r} in {args.out}; its submissions are: "
+            f"{_listed([g.name for g in grades])}"
+        )
+    exercises = sorted({r.exercise for r in grade.results})
+    exercise = _exercise_of(args.exercise, exercises)
+    overridden = _overrides(args.out)
+    key = overrides.key_of(grade.name, exercise)
+    points = sum(r.max_points for r in grade.results if r.exercise == exercise)
+    if args.remove:
+        if args.score is not None or args.note is not None:
+            raise InstructorError("--remove takes no SCORE and no --note: it gives the graded score back")
+        if overridden.pop(key, None) is None:
+            raise InstructorError(f"{one_line(grade.name, 200)} has no override of {exercise} to remove")
+        said = f"override of {exercise} removed: graded score {grade.exercise_score(exercise):g} again"
+    else:
+        if args.score is None or not (args.note or "").strip():
+            raise InstructorError("an override needs a SCORE and a --note saying why")
+        if not 0 <= args.score <= points:
+            raise InstructorError(f"{args.score:g} is not a score of {exercise}: give one from 0 to {points:g}")
+        overridden[key] = overrides.Override(
+            *key,
+            args.score,
+            args.note.strip(),
+            datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            os.environ.get("USER") or "unknown",
+        )
+        said = f"{exercise}: {grade.exercise_score(exercise):g} -> {args.score:g}"
+    overrides.write_overrides(args.out / overrides.FILENAME, overridden.values())
+    book = args.out / gradebook.FILENAME
+    if book.is_file():
+        gradebook.write_gradebook(book, record.exercises, grades, _student_ids(book, grades), overridden)
+        where = f"{book} rewritten"
+    else:
+        where = f"no gradebook in {args.out} (a regrade not accepted?): the override applies when one is written"
+    print(f"{one_line(grade.name, 200)} {said}; {args.out / overrides.FILENAME}; {where}")
+    return 0
 
 
 def _grades_of(sources: list[Path]) -> list[SubmissionGrade] | None:

@@ -8,6 +8,10 @@ off mid-write is dropped when read back).
 What a submission wrote is logged as text, not as commands: control characters escaped (JSON would
 keep them, and `jq -r` would hand them to a terminal) and each message or details cut to
 `TEXT_LIMIT` characters, so the class report and merges read back only inert text.
+
+Each line also carries the provenance of its batch and its seed (grader/instructor/provenance.py, `stamp`), so
+a line copied elsewhere still says what graded it; reading a line back ignores it (a log of an older grader has
+none).
 """
 
 from __future__ import annotations
@@ -73,16 +77,18 @@ def as_logged(grade: SubmissionGrade) -> SubmissionGrade:
 
 
 class GradeLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, stamp: dict[str, Any] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._stamp = stamp  # the batch's provenance and seed, on every line
         self._file = open(path, "w", encoding="utf-8")
 
     def on_start(self, name: str) -> None:
         pass
 
     def on_result(self, grade: SubmissionGrade) -> None:
-        self._file.write(json.dumps(_record(grade)) + "\n")
+        record = _record(grade) | ({"provenance": self._stamp} if self._stamp is not None else {})
+        self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ The tamper scan's marks (grader/instructor/tamper_scan.py) are for instructors o
 Gradescope shows students nothing, `extra_data.review` (stored, never displayed) and, when there are
 marks, one test of visibility "hidden" whatever `hidden_as` says ("never shown to students"), worth 0
 of 0 points, so an instructor sees them on the submission's page. Never in `output` or a visible test.
+The batch's provenance and seed (grader/instructor/provenance.py) are kept there too, `extra_data.provenance`.
 
 What the student's code wrote (exception messages, file names) is shown, never obeyed: outputs are
 plain text with control characters escaped, each cut to `TEST_OUTPUT_LIMIT` characters and those of
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.catalog import Catalog
-from grader.instructor import class_report, grade_log, gradebook, manifest, roster
+from grader.instructor import class_report, grade_log, gradebook, manifest, overrides, regrade, roster
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.judge.verdict import CheckResult
 from grader.report.inert import file_name, one_line, printable
@@ -82,7 +83,10 @@ def _review_test(grade: SubmissionGrade) -> list[dict[str, Any]]:
     ]
 
 
-def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden") -> dict[str, Any]:
+def results_json(
+    catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden", stamp: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The results.json of `grade`; `stamp` (the batch's provenance and seed) goes where only instructors look."""
     if hidden_as not in HIDDEN_VISIBILITIES:
         raise ValueError(f"hidden checks' visibility must be one of {HIDDEN_VISIBILITIES}, not {hidden_as!r}")
     tests = _tests(catalog, grade, hidden_as)
@@ -108,6 +112,7 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
                 {"file": printable(m.file, TEST_OUTPUT_FLOOR), "line": m.line, "reason": printable(m.reason, 1000)}
                 for m in grade.review
             ],
+            **({"provenance": stamp} if stamp is not None else {}),
         },
         "tests": tests + _review_test(grade),
     }
@@ -116,7 +121,16 @@ def results_json(catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hid
 # what `grader grade --out` writes beside the results folders: a submission named like one gets a slug
 RESERVED = frozenset(
     name.casefold()
-    for name in (gradebook.FILENAME, class_report.FILENAME, grade_log.FILENAME, manifest.FILENAME, roster.FILENAME)
+    for name in (
+        gradebook.FILENAME,
+        class_report.FILENAME,
+        grade_log.FILENAME,
+        manifest.FILENAME,
+        roster.FILENAME,
+        overrides.FILENAME,
+        regrade.MARKDOWN,
+        regrade.CSV,
+    )
 )
 
 
@@ -125,26 +139,30 @@ def results_folder(name: str) -> str:
     return file_name(name, RESERVED)
 
 
-def write(path: Path, catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden") -> None:
+def write(
+    path: Path, catalog: Catalog, grade: SubmissionGrade, hidden_as: str = "hidden", stamp: dict[str, Any] | None = None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results_json(catalog, grade, hidden_as), indent=2) + "\n")
+    path.write_text(json.dumps(results_json(catalog, grade, hidden_as, stamp), indent=2) + "\n")
 
 
 class ResultsFiles:
     """`grader grade`'s sink of `OUT/<submission>/results.json`. One that cannot be written becomes a note
     on the grade, for the sinks after this one (the gradebook's row is owed all the same)."""
 
-    def __init__(self, out: Path, catalog: Catalog, hidden_as: str) -> None:
+    def __init__(self, out: Path, catalog: Catalog, hidden_as: str, stamp: dict[str, Any] | None = None) -> None:
         self.out = out
         self._catalog = catalog
         self._hidden_as = hidden_as
+        self._stamp = stamp
 
     def on_start(self, name: str) -> None:
         pass
 
     def on_result(self, grade: SubmissionGrade) -> None:
         try:
-            write(self.out / results_folder(grade.name) / "results.json", self._catalog, grade, self._hidden_as)
+            path = self.out / results_folder(grade.name) / "results.json"
+            write(path, self._catalog, grade, self._hidden_as, self._stamp)
         except Exception as exc:
             grade.notes.append(f"{UNWRITTEN}: {type(exc).__name__}: {exc}")
 

@@ -20,6 +20,7 @@ _MULTI_LINE = re.compile(rf"[\x00-\x08\x0b-\x1f{_OTHERS}]")  # every C0 control 
 _ONE_LINE = re.compile(rf"[\x00-\x1f{_OTHERS}]")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's list of what makes a CSV cell a formula
 NAME_LIMIT = 120  # characters of a file name made from a submission's name (filesystems allow 255 bytes)
+_MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")  # CommonMark: any ASCII punctuation may be escaped
 _NAME_UNSAFE = re.compile(r"[^\w .,+=@()\[\]{}~-]+")  # anything but letters, digits and plain punctuation
 
 
@@ -57,6 +58,13 @@ def csv_cell(value: str, limit: int | None = None) -> str:
     leading quote where it would start a formula. Idempotent, so a merge may apply it again."""
     text = printable(value)
     return _capped(f"'{text}" if text.startswith(FORMULA_STARTS) else text, limit)
+
+
+def markdown_text(text: str, limit: int | None = None) -> str:
+    """`text` as inert Markdown on one line (a table cell): cut to about `limit` characters, control characters
+    escaped, and every ASCII punctuation character backslash-escaped, so no `<tag>`, `[link](...)`, `|`, `*`
+    or `&entity;` of it is markup: a renderer shows it as typed."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\g<0>", one_line(_capped(text, limit)))
 
 
 def file_name(name: str, reserved: frozenset[str] = frozenset()) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,28 @@ def test_the_command_refuses_duplicates_in_one_line(tmp_path: Path, capsys: pyte
     code = main(["gradebook", "merge", str(one), str(one / "gradebook.csv"), "--out", str(tmp_path / "all.csv")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "graded twice" in err
+
+
+NEWER = [*HEADER[:-1], "files", "problem", "review", "overrides"]  # what `grader grade` writes now
+
+
+def test_a_gradebook_of_an_older_grader_merges_beside_a_newer_one_its_new_cells_empty(tmp_path: Path) -> None:
+    old = shard_output(tmp_path / "old", ["ada", "bo"], Shard(1, 2))  # before the files, review, overrides columns
+    new = tmp_path / "new"
+    new.mkdir()
+    with open(new / "gradebook.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([NEWER, ["cy", "2", "0", "2", "10", "1.0", "f.py", "", "x.py:1: y", "n: 1 -> 2"]])
+    Manifest(CLASS, ("ex01_process_group", "ex02_data_sharding"), Shard(2, 2)).write(new / "batch.json")
+    for order in ([old, new], [new, old]):
+        rows = _rows(merge(order, tmp_path / "gradebook.csv").path)
+        assert rows[0] == NEWER
+        assert rows[1] == ["ada", "3", "0", "3", "10", "1.0", "", "", "", ""]
+        assert rows[3] == ["cy", "2", "0", "2", "10", "1.0", "f.py", "", "x.py:1: y", "n: 1 -> 2"]
+
+
+def test_a_batch_json_of_an_older_grader_without_seed_or_provenance_is_still_read(tmp_path: Path) -> None:
+    one = shard_output(tmp_path / "old", ["ada", "bo"], Shard(1, 2), manifest=False)
+    data = {"submissions": list(CLASS), "exercises": ["ex01_process_group"], "shard": {"index": 1, "count": 2}}
+    (one / "batch.json").write_text(json.dumps(data))
+    result = merge([one], tmp_path / "gradebook.csv")
+    assert result.missing_shards == ["2/2"] and result.missing == ["cy", "di", "ed"]

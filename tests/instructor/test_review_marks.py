@@ -93,7 +93,7 @@ def test_the_gradebook_has_a_review_column(tmp_path: Path) -> None:
         book.on_result(_grade("ada", MARKS))
         book.on_result(_grade("bo"))
     rows = {row["submission"]: row for row in csv.DictReader((tmp_path / "gradebook.csv").open())}
-    assert list(rows["ada"])[-2:] == ["problem", "review"]
+    assert list(rows["ada"])[-3:] == ["problem", "review", "overrides"]
     assert rows["ada"]["review"] == f"ex01_process_group.py:12: {REASON}; mine.ipynb:3: {MARKS[1].reason}"
     assert rows["bo"]["review"] == "" and rows["ada"]["problem"] == ""
 

@@ -23,7 +23,7 @@ from instructor.results_schema import validate_results
 
 from grader.catalog import load_catalog
 from grader.cli import main as grader_main
-from grader.instructor import gradebook, gradescope
+from grader.instructor import gradebook, gradescope, overrides, regrade
 from grader.instructor.class_report import write_report
 from grader.instructor.display import BatchProgress
 from grader.instructor.grade_log import TEXT_LIMIT, GradeLog, read_grades
@@ -278,6 +278,41 @@ def test_the_grade_log_holds_text_only(tmp_path: Path) -> None:
     assert max(len(s) for s in strings(records)) <= TEXT_LIMIT
     (grade,) = read_grades(path)
     assert grade.name.startswith("=evil\\x1b[2J") and not raw_controls(grade.results[0].message)
+
+
+def _passed(grade: SubmissionGrade) -> SubmissionGrade:
+    passed = [dataclasses.replace(r, status="passed", message="", points=r.max_points) for r in grade.results]
+    return dataclasses.replace(grade, results=passed)
+
+
+def test_regrade_reports_and_overrides_hold_inert_text_only(tmp_path: Path) -> None:
+    name = "=evil" + HOSTILE
+    new = hostile_grade(name)
+    note = "+" + HOSTILE
+    kept = overrides.Override(csv_cell(name, overrides.CELL_LIMIT), "ex01_process_group", 1.0, note, "now", "-me")
+    diff = regrade.compare([_passed(new)], [new], {kept.key: kept}, ["ex01_process_group: its checks changed"])
+    assert diff.changes and diff.flagged
+    regrade.write(tmp_path, diff, tmp_path / ("old" + CLEAR))
+    _assert_inert_cells(_cells(tmp_path / regrade.CSV))
+    overrides.write_overrides(tmp_path / overrides.FILENAME, [kept])
+    _assert_inert_cells(_cells(tmp_path / overrides.FILENAME))
+    assert list(overrides.read_overrides(tmp_path / overrides.FILENAME)) == [kept.key]  # the hostile name found again
+    with gradebook.Gradebook(tmp_path / gradebook.FILENAME, CHEAP, overridden={kept.key: kept}) as book:
+        book.on_result(new)
+    (row,) = csv.DictReader(open(tmp_path / gradebook.FILENAME, newline=""))
+    assert row["ex01_process_group"] == "1" and row["overrides"].startswith("ex01_process_group: 0 -> 1 (+")
+    _assert_inert_cells(_cells(tmp_path / gradebook.FILENAME))
+    page = (tmp_path / regrade.MARKDOWN).read_text()
+    assert not raw_controls(page)
+    assert "\\<script\\>" in page and "\\x1b\\[2J" in page
+    pipes: list[int] = []
+    for line in page.splitlines():  # no markup: no tag, entity, link, code or emphasis of the text's
+        assert not re.search(r"(?<!\\)[<\[`&*_]", line), line
+        if line.startswith("|"):  # a table row: as many cells as its table's header, whatever a name holds
+            pipes.append(len(re.findall(r"(?<!\\)\|", line)))
+            assert pipes[-1] == pipes[0], line
+        else:
+            pipes = []
 
 
 def _without(text: str, own: str) -> str:
