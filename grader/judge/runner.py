@@ -26,7 +26,6 @@ from grader.judge.diagnose import import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
-from grader.judge.wording import shorten
 
 PUBLIC_CHECKS = frozenset({"public"})  # what students run
 ALL_CHECKS = frozenset({"public", "hidden"})  # what instructors grade with
@@ -77,11 +76,7 @@ def _verdict(function: Callable, context: CheckContext) -> tuple[Verdict, RunRes
 def _knock_on(verdict: Verdict, first: str) -> Verdict:
     """A check failed only because the run it shares with `first` failed: it says so and points there, where
     the failure is said once, traceback included, with its hint (one mistake, one diagnosis)."""
-    said = verdict.message.splitlines()[0] if verdict.message else "it failed"
-    return Verdict(
-        verdict.status,
-        f"not judged: the run it shares with {first} failed (a knock-on; {first} says why: {shorten(said, 160)})",
-    )
+    return Verdict(verdict.status, f"not judged: the run it shares with {first} failed (a knock-on: {first} says why)")
 
 
 def grade_exercise(
@@ -142,9 +137,9 @@ def _grade_checks(
                     check=spec.name,
                 )
                 verdict, failed_run = _verdict(function, context)
-                if failed_run is not None and id(failed_run) in said_by:
+                if failed_run is not None and verdict.status == "failed" and id(failed_run) in said_by:
                     verdict = _knock_on(verdict, said_by[id(failed_run)][1])
-                elif failed_run is not None:
+                elif failed_run is not None and verdict.status == "failed":
                     said_by[id(failed_run)] = (failed_run, spec.name)
                 verdict = skipped_if_api_missing(verdict, context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
