@@ -149,11 +149,11 @@ def _held(layout: Layout, keys: Sequence[str]) -> dict[str, object]:
     return {key: [where[0], where[1]] if (where := layout[key]) is not None else None for key in keys}
 
 
-def _layout_proof(cause: str, layouts: list[Layout], built: Callable[[int], Blocks]) -> Proven | None:
+def _layout_proof(cause: Cause, layouts: list[Layout], built: Callable[[int], Blocks]) -> Proven | None:
     """`cause`, proven when the blocks its mistake builds from the full weights are those every rank holds."""
     hypothesis = {f"rank {r}": {key: list(block) for key, block in built(r).items()} for r in range(len(layouts))}
     observed = {f"rank {r}": _held(layout, list(built(r))) for r, layout in enumerate(layouts)}
-    return structural(Cause(cause), hypothesis, observed)
+    return structural(cause, hypothesis, observed)
 
 
 def _offset_proof(layouts: list[Layout]) -> Proven | None:
@@ -228,7 +228,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
         w1, w2 = layout["w1"], layout["w2"]
         if w1 and w2 and w1[0] == "columns" and w2[0] == "rows":
             measured = f"rank {rank} holds columns of w1 (its input features) and rows of w2 (its output features)"
-            proven = _layout_proof("row_then_column", layouts, LAYOUT_MISTAKES["row_then_column"])
+            proven = _layout_proof(Cause("row_then_column"), layouts, LAYOUT_MISTAKES["row_then_column"])
             raise ctx.fail(
                 f"row-then-column: {measured}, and every rank its own columns of w1, all of b1 and its own rows of "
                 "w2. That splits the first layer's input, so its partial hidden sums must be all-reduced "
@@ -243,7 +243,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
             )
         if w1 and w2 and w1[0] == "rows" and w2[0] == "rows":
             measured = f"rank {rank} holds rows of w1 and rows of w2"
-            proven = _layout_proof("both_column_wise", layouts, LAYOUT_MISTAKES["both_column_wise"])
+            proven = _layout_proof(Cause("both_column_wise"), layouts, LAYOUT_MISTAKES["both_column_wise"])
             raise ctx.fail(
                 f"both column-wise: {measured}, and every rank its own rows of w1, b1 and w2, so both layers are "
                 "split along their output features. The second layer then needs the whole hidden layer (an "
@@ -268,7 +268,7 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
             axis, index, _ = where
             if axis == "whole" and key != "b2":
                 own = _name_block(key, rank, full[key].shape[0 if key != "w2" else 1] // world, world)
-                proven = _layout_proof("not_sharded", layouts, LAYOUT_MISTAKES["not_sharded"])
+                proven = _layout_proof(Cause("not_sharded"), layouts, LAYOUT_MISTAKES["not_sharded"])
                 raise ctx.fail(
                     f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, and every rank all of w1, "
                     f"b1, w2 and b2, so every rank stores the whole block; each keeps 1/W of it: {own}{also}"
@@ -507,7 +507,8 @@ def _missing_reduction(
         "forward": [_calls(facts.get("forward", [])) for facts in ranks],
         "backward": [_calls(facts.get("backward", [])) for facts in ranks],
     }
-    return structural(Cause("no_forward_all_reduce" if forward else "no_backward_all_reduce"), built, observed)
+    cause = Cause("no_forward_all_reduce") if forward else Cause("no_backward_all_reduce")
+    return structural(cause, built, observed)
 
 
 def _counted(
@@ -625,10 +626,12 @@ def _plan_seen(ranks: list[Parallelized]) -> list[dict[str, object]]:
     ]
 
 
-def _plan_proof(plan: str, ranks: list[Parallelized], full: dict[str, np.ndarray], world: int) -> Proven | None:
+def _plan_proof(
+    cause: Cause, plan: str, ranks: list[Parallelized], full: dict[str, np.ndarray], world: int
+) -> Proven | None:
     """The mistaken `plan`, proven when what it builds from the grader's weights is every rank's parameters."""
     return structural(
-        Cause(plan),
+        cause,
         {"parameters": _plan_built(plan, full, world)},
         {"parameters": _plan_seen(ranks)},
     )
@@ -655,7 +658,7 @@ def _placement_failure(
             )
         shown = ", ".join(f"{name} {placements[name]}" for name in PARAMETERS)
         if placements["fc1.weight"] == "Shard(dim=1)" and placements["fc2.weight"] == "Shard(dim=0)":
-            proven = _plan_proof("row_then_column", ranks, full, ctx.world_size)
+            proven = _plan_proof(Cause("row_then_column"), "row_then_column", ranks, full, ctx.world_size)
             raise ctx.fail(
                 f"row-then-column: fc1 is row-wise and fc2 column-wise ({shown}, every parameter's local shard "
                 "that plan's block on every rank): the input would have to be split and the partial hidden sums "
@@ -668,7 +671,7 @@ def _placement_failure(
                 proven=proven,
             )
         if placements["fc1.weight"] == "Shard(dim=0)" and placements["fc2.weight"] == "Shard(dim=0)":
-            proven = _plan_proof("both_column_wise", ranks, full, ctx.world_size)
+            proven = _plan_proof(Cause("both_column_wise"), "both_column_wise", ranks, full, ctx.world_size)
             raise ctx.fail(
                 f"both column-wise: fc1 and fc2 are both ColwiseParallel ({shown}, every parameter's local shard "
                 "that plan's block on every rank): fc2 then needs the whole hidden layer and splits its output "
