@@ -4,10 +4,11 @@ code, from the ranks' seed); which slice of each weight each rank holds (by valu
 forward and of backward, counted by the grader's dispatch mode. The ranks report only what the student's
 code produced: a rank that copies a reference into its outputs has no reference to copy.
 
-A cause is named only where it is measured directly (the shard equals another slice of the full
-weight; the instrumentation saw the collective) or where a replay of it (`simulate` in workers.py:
-every rank's part in one process, with f and g changed) reproduces the output, x's gradient and
-every shard's gradient on every rank.
+A cause is named only where it is proven (grader/judge/proof.py): a structural replay (what the mistake
+builds from the trusted full weights: the block every shard holds, or every parameter's placements and local
+shard, and the collectives of forward and backward, on every rank, equal to the run's), or a replay of it
+(`simulate` in workers.py: every rank's part in one process, with f and g changed) that reproduces the
+output, x's gradient and every shard's gradient on every rank. Anything else is said as measured.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
 from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, structural
 from grader.judge.tolerance import close
 from grader.judge.verdict import Verdict
 from grader.judge.wording import article
@@ -102,8 +104,68 @@ def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[
     return None
 
 
+Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
 RIGHT = {"w1": "rows", "b1": "slice", "w2": "columns", "b2": "whole"}
 WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": "b2"}
+# What a layout mistake builds on rank r: the block of each weight it determines, (dimension, whose block).
+# b2 is left out of the two split mistakes: where the second bias goes is a choice of its own (measured apart).
+Blocks = dict[str, tuple[str, int]]
+LAYOUT_MISTAKES: dict[str, Callable[[int], Blocks]] = {
+    "row_then_column": lambda r: {"w1": ("columns", r), "b1": ("whole", -1), "w2": ("rows", r)},
+    "both_column_wise": lambda r: {"w1": ("rows", r), "b1": ("slice", r), "w2": ("rows", r)},
+    "not_sharded": lambda r: {key: ("whole", -1) for key in KEYS},
+}
+# Each parameter's placement and local block under a plan: column-then-row's, and the two mistaken plans.
+PLANS: dict[str, dict[str, tuple[str, str]]] = {
+    "column_then_row": {
+        "fc1.weight": ("Shard(dim=0)", "rows"),
+        "fc1.bias": ("Shard(dim=0)", "slice"),
+        "fc2.weight": ("Shard(dim=1)", "columns"),
+        "fc2.bias": ("Replicate()", "whole"),
+    },
+    "row_then_column": {
+        "fc1.weight": ("Shard(dim=1)", "columns"),
+        "fc1.bias": ("Replicate()", "whole"),
+        "fc2.weight": ("Shard(dim=0)", "rows"),
+        "fc2.bias": ("Shard(dim=0)", "slice"),
+    },
+    "both_column_wise": {
+        "fc1.weight": ("Shard(dim=0)", "rows"),
+        "fc1.bias": ("Shard(dim=0)", "slice"),
+        "fc2.weight": ("Shard(dim=0)", "rows"),
+        "fc2.bias": ("Shard(dim=0)", "slice"),
+    },
+}
+
+
+def _right(rank: int) -> Blocks:
+    """Column-then-row's blocks on `rank`."""
+    return {key: (RIGHT[key], -1 if key == "b2" else rank) for key in KEYS}
+
+
+def _held(layout: Layout, keys: Sequence[str]) -> dict[str, object]:
+    """The block each of `keys` holds, [dimension, index] (None: no block): stored transposed or not is no part
+    of a layout mistake."""
+    return {key: [where[0], where[1]] if (where := layout[key]) is not None else None for key in keys}
+
+
+def _layout_proof(cause: Cause, layouts: list[Layout], built: Callable[[int], Blocks]) -> Proven | None:
+    """`cause`, proven when the blocks its mistake builds from the full weights are those every rank holds."""
+    hypothesis = {f"rank {r}": {key: list(block) for key, block in built(r).items()} for r in range(len(layouts))}
+    observed = {f"rank {r}": _held(layout, list(built(r))) for r, layout in enumerate(layouts)}
+    return structural(cause, hypothesis, observed)
+
+
+def _offset_proof(layouts: list[Layout]) -> Proven | None:
+    """A wrong offset, proven when every rank holds a block of the right dimension of each weight, all of one
+    other rank's (the one rank w1's block belongs to), the W ranks' blocks a permutation of the W blocks."""
+    whose = [layout["w1"][1] if layout["w1"] is not None else -2 for layout in layouts]
+    hypothesis: dict[str, object] = {
+        f"rank {r}": {key: [RIGHT[key], -1 if key == "b2" else whose[r]] for key in KEYS} for r in range(len(layouts))
+    }
+    observed: dict[str, object] = {f"rank {r}": _held(layout, KEYS) for r, layout in enumerate(layouts)}
+    hypothesis["blocks"], observed["blocks"] = list(range(len(layouts))), sorted(whose)
+    return structural(Cause("wrong_slice"), hypothesis, observed)
 
 
 # --- by hand -------------------------------------------------------------------------------------
@@ -143,9 +205,6 @@ def _shards(facts: ByHand, rank: int) -> dict[str, np.ndarray] | str:
     return values
 
 
-Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
-
-
 def _layouts(
     ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.ndarray]
 ) -> list[tuple[dict[str, np.ndarray], Layout]]:
@@ -163,26 +222,38 @@ def _layouts(
 def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.ndarray], also: str = "") -> None:
     """Fail with what the shards hold, when a rank holds other than its own blocks of the weights it was given."""
     world = ctx.world_size
-    for rank, (shards, layout) in enumerate(_layouts(ctx, ranks, full)):
+    found = _layouts(ctx, ranks, full)
+    layouts = [layout for _, layout in found]
+    for rank, (shards, layout) in enumerate(found):
         w1, w2 = layout["w1"], layout["w2"]
         if w1 and w2 and w1[0] == "columns" and w2[0] == "rows":
+            measured = f"rank {rank} holds columns of w1 (its input features) and rows of w2 (its output features)"
+            proven = _layout_proof(Cause("row_then_column"), layouts, LAYOUT_MISTAKES["row_then_column"])
             raise ctx.fail(
-                f"row-then-column: rank {rank} holds columns of w1 (its input features) and rows of w2 (its output "
-                "features). That splits the first layer's input, so its partial hidden sums must be all-reduced "
+                f"row-then-column: {measured}, and every rank its own columns of w1, all of b1 and its own rows of "
+                "w2. That splits the first layer's input, so its partial hidden sums must be all-reduced "
                 "before GELU, and the second layer's output columns then all-gathered: two collectives in forward "
                 "where column-then-row needs one. Keep w1's rows (output features) and w2's columns (input "
+                f"features){also}"
+                if proven
+                else f"{measured}; column-then-row keeps w1's rows (output features) and w2's columns (input "
                 f"features){also}",
                 hint=HintName("column_then_row"),
-                cause=Cause("row_then_column"),
+                proven=proven,
             )
         if w1 and w2 and w1[0] == "rows" and w2[0] == "rows":
+            measured = f"rank {rank} holds rows of w1 and rows of w2"
+            proven = _layout_proof(Cause("both_column_wise"), layouts, LAYOUT_MISTAKES["both_column_wise"])
             raise ctx.fail(
-                f"both column-wise: rank {rank} holds rows of w1 and rows of w2, so both layers are split along "
-                "their output features. The second layer then needs the whole hidden layer (an all-gather before "
-                "it) and its output is split again (another all-gather). Split w2 along its input features, its "
-                f"columns: the hidden features this rank already holds{also}",
+                f"both column-wise: {measured}, and every rank its own rows of w1, b1 and w2, so both layers are "
+                "split along their output features. The second layer then needs the whole hidden layer (an "
+                "all-gather before it) and its output is split again (another all-gather). Split w2 along its input "
+                f"features, its columns: the hidden features this rank already holds{also}"
+                if proven
+                else f"{measured}: both split along their output features; column-then-row keeps w2's columns (its "
+                f"input features){also}",
                 hint=HintName("column_then_row"),
-                cause=Cause("both_column_wise"),
+                proven=proven,
             )
         for key in KEYS:
             where = layout[key]
@@ -196,12 +267,15 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
                 )
             axis, index, _ = where
             if axis == "whole" and key != "b2":
+                own = _name_block(key, rank, full[key].shape[0 if key != "w2" else 1] // world, world)
+                proven = _layout_proof(Cause("not_sharded"), layouts, LAYOUT_MISTAKES["not_sharded"])
                 raise ctx.fail(
-                    f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, so every rank stores the "
-                    f"whole weight; each keeps 1/W of it: "
-                    f"{_name_block(key, rank, full[key].shape[0 if key != 'w2' else 1] // world, world)}{also}",
+                    f"not sharded: rank {rank} holds all of {WHAT[key]}, shape {shape}, and every rank all of w1, "
+                    f"b1, w2 and b2, so every rank stores the whole block; each keeps 1/W of it: {own}{also}"
+                    if proven
+                    else f"rank {rank} holds all of {WHAT[key]}, shape {shape}; it keeps 1/W of it: {own}{also}",
                     hint=HintName("slices"),
-                    cause=Cause("not_sharded"),
+                    proven=proven,
                 )
             if key == "b2" and axis != "whole":
                 raise ctx.fail(
@@ -219,12 +293,18 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
                 )
             if index != rank and key != "b2":
                 size = full[key].shape[0 if key != "w2" else 1] // world
+                measured = (
+                    f"rank {rank} holds rank {index}'s {axis} of {WHAT[key]} "
+                    f"({index * size}..{(index + 1) * size - 1}); its own are {rank * size}..{(rank + 1) * size - 1}"
+                )
+                proven = _offset_proof(layouts)
                 raise ctx.fail(
-                    f"wrong slice: rank {rank} holds rank {index}'s {axis} of {WHAT[key]} "
-                    f"({index * size}..{(index + 1) * size - 1}); its own are {rank * size}..{(rank + 1) * size - 1}. "
-                    f"The offset is rank * h / W{also}",
+                    f"wrong slice: {measured}, and every rank holds another rank's blocks of w1, b1 and w2 alike. "
+                    f"The offset is rank * h / W{also}"
+                    if proven
+                    else f"{measured}{also}",
                     hint=HintName("slices"),
-                    cause=Cause("wrong_slice"),
+                    proven=proven,
                 )
 
 
@@ -293,7 +373,7 @@ def _named(ctx: CheckContext, ranks: list[ByHand], measured: str, hint: HintName
             f"{says}. Measured: {measured}; replaying this on the unsplit block reproduces the {what} on all "
             f"{ctx.world_size} ranks",
             hint=hypothesis.hint or hint,
-            cause=hypothesis.cause,
+            proven=proof.cause,
         )
     if proof.proven:
         names = [str(hypothesis.cause) for hypothesis, _ in proof.proven]
@@ -362,7 +442,7 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
             measured = f"rank {rank}'s gradient of x {_apart(dx, want)} the unsplit block's"
             dxs = [d for d in (_value(f.get("dx")) for f in ranks) if d is not None]
             if len(dxs) == len(ranks) and close(np.sum(dxs, axis=0), want, rtol=RTOL, atol=ATOL):
-                measured += " (the W ranks' gradients add up to the reference's: each is a partial sum)"
+                measured += " (the W ranks' gradients add up to the reference's)"
             raise _named(ctx, ranks, measured, HintName("f_and_g"))
         for key in KEYS:
             grad = _value(facts.get("grads", {}).get(key))
@@ -402,15 +482,46 @@ def _kinds(calls: list[Collective]) -> str:
     )
 
 
+Placed = list[dict[str, object]]  # per rank, by shard or parameter: where it sits (a block, or placements)
+
+
+def _calls(calls: list[Collective]) -> list[list[object]]:
+    return [[call["kind"], call["numel"]] for call in calls]
+
+
+def _missing_reduction(
+    phase: str, ranks: Sequence[Passes], trusted: Reference, placed: tuple[Placed, Placed]
+) -> Proven | None:
+    """f's or g's all-reduce missing, proven when what that mistake builds is the run: column-then-row's shards
+    (`placed`: built from the reference, and as the run holds them) on every rank, no collective in `phase` and
+    the other phase's one all-reduce of x's elements (backward) or the output's (forward) on every rank."""
+    forward = phase == "forward"
+    other = [["all_reduce", int(trusted["unsplit"]["dx" if forward else "y"].size)]]
+    built: dict[str, object] = {
+        "placed": placed[0],
+        "forward": [[] if forward else other] * len(ranks),
+        "backward": [other if forward else []] * len(ranks),
+    }
+    observed: dict[str, object] = {
+        "placed": placed[1],
+        "forward": [_calls(facts.get("forward", [])) for facts in ranks],
+        "backward": [_calls(facts.get("backward", [])) for facts in ranks],
+    }
+    cause = Cause("no_forward_all_reduce") if forward else Cause("no_backward_all_reduce")
+    return structural(cause, built, observed)
+
+
 def _counted(
     ctx: CheckContext,
     ranks: Sequence[Passes],
     trusted: Reference,
     route: str,
+    placed: tuple[Placed, Placed],
     layout_failure: Callable[[str], None] | None,
 ) -> None:
-    """Exactly one all-reduce in forward and one in backward, as the grader's dispatch mode saw them;
-    `layout_failure`, where the route has shards of its own: fails with what they hold, if they show a mistake."""
+    """Exactly one all-reduce in forward and one in backward, as the grader's dispatch mode saw them; `placed`:
+    where column-then-row puts each shard on every rank and where the run put it; `layout_failure`, where the route
+    has shards of its own: fails with what they hold, if they show a mistake."""
     for rank, facts in enumerate(ranks):
         forward, backward = facts.get("forward"), facts.get("backward")
         if forward is None or backward is None:
@@ -429,10 +540,15 @@ def _counted(
                     if phase == "forward"
                     else "f's all-reduce is missing in backward"
                 )
+                proven = _missing_reduction(phase, ranks, trusted, placed)
                 raise ctx.fail(
-                    f"{measured}: {missing}",
+                    f"{measured}: {missing}, and every rank holds column-then-row's shards and ran the other pass's "
+                    "one all-reduce"
+                    if proven
+                    else f"{measured}; the shards each rank holds are said by "
+                    + ("shards_hold_their_slice" if layout_failure is not None else "parallelize_module_plan"),
                     hint=HintName("f_and_g"),
-                    cause=Cause("no_forward_all_reduce") if phase == "forward" else Cause("no_backward_all_reduce"),
+                    proven=proven,
                 )
             if "all_gather" in kinds and layout_failure is not None:
                 layout_failure(f". Measured: {measured}")
@@ -455,8 +571,11 @@ def one_all_reduce_each_way(ctx: CheckContext) -> None:
     trusted = _reference(ctx)
     full = trusted["full"]
     _completed(ctx, ranks, full, verdict)
-    _layouts(ctx, ranks, full)  # fails where a rank's shards cannot be read
-    _counted(ctx, ranks, trusted, "tp_mlp_forward", lambda also: _layout_failure(ctx, ranks, full, also))
+    layouts = [layout for _, layout in _layouts(ctx, ranks, full)]  # fails where a rank's shards cannot be read
+    built: Placed = [{key: list(block) for key, block in _right(rank).items()} for rank in range(len(ranks))]
+    held: Placed = [_held(layout, KEYS) for layout in layouts]
+    placed = (built, held)
+    _counted(ctx, ranks, trusted, "tp_mlp_forward", placed, lambda also: _layout_failure(ctx, ranks, full, also))
 
 
 # --- parallelize_module ----------------------------------------------------------------------------
@@ -467,6 +586,55 @@ def _parallelized(ctx: CheckContext) -> tuple[list[Parallelized], Verdict | None
     result = ctx.run(PARALLELIZED.name, **ctx.seeds("data"))
     verdict = failure_verdict(result, ctx.student_file)
     return [ctx.conform(r.facts, Parallelized, r.rank, complete=r.ok) for r in result.ranks], verdict
+
+
+def _plan_shown(plan: str) -> str:
+    return ", ".join(f"{name} {placement}" for name, (placement, _) in PLANS[plan].items())
+
+
+def _plan_built(plan: str, full: dict[str, np.ndarray], world: int) -> list[dict[str, object]]:
+    """What `plan` gives every rank, from the weights the grader gave: each parameter a DTensor on the 1-D mesh,
+    its placements and its local block."""
+    return [
+        {
+            name: {
+                "dtensor": True,
+                "placements": [placement],
+                "local": full[PARAMETERS[name]]
+                if axis == "whole"
+                else _slices(full[PARAMETERS[name]], world)[(axis, rank)],
+            }
+            for name, (placement, axis) in PLANS[plan].items()
+        }
+        for rank in range(world)
+    ]
+
+
+def _plan_seen(ranks: list[Parallelized]) -> list[dict[str, object]]:
+    """Every rank's parameters as parallelize_mlp left them: DTensor or not, placements, local shard."""
+    return [
+        {
+            name: {
+                "dtensor": p["dtensor"],
+                "placements": p.get("placements", []),
+                "local": _value(p["local"]),
+            }
+            for name, p in facts.get("parameters", {}).items()
+            if name in PARAMETERS
+        }
+        for facts in ranks
+    ]
+
+
+def _plan_proof(
+    cause: Cause, plan: str, ranks: list[Parallelized], full: dict[str, np.ndarray], world: int
+) -> Proven | None:
+    """The mistaken `plan`, proven when what it builds from the grader's weights is every rank's parameters."""
+    return structural(
+        cause,
+        {"parameters": _plan_built(plan, full, world)},
+        {"parameters": _plan_seen(ranks)},
+    )
 
 
 def _placement_failure(
@@ -490,19 +658,29 @@ def _placement_failure(
             )
         shown = ", ".join(f"{name} {placements[name]}" for name in PARAMETERS)
         if placements["fc1.weight"] == "Shard(dim=1)" and placements["fc2.weight"] == "Shard(dim=0)":
+            proven = _plan_proof(Cause("row_then_column"), "row_then_column", ranks, full, ctx.world_size)
             raise ctx.fail(
-                f"row-then-column: fc1 is row-wise and fc2 column-wise ({shown}): the input would have to be "
-                "split and the partial hidden sums all-reduced before GELU, then the output all-gathered; use "
-                f"ColwiseParallel() for fc1 and RowwiseParallel() for fc2{also}",
+                f"row-then-column: fc1 is row-wise and fc2 column-wise ({shown}, every parameter's local shard "
+                "that plan's block on every rank): the input would have to be split and the partial hidden sums "
+                "all-reduced before GELU, then the output all-gathered; use ColwiseParallel() for fc1 and "
+                f"RowwiseParallel() for fc2{also}"
+                if proven
+                else f"rank {rank}'s parameters after parallelize_mlp: {shown}; column-then-row gives "
+                f"{_plan_shown('column_then_row')}{also}",
                 hint=HintName("parallelize_module"),
-                cause=Cause("row_then_column"),
+                proven=proven,
             )
         if placements["fc1.weight"] == "Shard(dim=0)" and placements["fc2.weight"] == "Shard(dim=0)":
+            proven = _plan_proof(Cause("both_column_wise"), "both_column_wise", ranks, full, ctx.world_size)
             raise ctx.fail(
-                f"both column-wise: fc1 and fc2 are both ColwiseParallel ({shown}): fc2 then needs the whole hidden "
-                f"layer and splits its output again; use RowwiseParallel() for fc2{also}",
+                f"both column-wise: fc1 and fc2 are both ColwiseParallel ({shown}, every parameter's local shard "
+                "that plan's block on every rank): fc2 then needs the whole hidden layer and splits its output "
+                f"again; use RowwiseParallel() for fc2{also}"
+                if proven
+                else f"rank {rank}'s parameters after parallelize_mlp: {shown}; column-then-row gives "
+                f"{_plan_shown('column_then_row')}{also}",
                 hint=HintName("parallelize_module"),
-                cause=Cause("both_column_wise"),
+                proven=proven,
             )
         wrong = [name for name in PARAMETERS if placements[name] != EXPECTED_PLACEMENTS[name]]
         if wrong:
@@ -585,4 +763,9 @@ def parallelized_matches_unsplit(ctx: CheckContext) -> None:
                     + ("is missing" if got is None else f"{_apart(got, want)} its block of the unsplit gradient"),
                     hint=HintName("parallelize_module"),
                 )
-    _counted(ctx, ranks, trusted, "parallelized block", None)
+    built: Placed = [{name: [placement] for name, placement in EXPECTED_PLACEMENTS.items()} for _ in ranks]
+    seen: Placed = [
+        {name: p.get("placements", []) if p["dtensor"] else "plain" for name, p in facts["parameters"].items()}
+        for facts in ranks
+    ]
+    _counted(ctx, ranks, trusted, "parallelized block", (built, seen), None)

@@ -1,7 +1,10 @@
 """Judging exercise 15: the stages the ranks built (which layers each holds, found by their values),
 the stages' merged trajectory against one process on the whole model and batch (localize, then
 replay), the order each stage ran its micro-batches in, and the bubble fraction against the one the
-grader measures by replaying that order in unit time slots."""
+grader measures by replaying that order in unit time slots. A cause is named only where it is proven
+(grader/judge/proof.py): by a replay of the trajectory, a slip's closed form on the whole grid, or a
+structural replay (what the mistake builds: stages, schedules, the micro-batches of every optimizer step,
+on every rank, equal to what the run built)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.diagnose import error_echo_phrase, failure_verdict
 from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, structural
 from grader.judge.slips import Formula, Slip, find_slip
 from grader.judge.trajectory import Setting, diagnose
 from grader.judge.wording import article, shorten
@@ -86,19 +90,43 @@ def _train(ctx: CheckContext, schedule: str) -> list[Train]:
         raise ctx.fail(
             f"with {schedule!r}, the ranks took different numbers of optimizer steps ({counts})", HintName("optimizer")
         )
-    if counts[0] == STEPS * m:
-        raise ctx.fail(
-            f"with {schedule!r}, every rank took {counts[0]} optimizer steps for {STEPS} batches of m = {m} "
-            "micro-batches: one step per micro-batch. schedule.step() runs every micro-batch of the batch; "
-            "call optimizer.step() once after it",
-            hint=HintName("optimizer"),
-            cause=Cause("step_per_micro_batch"),
-        )
     if counts[0] != STEPS:
+        measured = f"with {schedule!r}, every rank took {counts[0]} optimizer steps for {STEPS} batches of m = {m} "
+        proven = _step_per_micro_batch(ranks, m)
+        actions = ranks[0]["actions"]
+        forwards = [sum(a[0] == step and a[2] == "F" for a in actions) for step in range(1, counts[0] + 1)]
         raise ctx.fail(
-            f"with {schedule!r}, {counts[0]} optimizer steps for {STEPS} batches: one per batch", HintName("optimizer")
+            f"{measured}micro-batches: one step per micro-batch, each on every rank the one forward and backward "
+            "of a schedule of one micro-batch. schedule.step() runs every micro-batch of the batch; call "
+            "optimizer.step() once after it"
+            if proven
+            else f"{measured}micro-batches (rank 0's forwards in each step: {forwards}); one optimizer step per batch",
+            hint=HintName("optimizer"),
+            proven=proven,
         )
     return ranks
+
+
+def _per_step(facts: Train) -> list[list[list[object]]]:
+    """This rank's actions in each optimizer step, as [F/B/I/W, micro-batch]."""
+    return [
+        [[kind, mb] for n, _, kind, mb in facts["actions"] if n == step] for step in range(1, len(facts["steps"]) + 1)
+    ]
+
+
+def _step_per_micro_batch(ranks: list[Train], m: int) -> Proven | None:
+    """One optimizer step per micro-batch, proven when what it builds is the run: on every rank one schedule, of
+    one micro-batch, and m optimizer steps per batch, each after that stage's one forward and one backward."""
+    steps = STEPS * m
+    built = {
+        "schedules": [[1] for _ in ranks],
+        "actions": [[[["F", 0], ["B", 0]] for _ in range(steps)] for _ in ranks],
+    }
+    observed = {
+        "schedules": [[made["micro_batches"] for made in f["schedules"]] for f in ranks],
+        "actions": [_per_step(f) for f in ranks],
+    }
+    return structural(Cause("step_per_micro_batch"), built, observed)
 
 
 def _explained(ctx: CheckContext, result: RunResult, schedule: str) -> None:
@@ -109,27 +137,64 @@ def _explained(ctx: CheckContext, result: RunResult, schedule: str) -> None:
     facts = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
     moved = {r: f["stages"][0]["index"] for r, f in enumerate(facts) if len(f.get("stages", [])) == 1}
     if any(index != rank for rank, index in moved.items()):
-        raise _wrong_ranks(ctx, moved, verdict.message)
+        raise _wrong_ranks(ctx, facts, moved, verdict.message)
     built = [f.get("schedules", []) for f in facts]
     blind = [rank for rank, schedules in enumerate(built) if schedules and not schedules[-1]["loss_fn"]]
     if blind and len(blind) < len(built):
+        measured = f"with {schedule!r}, the schedule of rank(s) {blind} was built without loss_fn (observed)"
+        proven = _loss_fn_on_the_last_stage_only(facts, _micro_batches(ctx.world_size))
         raise ctx.fail(
-            f"with {schedule!r}, the schedule of rank(s) {blind} was built without loss_fn (observed): torch then runs "
-            "that stage forward only, and the gradient the next stage sends it is never received. Give loss_fn to "
-            f"the schedule on every rank (only the last stage calls it). {verdict.message}",
+            f"{measured}, on every rank one stage, its own, and one schedule of m micro-batches, loss_fn on the last "
+            "alone: torch then runs the other stages forward only, and the gradient the next stage sends is never "
+            f"received. Give loss_fn to the schedule on every rank (only the last stage calls it). {verdict.message}"
+            if proven
+            else f"{measured}; the other ranks' with it. {verdict.message}",
             hint=HintName("schedule"),
-            cause=Cause("loss_fn_missing_on_a_stage"),
+            proven=proven,
         )
 
 
-def _wrong_ranks(ctx: CheckContext, indices: dict[int, int], after: str = "") -> Exception:
+def _loss_fn_on_the_last_stage_only(facts: list[Train], m: int) -> Proven | None:
+    """loss_fn given on the last stage alone, proven when what that builds is the run: on every rank one stage,
+    stage r of W on rank r, and one schedule of m micro-batches, with loss_fn on rank W - 1 only."""
+    world = len(facts)
+    built = {
+        "stages": [[[rank, world]] for rank in range(world)],
+        "schedules": [[[m, rank == world - 1]] for rank in range(world)],
+    }
+    observed = {
+        "stages": [[[stage["index"], stage["count"]] for stage in f.get("stages", [])] for f in facts],
+        "schedules": [[[made["micro_batches"], made["loss_fn"]] for made in f.get("schedules", [])] for f in facts],
+    }
+    return structural(Cause("loss_fn_missing_on_a_stage"), built, observed)
+
+
+def _wrong_ranks(ctx: CheckContext, facts: list[Train], indices: dict[int, int], after: str = "") -> Exception:
     built = ", ".join(f"rank {rank} built stage {index}" for rank, index in indices.items())
+    proven = _stages_moved(facts)
     return ctx.fail(
-        f"stages on the wrong ranks: {built} (observed); rank 0 gets the batch and must run stage 0, rank r stage r: "
-        f"PipelineStage(stage_module, rank, world_size, device). {after}".strip(),
+        (
+            f"stages on the wrong ranks: {built} (observed); rank 0 gets the batch and must run stage 0, rank r "
+            f"stage r (each rank built one of the {len(facts)} stages, each once): "
+            if proven
+            else f"{built} (observed); stage r is built on rank r: "
+        )
+        + f"PipelineStage(stage_module, rank, world_size, device). {after}".strip(),
         hint=HintName("build_stage"),
-        cause=Cause("stage_index_not_rank"),
+        proven=proven,
     )
+
+
+def _stages_moved(facts: list[Train]) -> Proven | None:
+    """Stages on the wrong ranks, proven when what that builds is the run: every rank one stage of a W-stage
+    pipeline, the W stage indices each once, not each on its own rank (the caller saw that)."""
+    world = len(facts)
+    built = {"stages": [[world] for _ in facts], "indices": list(range(world))}
+    observed = {
+        "stages": [[stage["count"] for stage in f.get("stages", [])] for f in facts],
+        "indices": sorted(stage["index"] for f in facts for stage in f.get("stages", [])),
+    }
+    return structural(Cause("stage_index_not_rank"), built, observed)
 
 
 def _layers(layers: list[int]) -> str:
@@ -213,7 +278,7 @@ def _observed_split(ctx: CheckContext, ranks: list[Train], schedule: str) -> Non
             hint=HintName("build_stage"),
         )
     if indices != list(range(world)):
-        raise _wrong_ranks(ctx, dict(enumerate(indices)))
+        raise _wrong_ranks(ctx, ranks, dict(enumerate(indices)))
     held = [f["stages"][0]["layers"] for f in ranks]
     problem = _split_problem(held, LAYERS, f"the stages the ranks built ({LAYERS} layers, W = {world})")
     if problem:
@@ -381,18 +446,25 @@ def _in_flight(mine: list[tuple[int, str, int]]) -> int:
 def runs_the_schedule(ctx: CheckContext) -> None:
     world, m = ctx.world_size, _micro_batches(ctx.world_size)
     for schedule in SCHEDULES:
-        actions = _actions(_train(ctx, schedule))
+        ranks = _train(ctx, schedule)
+        actions = _actions(ranks)
         incomplete = _incomplete(actions, m)
         if incomplete:
             raise ctx.fail(f"with {schedule!r}: {incomplete}", hint=HintName("schedule"))
         flights = [_in_flight(mine) for mine in actions]
+        classes = [f["schedules"][-1]["class"] if f["schedules"] else "no schedule" for f in ranks]
         if schedule == "1f1b" and flights[0] == m:
+            proven = _schedule_swapped(Cause("gpipe_for_1f1b"), "ScheduleGPipe", [m] * world, ranks, flights)
             raise ctx.fail(
                 f"wrong schedule: with '1f1b', stage 0 ran all {m} forwards before its first backward (GPipe's "
-                f"order; in flight on each stage: {flights}); 1F1B keeps at most W = {world} micro-batches in flight "
-                "on stage 0: use Schedule1F1B for '1f1b'",
+                f"order; in flight on each stage: {flights}, the schedule built on every rank a ScheduleGPipe); "
+                f"1F1B keeps at most W = {world} micro-batches in flight on stage 0: use Schedule1F1B for '1f1b'"
+                if proven
+                else f"with '1f1b', stage 0 ran all {m} forwards before its first backward (in flight on each "
+                f"stage: {flights}; the schedules built: {', '.join(classes)}); 1F1B keeps at most W = {world} "
+                "micro-batches in flight on stage 0",
                 hint=HintName("schedule"),
-                cause=Cause("gpipe_for_1f1b"),
+                proven=proven,
             )
         if schedule == "1f1b" and any(f > world - s for s, f in enumerate(flights)):
             raise ctx.fail(
@@ -401,13 +473,35 @@ def runs_the_schedule(ctx: CheckContext) -> None:
                 hint=HintName("schedule"),
             )
         if schedule == "gpipe" and flights[0] < m:
+            one_f_one_b = [min(m, world - stage) for stage in range(world)]
+            proven = _schedule_swapped(Cause("1f1b_for_gpipe"), "Schedule1F1B", one_f_one_b, ranks, flights)
             raise ctx.fail(
                 f"wrong schedule: with 'gpipe', stage 0 ran a backward before its last forward (at most "
-                f"{flights[0]} of m = {m} micro-batches in flight: 1F1B's order); GPipe runs every forward, then "
-                "every backward: use ScheduleGPipe for 'gpipe'",
+                f"{flights[0]} of m = {m} micro-batches in flight: 1F1B's order, on every stage, the schedule built "
+                "on every rank a Schedule1F1B); GPipe runs every forward, then every backward: use ScheduleGPipe for "
+                "'gpipe'"
+                if proven
+                else f"with 'gpipe', stage 0 ran a backward before its last forward (in flight on each stage: "
+                f"{flights}, of m = {m}; the schedules built: {', '.join(classes)}); GPipe runs every forward, then "
+                "every backward",
                 hint=HintName("schedule"),
-                cause=Cause("1f1b_for_gpipe"),
+                proven=proven,
             )
+
+
+def _schedule_swapped(
+    cause: Cause, built_class: str, in_flight: list[int], ranks: list[Train], flights: list[int]
+) -> Proven | None:
+    """The other schedule of the two, proven when what it builds is the run: on every rank one schedule, of that
+    class and m micro-batches, each stage holding at most what that schedule holds in flight (`in_flight`: m on
+    every stage for GPipe, W - s on stage s for 1F1B)."""
+    m = _micro_batches(len(ranks))
+    built = {"schedules": [[[built_class, m]] for _ in ranks], "in_flight": in_flight}
+    observed = {
+        "schedules": [[[made["class"], made["micro_batches"]] for made in f["schedules"]] for f in ranks],
+        "in_flight": flights,
+    }
+    return structural(cause, built, observed)
 
 
 @check("bubble_fraction")

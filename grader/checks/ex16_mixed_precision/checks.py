@@ -2,11 +2,16 @@
 rank stores of every parameter and what the optimizer holds, the dtypes every Linear layer computed in, the
 dtypes of FSDP2's all-gathers and reduce-scatters, the tensors kept for backward per block and the layers
 recomputed in backward; and the numbers against one trusted process doing the same casts. Every parameter's
-name and size, what the ranks' shards must make up, comes from that trusted process too."""
+name and size, what the ranks' shards must make up, comes from that trusted process too. A cause is named only
+where a structural replay proves it (grader/judge/proof.py): what the mistake builds (every parameter's storage,
+every unit's policy, every Linear's dtypes, the collectives, the tensors each region keeps and the layers
+recomputed), from the trusted process's names and counts, equal to what the run built; else the message says
+what was measured."""
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -15,7 +20,8 @@ from grader.engine import RunResult
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import scale_of
 from grader.judge.diagnose import failure_verdict
-from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, structural
 
 STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 BLOCKS = ("blocks.0", "blocks.1", "blocks.2")
@@ -66,6 +72,25 @@ def _ranks(ctx: CheckContext) -> list[Train]:
             f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint=HintName("optimizer")
         )
     return ranks
+
+
+def _units_policy(param_dtype: str) -> dict[str, str]:
+    """Every FSDP unit a right wrapping builds (each block, then the root: ""), with this policy's param_dtype."""
+    return {unit: param_dtype for unit in ("", *BLOCKS)}
+
+
+def _linears(reference: Reference) -> list[str]:
+    """The model's Linear layers in forward order: its parameters of more than one row and column, by the trusted
+    process's names."""
+    return [
+        name.removesuffix(".weight")
+        for name, (elements, rows) in reference["parameters"].items()
+        if name.endswith(".weight") and elements != rows
+    ]
+
+
+def _policies(facts: Train) -> dict[str, str]:
+    return {unit: seen["param_dtype"] for unit, seen in facts["units"].items()}
 
 
 def _reference(ctx: CheckContext) -> Reference:
@@ -121,13 +146,19 @@ def shards_fp32_master(ctx: CheckContext) -> None:
             )
         low = [s for s in facts["storage"] if s["dtype"] != "float32"]
         if low:
+            dtype = low[0]["dtype"]
+            measured = f"rank {rank} stores its shard of {len(low)} parameters ({low[0]['name']} first) in {dtype}"
+            proven = _master_weights_cast(ranks, dtype, _reference(ctx))
             raise ctx.fail(
-                f"master weights in {low[0]['dtype']}: rank {rank} stores its shard of {len(low)} parameters "
-                f"({low[0]['name']} first) in {low[0]['dtype']}, so the optimizer updates low-precision weights and "
-                "small updates are rounded away. Keep the model in float32 (no model.to(torch.bfloat16)); "
-                "MixedPrecisionPolicy(param_dtype=torch.bfloat16) casts only the copies gathered for compute",
+                f"master weights in {dtype}: {measured}, every rank all {len(low)} of the model's, and the optimizer "
+                "holds them: it updates low-precision weights and small updates are rounded away. Keep the model in "
+                "float32 (no model.to(torch.bfloat16)); MixedPrecisionPolicy(param_dtype=torch.bfloat16) casts only "
+                "the copies gathered for compute"
+                if proven
+                else f"{measured}, where FSDP's mixed precision keeps every shard in float32 (the policy casts only "
+                "the copies gathered for compute)",
                 hint=HintName("policy"),
-                cause=Cause("low_precision_master_weights"),
+                proven=proven,
             )
     sizes = _reference(ctx)["parameters"]
     for rank, facts in enumerate(ranks):
@@ -175,6 +206,48 @@ def shards_fp32_master(ctx: CheckContext) -> None:
             )
 
 
+def _master_weights_cast(ranks: list[Train], dtype: str, reference: Reference) -> Proven | None:
+    """The model cast to `dtype`, proven when what that builds is the run: every parameter of the model stored in
+    `dtype` on every rank, and the optimizer holding tensors of that dtype alone."""
+    built = {
+        "storage": [{name: dtype for name in reference["parameters"]} for _ in ranks],
+        "optimizer": [[dtype] for _ in ranks],
+    }
+    observed = {
+        "storage": [{stored["name"]: stored["dtype"] for stored in f["storage"]} for f in ranks],
+        "optimizer": [f["optimizer"].get("dtypes") for f in ranks],
+    }
+    return structural(Cause("low_precision_master_weights"), built, observed)
+
+
+Seen = Literal["input", "weight", "autocast"]  # what a Linear's forward hook saw, as a proof compares it
+
+
+def _computed(ranks: list[Train], fields: tuple[Seen, ...]) -> list[dict[str, list[object]]]:
+    """Every rank's Linear layers of the first forward: the `fields` each was seen with."""
+    return [{call["name"]: [call[field] for field in fields] for call in _layers(f, backward=False)} for f in ranks]
+
+
+def _compute_proof(
+    cause: Cause, ranks: list[Train], linears: list[str], layer: list[object], fields: tuple[Seen, ...], dtype: str
+) -> Proven | None:
+    """A compute mistake, proven when what it builds is the run: on every rank every Linear of the model seen
+    with `layer` (its `fields`), every unit's policy with param_dtype `dtype`, every all-gather in `dtype`
+    ("None": float32, as stored)."""
+    gathered = "float32" if dtype == "None" else dtype
+    built = {
+        "linears": [{name: layer for name in linears} for _ in ranks],
+        "units": [_units_policy(dtype) for _ in ranks],
+        "gathered": [[gathered] for _ in ranks],
+    }
+    observed = {
+        "linears": _computed(ranks, fields),
+        "units": [_policies(f) for f in ranks],
+        "gathered": [sorted({c["dtype"] for c in f["collectives"] if c["kind"] == "all-gather"}) for f in ranks],
+    }
+    return structural(cause, built, observed)
+
+
 def _layers(facts: Train, backward: bool) -> list[Linear]:
     return [call for call in facts["linears"] if call["backward"] == backward]
 
@@ -195,45 +268,65 @@ def computes_in_bf16(ctx: CheckContext) -> None:
         gathered = sorted({c["dtype"] for c in gathers})
         autocast = [c["name"] for c in forward if c["autocast"]]
         if autocast:
-            stacked = gathered == ["bfloat16"]
-            raise ctx.fail(
-                ("autocast stacked on the policy: " if stacked else "autocast instead of the policy: ")
-                + f"the grader's hooks saw autocast enabled in the forward of {', '.join(autocast)} on rank {rank}, "
-                f"and FSDP all-gathered the parameters in {', '.join(gathered)}. "
-                + (
-                    "The policy already casts them to bf16; autocast casts every op's inputs again, and runs some "
-                    "ops in float32 (the loss; on CUDA also layer norm and softmax). Drop the autocast"
-                    if stacked
-                    else "Autocast casts after the gather, so the parameters travel in float32, twice the bytes; "
-                    "use MixedPrecisionPolicy(param_dtype=torch.bfloat16) instead"
-                ),
-                hint=HintName("policy"),
-                cause=Cause("autocast_and_policy") if stacked else Cause("autocast_no_policy"),
+            linears = _linears(_reference(ctx))
+            stacked = _compute_proof(
+                Cause("autocast_and_policy"), ranks, linears, [True, "bfloat16"], ("autocast", "weight"), "bfloat16"
             )
+            instead = _compute_proof(
+                Cause("autocast_no_policy"), ranks, linears, [True, "float32"], ("autocast", "weight"), "None"
+            )
+            measured = (
+                f"the grader's hooks saw autocast enabled in the forward of {', '.join(autocast)} on rank {rank}, "
+                f"and FSDP all-gathered the parameters in {', '.join(gathered)}"
+            )
+            if stacked:
+                message = (
+                    f"autocast stacked on the policy: {measured}, every unit's policy casting them to bf16. The "
+                    "policy already casts them to bf16; autocast casts every op's inputs again, and runs some ops in "
+                    "float32 (the loss; on CUDA also layer norm and softmax). Drop the autocast"
+                )
+            elif instead:
+                message = (
+                    f"autocast instead of the policy: {measured}, no unit's policy casting them. Autocast casts "
+                    "after the gather, so the parameters travel in float32, twice the bytes; use "
+                    "MixedPrecisionPolicy(param_dtype=torch.bfloat16) instead"
+                )
+            else:
+                units = ", ".join(f"{unit or 'the root'} {dtype}" for unit, dtype in _policies(facts).items())
+                message = (
+                    f"{measured}; the units' param_dtype: {units or 'no unit'}. MixedPrecisionPolicy(param_dtype="
+                    "torch.bfloat16) on every fully_shard call casts for compute, without autocast"
+                )
+            raise ctx.fail(message, hint=HintName("policy"), proven=stacked or instead)
         wrong = [c for c in forward if c["input"] != "bfloat16" or c["weight"] != "bfloat16"]
         if wrong:
             kinds = {(c["input"], c["weight"]) for c in wrong}
             said = "; ".join(f"{c['name']}: input {c['input']}, weight {c['weight']}" for c in wrong[:4])
-            names = {c["name"] for c in wrong}
-            cause: MaybeCause
+            policies = _policies(facts)
+            proven = None
             if kinds == {("float16", "float16")} and len(wrong) == len(forward):
-                reason, cause = (
-                    "param_dtype=torch.float16: fp16 has a range of 65504 and needs loss scaling",
-                    Cause("fp16_compute"),
+                fp16 = ["float16", "float16", False]
+                linears = _linears(_reference(ctx))
+                proven = _compute_proof(
+                    Cause("fp16_compute"), ranks, linears, fp16, ("input", "weight", "autocast"), "float16"
                 )
-            elif kinds == {("float32", "float32")} and len(wrong) == len(forward):
-                reason, cause = "no mixed precision policy (or param_dtype float32): everything computed in fp32", ""
-            elif names == {"inp", "out"}:
-                reason, cause = "the root's layers ran in float32: the root was wrapped without the policy", ""
+            if proven:
+                reason = (
+                    "param_dtype=torch.float16 on every unit, every Linear on every rank computed in it: fp16 has a "
+                    "range of 65504 and needs loss scaling"
+                )
+            elif set(policies.values()) == {"None"}:
+                reason = "every FSDP unit's policy has param_dtype None: no mixed precision policy"
             else:
-                reason, cause = "", ""
+                reason = "the units' param_dtype: " + (
+                    ", ".join(f"{unit or 'the root'} {dtype}" for unit, dtype in policies.items()) or "no unit"
+                )
             raise ctx.fail(
-                f"rank {rank}'s Linear layers did not all compute in bfloat16 ({said})"
-                + (f": {reason}" if reason else "")
-                + "; pass mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) to "
+                f"rank {rank}'s Linear layers did not all compute in bfloat16 ({said}): {reason}; pass "
+                "mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) to "
                 "every fully_shard call",
                 hint=HintName("policy"),
-                cause=cause,
+                proven=proven,
             )
         if gathered != ["bfloat16"]:
             raise ctx.fail(
@@ -257,16 +350,32 @@ def reduces_in_fp32(ctx: CheckContext) -> None:
     low = reference["first_grads"]["bf16_reduce"]
     name, off = _worst(got, want)
     replayed = _worst(got, low)[1]
-    bf16 = dtypes == ["bfloat16"]
+    tolerance = SAME_CASTS if ctx.backend == "gloo" else WITHIN_BF16
+    built = {
+        "reduced": [["bfloat16"] * ((len(BLOCKS) + 1) * STEPS) for _ in ranks],
+        "storage": [{parameter: "float32" for parameter in reference["parameters"]} for _ in ranks],
+        "units": [_units_policy("bfloat16") for _ in ranks],
+        "first gradient is the bf16 replay's": True,
+    }
+    observed = {
+        "reduced": [[c["dtype"] for c in f["collectives"] if c["kind"] == "reduce-scatter"] for f in ranks],
+        "storage": [{stored["name"]: stored["dtype"] for stored in f["storage"]} for f in ranks],
+        "units": [_policies(f) for f in ranks],
+        "first gradient is the bf16 replay's": replayed <= tolerance,
+    }
+    proven = structural(Cause("bf16_reduce"), built, observed)
+    measured = (
+        f"the grader saw {len(scatters)} reduce-scatters of {', '.join(dtypes)} on rank 0 per run. The gradient "
+        f"of step 1 differs from the reference reduced in fp32 by up to {off:.2g} of its scale ({name}), and from "
+        f"a replay reducing in bf16 by {replayed:.2g}"
+    )
     raise ctx.fail(
-        (f"gradients reduced in {', '.join(dtypes)}: " if not bf16 else "gradients reduced in bfloat16: ")
-        + f"the grader saw {len(scatters)} reduce-scatters of {', '.join(dtypes)} on rank 0 per run. The gradient "
-        f"of step 1 differs from the reference reduced in fp32 by up to {off:.2g} of its scale ({name})"
-        + (f", and from a replay reducing in bf16 by {replayed:.2g}" if bf16 else "")
-        + ". Sums of many ranks' gradients lose bits in bf16; set reduce_dtype=torch.float32 (left unset it is "
-        "param_dtype)",
+        f"gradients reduced in bfloat16: {measured}, with fp32 shards and every unit's param_dtype bf16. Sums of "
+        "many ranks' gradients lose bits in bf16; set reduce_dtype=torch.float32 (left unset it is param_dtype)"
+        if proven
+        else f"{measured}; FSDP's reduce_dtype=torch.float32 reduces them in float32 (left unset it is param_dtype)",
         hint=HintName("policy"),
-        cause=Cause("bf16_reduce") if bf16 else "",
+        proven=proven,
     )
 
 
@@ -298,28 +407,41 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
         count, size = saved.get(region, (0, 0))
         return f"{count} tensors ({size} bytes)"
 
+    linears = _linears(reference)
     spans = _spanning_regions(regions)
     if spans:
-        whole = spans == [list(REGIONS)]
+        whole = _kept_and_recomputed(
+            Cause("whole_model_checkpointed"), saved, recomputed, {region: [0, 0] for region in REGIONS}, linears
+        )
         raise ctx.fail(
             f"backward recomputed {', '.join(regions)}, in that order: "
             + "; ".join(", ".join(span) for span in spans)
             + " in forward order, so one checkpointed region spans them (regions of their own are recomputed last "
             "first, each as backward reaches it)"
-            + ("; that region is the whole model" if whole else "")
+            + (
+                "; that region is the whole model: every Linear recomputed in forward order, no region keeping any"
+                if whole
+                else ""
+            )
             + ". Its recomputation holds all their activations at once: checkpoint each block on its own",
             hint=HintName("checkpoint"),
-            cause=Cause("whole_model_checkpointed") if whole else "",
+            proven=whole,
         )
     full = {b: plain[b][1] for b in BLOCKS}
     not_checkpointed = [b for b in BLOCKS if b not in regions or saved.get(b, (0, 0))[1] * 2 > full[b]]
     if not_checkpointed:
         none = len(not_checkpointed) == len(BLOCKS)
+        checkpointed = [b for b in BLOCKS if b in regions]
+        kept_built: dict[str, object] = {region: list(plain[region]) for region in REGIONS}
+        kept_built.update({b: True for b in checkpointed})  # recomputed, and keeping at most half a plain block
+        cause = Cause("some_blocks_checkpointed") if checkpointed else Cause("no_checkpointing")
+        order = [name for b in reversed(checkpointed) for name in linears if _region(name) == b]
+        proven = _kept_and_recomputed(cause, saved, recomputed, kept_built, order, full)
         raise ctx.fail(
             (
-                "no activation checkpointing: "
-                if none
-                else f"only {', '.join(b for b in BLOCKS if b not in not_checkpointed)} checkpointed: "
+                ("no activation checkpointing: " if none else f"only {', '.join(checkpointed)} checkpointed: ")
+                if proven
+                else ""
             )
             + "in forward, "
             + "; ".join(f"{b} kept {kept(b)} for backward" for b in not_checkpointed)
@@ -327,8 +449,27 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             f"recomputed {', '.join(regions) or 'nothing'}. Wrap every block (checkpoint_wrapper, or "
             "torch.utils.checkpoint.checkpoint(..., use_reentrant=False) in its forward)",
             hint=HintName("checkpoint"),
-            cause=Cause("no_checkpointing") if none else Cause("some_blocks_checkpointed"),
+            proven=proven,
         )
+
+
+def _kept_and_recomputed(
+    cause: Cause,
+    saved: dict[str, tuple[int, int]],
+    recomputed: list[str],
+    kept: dict[str, object],
+    order: list[str],
+    full: dict[str, int] | None = None,
+) -> Proven | None:
+    """A checkpointing mistake, proven when what it builds is the run: backward recomputing the Linear layers in
+    `order`, and each region keeping for backward what `kept` says (a plain region's [tensors, bytes], as the
+    trusted process counts them; [0, 0] inside a checkpointed region; True: a block recomputed, keeping at most
+    half a plain block's bytes, `full`)."""
+    observed: dict[str, object] = {}
+    for region, want in kept.items():
+        count, size = saved.get(region, (0, 0))
+        observed[region] = size * 2 <= (full or {}).get(region, 0) if want is True else [count, size]
+    return structural(cause, {"recomputed": order, "kept": kept}, {"recomputed": recomputed, "kept": observed})
 
 
 @check("matches_reference")
