@@ -35,6 +35,9 @@ _SIGNAL_MEANING = {  # by name: Windows has neither SIGKILL nor SIGBUS
 }
 
 
+NOT_IMPLEMENTED = "not implemented yet"  # how a check of an untouched stub opens (the class report counts it)
+
+
 def _signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -346,7 +349,7 @@ def failure_verdict(result: RunResult, student_file: Path | None, stage: str = "
     stub = next((e for e in errors if e.get("not_implemented")), None)
     if stub is not None:
         function = (stub.get("student_frames") or [{}])[-1].get("function", "a function")
-        return Verdict("failed", f"not implemented yet: {function}() still raises NotImplementedError")
+        return Verdict("failed", f"{NOT_IMPLEMENTED}: {function}() still raises NotImplementedError")
     load = next((e for e in errors if e.get("student_load_error")), None)
     if load is not None:
         message = load.get("grader_message") or "your file could not be loaded"

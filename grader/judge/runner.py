@@ -22,7 +22,7 @@ from grader.engine import EngineError, Runner, RunResult
 from grader.engine.exact import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
-from grader.judge.diagnose import import_calls, test_call_message
+from grader.judge.diagnose import NOT_IMPLEMENTED, import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
@@ -137,10 +137,16 @@ def _grade_checks(
                     check=spec.name,
                 )
                 verdict, failed_run = _verdict(function, context)
-                if failed_run is not None and verdict.status == "failed" and id(failed_run) in said_by:
-                    verdict = _knock_on(verdict, said_by[id(failed_run)][1])
-                elif failed_run is not None and verdict.status == "failed":
-                    said_by[id(failed_run)] = (failed_run, spec.name)
+                # a stub and a file that cannot be imported are every check's own verdict: said alike, once
+                if (
+                    failed_run is not None
+                    and verdict.status == "failed"
+                    and not verdict.message.startswith(NOT_IMPLEMENTED)
+                ):
+                    if id(failed_run) in said_by:
+                        verdict = _knock_on(verdict, said_by[id(failed_run)][1])
+                    else:
+                        said_by[id(failed_run)] = (failed_run, spec.name)
                 verdict = skipped_if_api_missing(verdict, context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
