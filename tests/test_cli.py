@@ -249,13 +249,18 @@ def test_one_exception_on_every_rank_and_check_is_said_once_in_at_most_40_lines(
     lines = out.splitlines()
     assert len(lines) <= 40, out
     assert out.count("every rank raised ValueError: bad batch size") == 1, out
-    assert "every check [W=2 and W=4]" in out
+    assert "ranks_stay_in_sync [W=2 and W=4]" in out  # the first check on the shared run says it
+    assert out.count("(a knock-on: ranks_stay_in_sync says why)") == 1, "the checks sharing the run point at it once"
     assert 'ex03_train_ddp.py", line' in out and "grader/engine" not in out and "workers.py" not in out
     entries = json.loads((course / "out.json").read_text())
     catalog = load_catalog(course)
     expected = {(c.name, w) for c in catalog.get("ex03").checks if c.visibility == "public" for w in c.world_sizes}
     assert {(e["check"], e["world_size"]) for e in entries} == expected, "--json keeps every check's entry"
-    assert all("bad batch size" in e["message"] for e in entries)
+    shared = [e for e in entries if e["check"] != "waits_for_checkpoint"]  # that one reads the failed run itself
+    assert all(
+        "bad batch size" in e["message"] if e["check"] == "ranks_stay_in_sync" else "knock-on" in e["message"]
+        for e in shared
+    )
 
 
 def test_verbose_shows_the_graders_frames(course, capsys):

@@ -451,6 +451,17 @@ def checkpoints_each_block(ctx: CheckContext) -> None:
             hint=HintName("checkpoint"),
             proven=proven,
         )
+    for block in BLOCKS:  # one region per block: its Linears recomputed together, in forward order
+        again = [name.removeprefix(f"{block}.") for name in recomputed if _region(name) == block]
+        forward = [name.removeprefix(f"{block}.") for name in linears if _region(name) == block]
+        if again != forward:
+            raise ctx.fail(
+                f"backward recomputed {block}'s Linear layers in the order {', '.join(again)}, where forward ran "
+                f"{', '.join(forward)}: they were recomputed one at a time, each as backward reached it, not as one "
+                f"region per block. The exercise checkpoints each block whole, so that its LayerNorm and GELU "
+                "outputs are recomputed too, not kept: wrap the block itself (checkpoint_wrapper(block))",
+                hint=HintName("checkpoint"),
+            )
 
 
 def _kept_and_recomputed(
