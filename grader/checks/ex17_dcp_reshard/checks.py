@@ -98,7 +98,7 @@ def _alone(
         if saving:
             built["returned"] = [True] * (len(ranks) - 1)
             observed["returned"] = [bool(ranks[rank].get("save_returned")) for rank in range(1, len(ranks))]
-        proven = structural(Cause("save_on_rank0_only" if saving else "load_on_rank0_only"), built, observed)
+        proven = structural(Cause("save_on_rank0_only") if saving else Cause("load_on_rank0_only"), built, observed)
         raise ctx.fail(
             f"{rank_phrase(callers, len(result.ranks))} alone called the collective {what}; "
             f"{rank_phrase(absent, len(result.ranks))} never joined it (the grader's watch on {what} saw no call "
@@ -595,14 +595,13 @@ def _state_not_restored(
         restored = [[[]] * len(names)] * len(ranks)
     saving = [[(b["dtensors"], b["params"]) for b in _calls(f, OptimizerBuilt, "optimizer")] for f in _saved(ctx)]
     observed = {"checkpoint": _moments_saved(keys, names), "held": held, "save_built": saving}
-    for cause, moments in (("optimizer_not_saved", []), ("optimizer_not_loaded", list(STATE))):
-        if fresh and not moments:
-            continue  # get_state_dict's initial state is there to load into: a state that was never saved is not
-        built = {"checkpoint": {name: moments for name in names}, "held": restored, "save_built": [[]] * len(saving)}
-        proven = structural(Cause(cause), built, observed)
-        if proven:
-            return proven
-    return None
+
+    def built(moments: list[str]) -> dict[str, object]:
+        return {"checkpoint": {name: moments for name in names}, "held": restored, "save_built": [[]] * len(saving)}
+
+    loaded = structural(Cause("optimizer_not_loaded"), built(list(STATE)), observed)
+    # get_state_dict's initial state is there to load into: it is no sign of a state never saved
+    return loaded or (None if fresh else structural(Cause("optimizer_not_saved"), built([]), observed))
 
 
 @check("optimizer_resharded")

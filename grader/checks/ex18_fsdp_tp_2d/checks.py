@@ -26,6 +26,13 @@ STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messag
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
 FSDP = "Shard(dim=0)"  # FSDP2's placement on the mesh it is given
+# on tp, the other style's placement: RowwiseParallel on up (weight Shard(1), bias Replicate), Colwise on down
+SWAPPED = {
+    "up.weight": "Shard(dim=1)",
+    "up.bias": "Replicate()",
+    "down.weight": "Shard(dim=0)",
+    "down.bias": "Shard(dim=0)",
+}
 _HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
@@ -125,12 +132,16 @@ def _root_sharded_over(ranks: list[Train], shapes: dict[str, list[int]], world: 
     model's root parameters (those of no block) and compared, mesh, placements and local shape, on every rank."""
     root = [name for name in shapes if not name.startswith("blocks.")]
     observed = _held(ranks, root)
-    meshes: dict[str, Callable[[int], list[Any]]] = {
-        "fsdp_over_world": lambda rank: list(range(world)),
-        "fsdp_on_tp": _tp_group,
-    }
-    layouts = {cause: {name: (mesh, [FSDP]) for name in root} for cause, mesh in meshes.items()}
-    return _one([structural(Cause(c), _built(built, shapes, world), observed) for c, built in layouts.items()])
+
+    def over(mesh: Callable[[int], list[Any]]) -> dict[str, list[dict[str, Any]]]:
+        return _built({name: (mesh, [FSDP]) for name in root}, shapes, world)
+
+    return _one(
+        [
+            structural(Cause("fsdp_over_world"), over(lambda rank: list(range(world))), observed),
+            structural(Cause("fsdp_on_tp"), over(_tp_group), observed),
+        ]
+    )
 
 
 def _dims_swapped(ranks: list[Train], shapes: dict[str, list[int]], world: int) -> Proven | None:
@@ -143,6 +154,23 @@ def _dims_swapped(ranks: list[Train], shapes: dict[str, list[int]], world: int) 
         for name in shapes
     }
     return structural(Cause("mesh_dims_swapped"), _built(layouts, shapes, world), _held(ranks, list(shapes)))
+
+
+def _plan_swapped(ranks: list[Train], shapes: dict[str, list[int]], world: int) -> Proven | None:
+    """ColwiseParallel and RowwiseParallel swapped, built from the reference: every block's TP parameter on the
+    (dp, tp) mesh with the other style's placement on tp, every other parameter sharded by FSDP over the rank's
+    dp group as the reference shards it; compared, mesh, placements and local shape, for every parameter on every
+    rank. (In torch 2.13 that plan fails in forward first: a unit test holds this replay to its structure.)"""
+    mesh = np.arange(world).reshape(world // TP, TP).tolist()
+    layouts: dict[str, Layout] = {
+        name: (
+            ((lambda rank: mesh), [FSDP, SWAPPED[".".join(name.split(".")[2:])]])
+            if _tp_placement(name)
+            else ((lambda rank: list(range(rank % TP, world, TP))), [FSDP])
+        )
+        for name in shapes
+    }
+    return structural(Cause("colwise_rowwise_swapped"), _built(layouts, shapes, world), _held(ranks, list(shapes)))
 
 
 @check("placements_2d")
@@ -228,10 +256,18 @@ def placements_2d(ctx: CheckContext) -> None:
                     proven=proven,
                 )
             if placements[1] != want_tp:
+                proven = _plan_swapped(ranks, shapes, world)
                 raise ctx.fail(
-                    f"{said}: on tp it is {placements[1]}, where {want_tp} was wanted. The plan: "
-                    "{'up': ColwiseParallel(), 'down': RowwiseParallel()}",
+                    f"{said}: on tp it is {placements[1]}, where {want_tp} was wanted"
+                    + (
+                        ": ColwiseParallel and RowwiseParallel are swapped (up is column-wise, its output features "
+                        "split; down row-wise, its input features)"
+                        if proven
+                        else ""
+                    )
+                    + ". The plan: {'up': ColwiseParallel(), 'down': RowwiseParallel()}",
                     hint=HintName("tp_plan"),
+                    proven=proven,
                 )
             full = shapes[p["name"]]
             if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(full):
@@ -306,11 +342,15 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
             if -1 in got or not got:
                 raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint=HintName("data"))
             fed = [[sorted(f["rows"][s]) for f in ranks] for s in range(STEPS)]
-            shares = {  # what each mistake feeds every rank at every step, by the judge's arithmetic
-                "data_by_global_rank": [_share(ctx.world_size, r) for r in range(len(ranks))],
-                "dp_from_tp": [_share(dp_size, r % TP) for r in range(len(ranks))],
-            }
-            proven = _one([structural(Cause(c), {"rows": [by] * STEPS}, {"rows": fed}) for c, by in shares.items()])
+            # what each mistake feeds every rank at every step, by the judge's arithmetic
+            by_rank = [_share(ctx.world_size, r) for r in range(len(ranks))]
+            by_tp = [_share(dp_size, r % TP) for r in range(len(ranks))]
+            proven = _one(
+                [
+                    structural(Cause("data_by_global_rank"), {"rows": [by_rank] * STEPS}, {"rows": fed}),
+                    structural(Cause("dp_from_tp"), {"rows": [by_tp] * STEPS}, {"rows": fed}),
+                ]
+            )
             reasons = {
                 "data_by_global_rank": "a quarter indexed by the global rank: the two ranks of a tp group must feed "
                 "the same samples (TP splits one copy of the model), so index by the dp coordinate",
