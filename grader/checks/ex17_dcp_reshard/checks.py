@@ -19,6 +19,7 @@ from grader.checks.ex17_dcp_reshard.facts import (
     REPLAYS,
     RESUME,
     SAVE,
+    AdamState,
     CheckpointCall,
     FileLoaded,
     FileSaved,
@@ -227,12 +228,16 @@ def _whole_state(shapes: Shapes, copies: int = COPIES) -> Contents:
 def _shard_state(shapes: Shapes, world: int, rank: int) -> Contents:
     """One rank's shards of the model and its AdamW state: every tensor a DTensor whose local piece is the
     rank's chunk of dim 0, as torch.chunk (and FSDP2) cuts it."""
-    local = 0
-    for shape in shapes.values():
-        rows = -(-shape[0] // world) if shape else 1
-        mine = max(0, min(rows, shape[0] - rank * rows)) if shape else int(rank == 0)
-        local += mine * int(np.prod(shape[1:]))
+    local = sum(_piece(shape, world, rank) for shape in shapes.values())
     return {"dtensors": COPIES * len(shapes), "local": COPIES * local, "whole": 0, "whole_elements": 0}
+
+
+def _piece(shape: tuple[int, ...], world: int, rank: int) -> int:
+    """The elements of a rank's chunk of dim 0 of a tensor of this shape, as torch.chunk (and FSDP2) cuts it."""
+    if not shape:
+        return int(rank == 0)
+    rows = -(-shape[0] // world)
+    return max(0, min(rows, shape[0] - rank * rows)) * int(np.prod(shape[1:]))
 
 
 def filled_whole(rank: int, tensors: int, elements: int, shapes: Shapes) -> str:
@@ -575,21 +580,36 @@ def _moments_saved(keys: list[str], names: list[str]) -> dict[str, list[str]]:
     }
 
 
+def _fresh_held(buffers: AdamState) -> dict[str, object]:
+    """A parameter's AdamW state as the fresh one is compared: the step, and each moment's size and whether it is
+    all zero."""
+    held: dict[str, object] = {"step": buffers.get("step")}
+    for key in STATE:
+        if key in buffers:
+            held[key] = (int(np.asarray(buffers[key]).size), not bool(np.any(np.asarray(buffers[key]))))
+    return held
+
+
+def _fresh_built(size: int) -> dict[str, object]:
+    """The state get_state_dict initializes for a fresh AdamW: step 1, zero moments of the rank's piece's size."""
+    return {"step": 1.0, **{key: (size, True) for key in STATE}}
+
+
 def _state_not_restored(
-    ctx: CheckContext, ranks: list[Trained], names: list[str], keys: list[str], fresh: bool
+    ctx: CheckContext, ranks: list[Trained], shapes: Shapes, keys: list[str], fresh: bool
 ) -> Proven | None:
     """The optimizer state never saved, or saved and not loaded, proven field by field: what each builds from
     the reference (the checkpoint's moments: none, or both for every parameter; the student's save building no
     optimizer of its own, so that what it saved is the trained one's; on every rank the resumed AdamW holding, for
-    every parameter, no state at all, or (`fresh`) the state get_state_dict initializes: step 1, zero moments)
-    is what the run built."""
+    every parameter, no state at all, or (`fresh`) the state get_state_dict initializes: step 1, zero moments
+    of the rank's piece's size) is what the run built."""
+    names = list(shapes)
     held: list[list[object]]
     if fresh:
-        held = [
-            [(b.get("step"), not any(np.any(np.asarray(b[k])) for k in STATE if k in b)) for b in f["state"].values()]
-            for f in ranks
+        held = [[_fresh_held(f["state"].get(name, {"lr": LR})) for name in names] for f in ranks]
+        restored: list[list[object]] = [
+            [_fresh_built(_piece(shapes[name], len(ranks), r)) for name in names] for r in range(len(ranks))
         ]
-        restored: list[list[object]] = [[(1.0, True)] * len(names)] * len(ranks)
     else:
         held = [[sorted(set(f["state"].get(name, {})) - {"lr"}) for name in names] for f in ranks]
         restored = [[[]] * len(names)] * len(ranks)
@@ -616,7 +636,7 @@ def optimizer_resharded(ctx: CheckContext) -> None:
     for rank, facts in enumerate(ranks):  # every rank: a parameter absent on one is read below
         empty = [name for name in names if not {"exp_avg", "exp_avg_sq"} <= set(facts["state"].get(name, {}))]
         if empty:
-            proven = _state_not_restored(ctx, ranks, names, keys, fresh=False)
+            proven = _state_not_restored(ctx, ranks, shapes, keys, fresh=False)
             why = {
                 "optimizer_not_loaded": "the checkpoint holds it (exp_avg among its keys), so it was not loaded into "
                 "the optimizer",
@@ -637,7 +657,7 @@ def optimizer_resharded(ctx: CheckContext) -> None:
                 proven=proven,
             )
     if _never_loaded(ranks):
-        proven = _state_not_restored(ctx, ranks, names, keys, fresh=True)
+        proven = _state_not_restored(ctx, ranks, shapes, keys, fresh=True)
         raise ctx.fail(
             f"optimizer state not restored: after resume at W={_half(ctx)}, the AdamW state is the empty state "
             "get_state_dict creates for a fresh optimizer (step 1, exp_avg and exp_avg_sq all zero on every rank)"
