@@ -164,7 +164,11 @@ def test_a_cause_not_in_the_vocabulary(course: Path) -> None:
 
 def test_a_bare_cause_and_a_hypothesis_cause_not_in_the_vocabulary(course: Path) -> None:
     checks = "grader/checks/ex17_dcp_reshard/checks.py"
-    line = _edit(course / checks, 'cause=Cause("path_per_rank")', 'cause="path_per_rank"')
+    # ex17 names path_per_rank through proven=: a bare cause= written in its place
+    old = '        hint=HintName("every_rank_saves"),\n        proven=proven,\n'
+    line = (
+        _edit(course / checks, old, '        hint=HintName("every_rank_saves"),\n        cause="path_per_rank",\n') + 1
+    )
     toml = _edit(course / EX03_HYPOTHESES, 'cause = "adamw"', 'cause = "adam_w"')
     problems = _lint(course)
     assert f"{EX03_HYPOTHESES}:{toml}: cause 'adam_w' {UNKNOWN}" in problems
@@ -442,16 +446,17 @@ EX17_CHECKS = "grader/checks/ex17_dcp_reshard/checks.py"
 @pytest.mark.parametrize(
     ("checks", "old", "new", "said"),
     [
-        (
+        (  # ex17 names its causes through proven= (a pair made at run time): a cause= written beside its hint
             EX17_CHECKS,
-            'hint=HintName("async_save"),\n            cause=Cause("async_save_not_waited")',
-            'hint=HintName("every_rank_saves"),\n            cause=Cause("async_save_not_waited")',
+            'hint=HintName("async_save"),\n        proven=proven,',
+            'hint=HintName("every_rank_saves"),\n        cause=Cause("async_save_not_waited"),',
             "cause 'async_save_not_waited' points at hint 'every_rank_saves'",
         ),
         (  # one condition chooses both: each cause is paired with the hint of its own branch
             EX17_CHECKS,
-            'HintName("every_rank_saves") if "save" in what else HintName("shard_then_load")',
-            'HintName("shard_then_load") if "save" in what else HintName("every_rank_saves")',
+            'HintName("every_rank_saves") if saving else HintName("shard_then_load"),\n            proven=proven,',
+            'HintName("shard_then_load") if saving else HintName("every_rank_saves"),\n'
+            '            cause=Cause("save_on_rank0_only") if saving else Cause("load_on_rank0_only"),',
             "cause 'save_on_rank0_only' points at hint 'shard_then_load'",
         ),
         (
@@ -484,7 +489,8 @@ def test_a_cause_written_with_another_hint(course: Path, checks: str, old: str, 
 
 def test_a_cause_no_hint_declares(course: Path) -> None:
     _edit(course / CATALOG, ', causes = ["async_save_not_waited"]', "")
-    line = (course / EX17_CHECKS).read_text().split("\n").index('            cause=Cause("async_save_not_waited"),') + 1
+    lines = (course / EX17_CHECKS).read_text().split("\n")
+    line = lines.index('    proven = structural(Cause("async_save_not_waited"), built, observed)') + 1
     assert _lint(course) == [
         f"{EX17_CHECKS}:{line}: cause 'async_save_not_waited' of ex17_dcp_reshard is declared by none of its hints: "
         f"add it to the causes of the hint that teaches its fix ({CATALOG})"

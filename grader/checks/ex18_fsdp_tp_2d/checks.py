@@ -7,6 +7,7 @@ parameter's name and whole shape, what a rank's shard is measured against, comes
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from grader.checks.ex18_fsdp_tp_2d.facts import REFERENCE, REPLAYS, TP, TRAIN, W
 from grader.engine.facts import ReplayRequest
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
-from grader.judge.names import Cause, HintName, MaybeCause
+from grader.judge.names import Cause, HintName
+from grader.judge.proof import Proven, structural
 from grader.judge.tolerance import relative_difference
 from grader.judge.wording import article
 
@@ -23,7 +25,14 @@ from grader.judge.wording import article
 STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messages name them
 TOLERANCE = 1e-5  # fp32: the same sums in another order (measured: about 6e-8 of the scale)
 PLAN = {"up.weight": "Shard(dim=0)", "up.bias": "Shard(dim=0)", "down.weight": "Shard(dim=1)"}
-SWAPPED = {"up.weight": "Shard(dim=1)", "up.bias": "Replicate()", "down.weight": "Shard(dim=0)"}
+FSDP = "Shard(dim=0)"  # FSDP2's placement on the mesh it is given
+# on tp, the other style's placement: RowwiseParallel on up (weight Shard(1), bias Replicate), Colwise on down
+SWAPPED = {
+    "up.weight": "Shard(dim=1)",
+    "up.bias": "Replicate()",
+    "down.weight": "Shard(dim=0)",
+    "down.bias": "Shard(dim=0)",
+}
 _HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
@@ -62,6 +71,108 @@ def _groups(mesh: list[Any], dim: int) -> list[list[int]]:
     return [list(row) for row in (mesh if dim == 1 else list(map(list, zip(*mesh))))]
 
 
+def _chunk(shape: list[int], placement: str, parts: int, index: int) -> list[int]:
+    """The shape of the index-th of `parts` pieces of `shape` under a placement, cut as torch.chunk (and so FSDP2
+    and DTensor) cut it: ceil-sized pieces, the last ones short or empty."""
+    if not placement.startswith("Shard(dim="):
+        return list(shape)
+    dim = int(placement[len("Shard(dim=") : -1])
+    size = -(-shape[dim] // parts)
+    return [max(0, min(size, n - index * size)) if d == dim else n for d, n in enumerate(shape)]
+
+
+def _local(mesh: list[Any], placements: list[str], full: list[int], rank: int) -> list[int]:
+    """The local shape a rank holds of a parameter of this mesh and these placements: TP's placement on the
+    mesh's last dimension first, then FSDP's on the first (FSDP2 shards TP's local piece)."""
+    grid = np.asarray(mesh)
+    where = [int(i) for i in np.argwhere(grid == rank)[0]]
+    shape = list(full)
+    for dim in reversed(range(grid.ndim)):
+        shape = _chunk(shape, placements[dim], grid.shape[dim], where[dim])
+    return shape
+
+
+# a parameter as a mistake builds it: each rank's mesh, and the placements
+Layout = tuple[Callable[[int], list[Any]], list[str]]
+
+
+def _held(ranks: list[Train], names: list[str]) -> dict[str, list[dict[str, Any] | None]]:
+    """What every rank holds of these parameters: its mesh, placements and local shape, by name, in rank order."""
+    held: dict[str, list[dict[str, Any] | None]] = {}
+    for name in names:
+        found = [next((p for p in facts["parameters"] if p["name"] == name), None) for facts in ranks]
+        held[name] = [None if p is None else {k: p.get(k) for k in ("mesh", "placements", "local")} for p in found]
+    return held
+
+
+def _built(layouts: dict[str, Layout], shapes: dict[str, list[int]], world: int) -> dict[str, list[dict[str, Any]]]:
+    """What a mistake builds of these parameters, as `_held` reads a run: by name, in rank order."""
+    return {
+        name: [
+            {"mesh": mesh(rank), "placements": placements, "local": _local(mesh(rank), placements, shapes[name], rank)}
+            for rank in range(world)
+        ]
+        for name, (mesh, placements) in layouts.items()
+    }
+
+
+def _tp_group(rank: int) -> list[int]:
+    return list(range(rank - rank % TP, rank - rank % TP + TP))
+
+
+def _one(proofs: list[Proven | None]) -> Proven | None:
+    """The hypothesis proven, when exactly one is (at W=2 the world is a tp group: two that build the same
+    structure cannot be told apart, and neither is named)."""
+    proven = [proof for proof in proofs if proof is not None]
+    return proven[0] if len(proven) == 1 else None
+
+
+def _root_sharded_over(ranks: list[Train], shapes: dict[str, list[int]], world: int) -> Proven | None:
+    """FSDP of the root given the whole world as one 1D mesh, or the rank's tp group: each built from the
+    model's root parameters (those of no block) and compared, mesh, placements and local shape, on every rank."""
+    root = [name for name in shapes if not name.startswith("blocks.")]
+    observed = _held(ranks, root)
+
+    def over(mesh: Callable[[int], list[Any]]) -> dict[str, list[dict[str, Any]]]:
+        return _built({name: (mesh, [FSDP]) for name in root}, shapes, world)
+
+    return _one(
+        [
+            structural(Cause("fsdp_over_world"), over(lambda rank: list(range(world))), observed),
+            structural(Cause("fsdp_on_tp"), over(_tp_group), observed),
+        ]
+    )
+
+
+def _dims_swapped(ranks: list[Train], shapes: dict[str, list[int]], world: int) -> Proven | None:
+    """The mesh's dimensions swapped, built from the reference's plan: every block's TP parameter on the
+    transposed (dp, tp) mesh (FSDP over a tp group, TP over a dp group), every other parameter sharded by FSDP
+    over the rank's tp group; compared, mesh, placements and local shape, for every parameter on every rank."""
+    swapped = np.arange(world).reshape(world // TP, TP).T.tolist()
+    layouts: dict[str, Layout] = {
+        name: ((lambda rank: swapped), [FSDP, _tp_placement(name)]) if _tp_placement(name) else (_tp_group, [FSDP])
+        for name in shapes
+    }
+    return structural(Cause("mesh_dims_swapped"), _built(layouts, shapes, world), _held(ranks, list(shapes)))
+
+
+def _plan_swapped(ranks: list[Train], shapes: dict[str, list[int]], world: int) -> Proven | None:
+    """ColwiseParallel and RowwiseParallel swapped, built from the reference: every block's TP parameter on the
+    (dp, tp) mesh with the other style's placement on tp, every other parameter sharded by FSDP over the rank's
+    dp group as the reference shards it; compared, mesh, placements and local shape, for every parameter on every
+    rank. (In torch 2.13 that plan fails in forward first: a unit test holds this replay to its structure.)"""
+    mesh = np.arange(world).reshape(world // TP, TP).tolist()
+    layouts: dict[str, Layout] = {
+        name: (
+            ((lambda rank: mesh), [FSDP, SWAPPED[".".join(name.split(".")[2:])]])
+            if _tp_placement(name)
+            else ((lambda rank: list(range(rank % TP, world, TP))), [FSDP])
+        )
+        for name in shapes
+    }
+    return structural(Cause("colwise_rowwise_swapped"), _built(layouts, shapes, world), _held(ranks, list(shapes)))
+
+
 @check("placements_2d")
 def placements_2d(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -90,27 +201,26 @@ def placements_2d(ctx: CheckContext) -> None:
             if dims is None or placements is None or mesh is None:
                 raise ctx.fail(f"rank {rank} reported {p['name']} as a DTensor without its mesh and placements")
             named = f" named {tuple(dims)}" if any(dims) else ""  # a mesh made without names has none to show
-            said = f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh}{named}, placements " + (
-                f"{tuple(placements)}"
+            said = (
+                f"{p['name']} on rank {rank} is a DTensor on a mesh of ranks {mesh}{named}, placements "
+                f"({', '.join(placements)})"
             )
             if not want_tp:
-                if placements != ["Shard(dim=0)"] or sorted(np.ravel(mesh).tolist()) != dp_group:
-                    ranks_of = sorted(np.ravel(mesh).tolist())
-                    everyone = ranks_of == list(range(world)) and world > TP
-                    tp_group = ranks_of == list(range(rank - rank % TP, rank - rank % TP + TP))
+                if placements != [FSDP] or sorted(np.ravel(mesh).tolist()) != dp_group:
+                    root = not p["name"].startswith("blocks.")  # the proof is over the root's parameters
+                    proven = _root_sharded_over(ranks, shapes, world) if root else None
+                    named_cause = {
+                        "fsdp_over_world": f": FSDP shards it over all {world} ranks, as one 1D mesh",
+                        "fsdp_on_tp": f": FSDP shards it over its tp group {_tp_group(rank)}: fully_shard got the tp "
+                        "dimension",
+                    }
                     raise ctx.fail(
-                        f"{said}: FSDP shards it over "
-                        + (
-                            f"all {world} ranks, as one 1D mesh"
-                            if everyone
-                            else f"its tp group {ranks_of}: fully_shard got the tp dimension"
-                            if tp_group
-                            else "other ranks"
-                        )
+                        f"{said}"
+                        + (named_cause[proven.cause] if proven else "")
                         + f"; it should be Shard(dim=0) over its dp group {dp_group} only "
                         "(fully_shard(..., mesh=mesh['dp']))",
                         hint=HintName("fsdp"),
-                        cause=Cause("fsdp_over_world") if everyone else Cause("fsdp_on_tp") if tp_group else "",
+                        proven=proven,
                     )
                 continue
             if len(placements) != 2:
@@ -135,27 +245,29 @@ def placements_2d(ctx: CheckContext) -> None:
                 raise ctx.fail(f"{said}: the first dimension should be FSDP's Shard(dim=0)", hint=HintName("fsdp"))
             mine = next(g for g in fsdp_groups if rank in g)
             if sorted(mine) != dp_group:
+                proven = _dims_swapped(ranks, shapes, world)
                 raise ctx.fail(
                     f"{said}: FSDP shards it over ranks {mine} (mesh dimension {dims[0]!r}) and TP splits it over "
-                    f"{next(g for g in tp_groups if rank in g)}: the mesh dimensions are swapped. FSDP goes on "
-                    f"mesh['dp'] (rank {rank}'s dp group is {dp_group}), TP on mesh['tp'] (ranks 2d and 2d+1)",
+                    f"{next(g for g in tp_groups if rank in g)}"
+                    + (": the mesh dimensions are swapped" if proven else f", where its dp group is {dp_group}")
+                    + f". FSDP goes on mesh['dp'] (rank {rank}'s dp group is {dp_group}), TP on mesh['tp'] "
+                    "(ranks 2d and 2d+1)",
                     hint=HintName("mesh"),
-                    cause=Cause("mesh_dims_swapped"),
+                    proven=proven,
                 )
             if placements[1] != want_tp:
-                local = ".".join(p["name"].split(".")[2:])
-                swapped = placements[1] == SWAPPED.get(local)
+                proven = _plan_swapped(ranks, shapes, world)
                 raise ctx.fail(
                     f"{said}: on tp it is {placements[1]}, where {want_tp} was wanted"
                     + (
                         ": ColwiseParallel and RowwiseParallel are swapped (up is column-wise, its output features "
                         "split; down row-wise, its input features)"
-                        if swapped
+                        if proven
                         else ""
                     )
                     + ". The plan: {'up': ColwiseParallel(), 'down': RowwiseParallel()}",
                     hint=HintName("tp_plan"),
-                    cause=Cause("colwise_rowwise_swapped") if swapped else "",
+                    proven=proven,
                 )
             full = shapes[p["name"]]
             if p["name"].endswith("weight") and math.prod(p["local"]) * world != math.prod(full):
@@ -229,32 +341,35 @@ def data_by_dp_coordinate(ctx: CheckContext) -> None:
             said = f"step {step + 1}: rank {rank} (dp coordinate {dp}, tp {rank % TP}) fed samples {got} of the batch"
             if -1 in got or not got:
                 raise ctx.fail(f"{said} (-1: not a sample of that step's batch)", hint=HintName("data"))
-            cause: MaybeCause
-            if sorted(got) == list(range(BATCH)):
-                reason, cause = "the whole batch: the dp groups must each train on their own half", ""
-            elif sorted(got) == _share(ctx.world_size, rank):
-                reason, cause = (
-                    "a quarter indexed by the global rank: the two ranks of a tp group must feed the same samples "
-                    "(TP splits one copy of the model), so index by the dp coordinate",
-                    Cause("data_by_global_rank"),
-                )
-            elif sorted(got) == _share(dp_size, rank % TP):
-                reason, cause = (
-                    f"the share of dp group {rank % TP}: the index came from the tp coordinate",
-                    Cause("dp_from_tp"),
-                )
+            fed = [[sorted(f["rows"][s]) for f in ranks] for s in range(STEPS)]
+            # what each mistake feeds every rank at every step, by the judge's arithmetic
+            by_rank = [_share(ctx.world_size, r) for r in range(len(ranks))]
+            by_tp = [_share(dp_size, r % TP) for r in range(len(ranks))]
+            proven = _one(
+                [
+                    structural(Cause("data_by_global_rank"), {"rows": [by_rank] * STEPS}, {"rows": fed}),
+                    structural(Cause("dp_from_tp"), {"rows": [by_tp] * STEPS}, {"rows": fed}),
+                ]
+            )
+            reasons = {
+                "data_by_global_rank": "a quarter indexed by the global rank: the two ranks of a tp group must feed "
+                "the same samples (TP splits one copy of the model), so index by the dp coordinate",
+                "dp_from_tp": f"the share of dp group {rank % TP}: the index came from the tp coordinate",
+            }
+            if proven is not None:
+                reason = reasons[proven.cause]
+            elif sorted(got) == list(range(BATCH)):
+                reason = "the whole batch: the dp groups must each train on their own half"
             else:
-                reason, cause = (
+                reason = (
                     "the shares do not split the batch (the same samples on the ranks of a tp group, equal and "
-                    "disjoint shares across the dp groups, all of the batch)",
-                    "",
+                    "disjoint shares across the dp groups, all of the batch)"
                 )
             raise ctx.fail(
-                f"{said}, where its dp group's share is {want}"
-                + (f": {reason}" if reason else "")
+                f"{said}, where its dp group's share is {want}: {reason}"
                 + ". Take inputs.chunk(dp_size)[dp_rank] with dp_rank = mesh['dp'].get_local_rank()",
                 hint=HintName("data"),
-                cause=cause,
+                proven=proven,
             )
 
 
@@ -309,5 +424,5 @@ def matches_reference(ctx: CheckContext) -> None:
         f"{off:.2g} of its scale{where}"
         + (f". It equals, within {TOLERANCE:g}, a replay with {named[1]}" if named else ""),
         hint=named[0].hint or HintName("optimizer") if named else HintName("optimizer"),
-        cause=named[0].cause if named else "",
+        proven=proof.cause,
     )
