@@ -115,16 +115,51 @@ def _paired(hint: ast.expr, cause: ast.expr) -> list[tuple[str, str]]:
     return [(c, h) for c in _literals(cause, "Cause") for h in _literals(hint, "HintName")]
 
 
+def _assigned(tree: ast.Module) -> dict[int, dict[str, list[ast.expr]]]:
+    """Per function (by the id of its node), what each name is assigned (`=` or `:=`): where a check's `proven=`
+    names the proof it built a line before (`proven = structural(Cause("x"), ...)`)."""
+    scopes: dict[int, dict[str, list[ast.expr]]] = {}
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names: dict[str, list[ast.expr]] = {}
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            names.setdefault(target.id, []).append(node.value)
+                elif isinstance(node, ast.NamedExpr):
+                    names.setdefault(node.target.id, []).append(node.value)
+            for node in ast.walk(function):
+                scopes.setdefault(id(node), names)  # the innermost function's names win: it is walked first
+    return scopes
+
+
+def _proven_causes(proven: ast.expr, names: dict[str, list[ast.expr]]) -> list[ast.expr]:
+    """The cause a `proven=` argument names: the first argument of the `structural(...)` call it is, or that its
+    name was assigned once in the function (a name assigned several proofs is left to tests/test_mistakes.py,
+    which checks every pair chosen at run time)."""
+    if isinstance(proven, ast.Name):
+        assigned = names.get(proven.id, [])
+        proven = assigned[0] if len(assigned) == 1 else proven
+    if isinstance(proven, ast.Call) and ast.unparse(proven.func).endswith("structural") and proven.args:
+        return [proven.args[0]]
+    return []
+
+
 def _written_pairs(tree: ast.Module) -> Iterator[tuple[int, str, str]]:
     """(line, cause, hint) wherever a module writes a cause and a hint together: a call's `hint=` with its
-    `cause=` or a Cause among its arguments, `dict.fromkeys(causes, hint)`, a dict entry from cause to hint;
-    the line is the hint's, where a wrong one is fixed."""
+    `cause=`, its `proven=` (the Cause of the proof it names, built in the same function) or a Cause among its
+    arguments, `dict.fromkeys(causes, hint)`, a dict entry from cause to hint; the line is the hint's, where a
+    wrong one is fixed."""
+    scopes = _assigned(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             keywords = {k.arg: k.value for k in node.keywords if k.arg}
             hint = keywords.get("hint")
             if hint is not None:
                 causes = [keywords["cause"]] if "cause" in keywords else []
+                if "proven" in keywords:
+                    causes += _proven_causes(keywords["proven"], scopes.get(id(node), {}))
                 causes += [arg for arg in node.args if typed(arg, "Cause")]
                 yield from ((hint.lineno, c, h) for expr in causes for c, h in _paired(hint, expr))
             if ast.unparse(node.func) == "dict.fromkeys" and len(node.args) == 2:

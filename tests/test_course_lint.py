@@ -471,15 +471,20 @@ EX17_CHECKS = "grader/checks/ex17_dcp_reshard/checks.py"
             '            Cause("steps_per_batch"),\n        ),\n        HintName("mean_loss")',
             "cause 'no_momentum' points at hint 'mean_loss'",
         ),
-        (  # a Finding's cause, written with the hint it carries
+        (  # a Finding's cause, proven a line before: the proof its proven= names, with the hint it carries
             EX05_CHECKS,
-            '"and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),',
-            '"and no gradient was ever all-reduced: " + _why_never_synchronized(ranks[0]),\n'
-            '                hint=HintName("step_per_group"),',
+            '                hint=HintName("no_sync"),\n                proven=never,',
+            '                hint=HintName("step_per_group"),\n                proven=never,',
             "cause 'never_synchronized' points at hint 'step_per_group'",
         ),
+        (  # one condition chooses both, through the proof's name
+            EX17_CHECKS,
+            'hint=HintName("every_rank_saves") if saving else HintName("shard_then_load"),\n            proven=proven,',
+            'hint=HintName("shard_then_load") if saving else HintName("every_rank_saves"),\n            proven=proven,',
+            "cause 'save_on_rank0_only' points at hint 'shard_then_load'",
+        ),
     ],
-    ids=["keywords", "one-condition", "dict", "dict.fromkeys", "positional"],
+    ids=["keywords", "one-condition", "dict", "dict.fromkeys", "proven-name", "proven-one-condition"],
 )
 def test_a_cause_written_with_another_hint(course: Path, checks: str, old: str, new: str, said: str) -> None:
     line = _edit(course / checks, old, new) + new[: new.index("HintName(")].count("\n")  # the hint's line

@@ -19,7 +19,7 @@ from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 from grader.engine.facts import ReplayedStep, TrainingReplays, Worker
 from grader.judge.diagnose import failure_verdict
 from grader.judge.facts import problems as facts_problems
-from grader.judge.names import HintName, MaybeCause
+from grader.judge.names import HintName
 from grader.judge.proof import Proven
 from grader.judge.replay import Replayer
 from grader.judge.verdict import Verdict
@@ -334,10 +334,9 @@ class CheckContext:
         message: str,
         hint: HintName | None = None,
         details: str = "",
-        cause: MaybeCause = "",
         proven: Proven | None = None,
     ) -> CheckFailed:
         """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `proven`: the cause
-        the message names, as the proof path proved it (grader/judge/proof.py); None where the message names none."""
-        named = proven.cause if proven is not None else cause
-        return CheckFailed(Verdict("failed", message, details, hint, cause=named))
+        the message names, as the proof path proved it (grader/judge/proof.py); None where the message names none:
+        a cause reaches a verdict no other way."""
+        return CheckFailed(Verdict("failed", message, details, hint, cause=proven.cause if proven is not None else ""))
