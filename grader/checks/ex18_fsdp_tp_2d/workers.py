@@ -32,6 +32,7 @@ REPLAY_KNOBS: dict[str, Any] = {
     "reduction": "mean",  # the loss's reduction: "mean" or "sum"
     "lr_scale": 1.0,  # the learning rate times this
     "accumulate": False,  # gradients never cleared: each step's adds to the ones before
+    "loss_scale": 1.0,  # the loss times this before backward (a loss divided by the dp size: 1/dp)
 }
 
 
@@ -147,7 +148,7 @@ def _replay(
 ) -> dict[str, Any]:
     """Trusted: one process, each step the average over the dp groups of the gradient of each group's loss on its
     chunk of the global batch (what FSDP's reduce-scatter averages), then plain SGD; `mistake` (knobs of
-    REPLAY_KNOBS) changes the loss's reduction, scales the learning rate or never clears the gradients. The losses
+    REPLAY_KNOBS) changes the loss's reduction, scales the loss or the learning rate or never clears the gradients. The losses
     are each group's mean loss."""
     knobs = {**REPLAY_KNOBS, **mistake}
     unknown = set(knobs) - set(REPLAY_KNOBS)
@@ -163,7 +164,7 @@ def _replay(
         for x, y in zip(inputs.chunk(dp), targets.chunk(dp)):
             model.zero_grad()
             output = model(x)
-            F.mse_loss(output, y, reduction=knobs["reduction"]).backward()
+            (knobs["loss_scale"] * F.mse_loss(output, y, reduction=knobs["reduction"])).backward()
             step_losses.append(F.mse_loss(output.detach(), y).item())
             for name, p in model.named_parameters():
                 assert p.grad is not None  # every parameter takes part in the loss
