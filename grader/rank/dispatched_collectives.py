@@ -24,7 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 # ops of those namespaces that communicate nothing: a functional collective's wait and its autograd wrapper
 NOT_COMMUNICATION = ("wait_tensor", "_wrap_tensor_autograd", "check_for_nan")
-# each kind, and how the ops' names spell it (the first that matches wins: reduce_scatter before reduce)
+# each kind, and how the ops' names spell it (the first that matches wins); any other op (reduce_, gather_,
+# scatter_) is its own kind, its bare name
 _KINDS = (
     ("all_reduce", ("allreduce", "all_reduce")),
     ("all_gather", ("allgather", "all_gather")),
@@ -34,9 +35,6 @@ _KINDS = (
     ("barrier", ("barrier",)),
     ("send", ("send",)),
     ("recv", ("recv",)),
-    ("reduce", ("reduce",)),
-    ("gather", ("gather",)),
-    ("scatter", ("scatter",)),
 )
 POINT_TO_POINT = frozenset({"send", "recv"})
 # the argument that holds what this rank puts in, by the ops' own names (the first present wins)
