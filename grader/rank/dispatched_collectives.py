@@ -8,8 +8,8 @@ them, on the thread that entered it and on the autograd threads that inherit its
 classifies each call and hands it to a callback before it runs.
 
 What it does not see: a backend's own methods called from Python (`pg._get_backend(device).allreduce`),
-which go to the backend without the dispatcher, and calls made while the mode is off (another thread,
-code that pops the mode stack).
+which go to the backend without the dispatcher (BACKEND_COLLECTIVES: a caller spies on those in Python),
+and calls made while the mode is off (another thread, code that pops the mode stack).
 """
 
 from __future__ import annotations
@@ -37,6 +37,24 @@ _KINDS = (
     ("recv", ("recv",)),
 )
 POINT_TO_POINT = frozenset({"send", "recv"})
+# the collective methods of c10d's Backend (ProcessGroupGloo...), which reach no op of the dispatcher
+BACKEND_COLLECTIVES = (
+    "allreduce",
+    "allreduce_coalesced",
+    "allgather",
+    "allgather_coalesced",
+    "_allgather_base",
+    "reduce_scatter",
+    "_reduce_scatter_base",
+    "alltoall",
+    "alltoall_base",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+    "monitored_barrier",
+)
 # the argument that holds what this rank puts in, by the ops' own names (the first present wins)
 _CONTRIBUTED = ("input_tensors", "input_tensor", "inputs", "input_list", "input", "tensors", "tensor")
 _ROOT = ("root_rank", "src", "dst")  # a rooted collective's root, a message's peer

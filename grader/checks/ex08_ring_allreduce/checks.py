@@ -360,8 +360,8 @@ def point_to_point_only(ctx: CheckContext) -> None:
         if facts["collectives"]:
             first = facts["collectives"][0]
             raise ctx.fail(
-                f"rank {rank} ran a built-in collective, {first['kind'].replace('_', '-')} (torch's op "
-                f"{first['op']}, counted by the grader); built-in collectives (dist.all_reduce, all_gather, "
+                f"rank {rank} ran a built-in collective, {first['kind'].replace('_', '-')} ({first['op']}, "
+                "counted by the grader); built-in collectives (dist.all_reduce, all_gather, "
                 "reduce_scatter, broadcast..., the process group's own methods and the functional "
                 "collectives) are not allowed: build the ring from send and recv",
                 hint=HintName("no_collectives"),

@@ -3,18 +3,21 @@ byte this rank sends and every built-in collective it starts.
 
 Both are counted by the shared dispatch-level observer (grader/rank/dispatched_collectives.py), at the
 ops every route reaches: `dist.send`, `dist.isend`, `batch_isend_irecv`, the group's own methods, the
-functional collectives and `torch.ops.c10d.*` called directly.
+functional collectives and `torch.ops.c10d.*` called directly; and a backend's own collective methods
+(`pg._get_backend(device).allreduce`), which no op of the dispatcher sees, by spies on c10d's Backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._C._distributed_c10d import Backend
 
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.engine.rank_runtime import RankContext
-from grader.rank.dispatched_collectives import Collective, CollectiveObserver
+from grader.rank.dispatched_collectives import BACKEND_COLLECTIVES, Collective, CollectiveObserver, kind_of
 
 
 def _offset(part: torch.Tensor, whole: torch.Tensor) -> int | None:
@@ -38,6 +41,16 @@ def _sent(call: Collective, held: dict[str, torch.Tensor]) -> dict[str, Any]:
     return facts
 
 
+def _backend_call(built_in: list[dict[str, Any]], name: str) -> Callable[..., dict[str, Any]]:
+    """The describe of Backend.<name>: the call joins the built-in collectives, in the order they ran."""
+
+    def describe(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        built_in.append({"op": f"Backend.{name}", "kind": kind_of(name)})
+        return {}
+
+    return describe
+
+
 def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]:
     """For each shape: the tensor after the student's call (its input is the judge's to know), the
     bytes and the number of messages sent, and each message's values, offset in the tensor and the
@@ -55,6 +68,9 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
             built_in.append({"op": call.op, "kind": call.kind})
 
     ctx.facts["collectives"] = built_in
+    for name in BACKEND_COLLECTIVES:
+        if hasattr(Backend, name):
+            ctx.spy(Backend, name, _backend_call(built_in, name))
     with CollectiveObserver(seen):
         ring_all_reduce = ctx.student("ring_all_reduce")
         ctx.facts["calls"] = []
