@@ -4,17 +4,14 @@
 
 DIR is another checkout of the course (`git worktree add DIR COMMIT`). The two run alternately,
 round after round, each as a fresh `python -m grader` with its own checkout on PYTHONPATH, so
-both meet the same machine load; the table gives each one's median and range of wall time, and the median
-CPU time (user + system) of the command and the processes it waited for (the ranks), which the other
-jobs on a shared machine disturb far less than wall time. Each command's last lines are printed when it
-fails, and a failing run is not timed.
+both meet the same machine load; the table gives each one's median and range. Each command's
+first lines are printed when it fails, and a failing run is not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -26,20 +23,18 @@ REPO = HERE.parent
 COMMAND = ("check", "--solutions", "--all")
 
 
-def timed(course: Path) -> tuple[float, float] | None:
-    """Wall and CPU seconds one `grader check --solutions --all` of `course` took, or None where it failed."""
+def timed(course: Path) -> float | None:
+    """Seconds one `grader check --solutions --all` of `course` took, or None where it failed."""
     env = {**os.environ, "PYTHONPATH": str(course), "GRADER_COURSE": str(course), "NO_COLOR": "1"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "grader", *COMMAND], cwd=course, env=env, capture_output=True, text=True
     )
     seconds = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         print(f"{course}: exit {done.returncode}\n{(done.stdout + done.stderr)[-2000:]}", file=sys.stderr)
         return None
-    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds
 
 
 def main() -> int:
@@ -52,23 +47,19 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     courses = {"this checkout": REPO, f"baseline ({args.baseline})": args.baseline.resolve()}
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in courses}
+    times: dict[str, list[float]] = {name: [] for name in courses}
     for _ in range(args.rounds):
         for name, course in courses.items():
             seconds = timed(course)
             if seconds is not None:
                 times[name].append(seconds)
     print(f"`grader {' '.join(COMMAND)}`, {args.rounds} round(s), load average {os.getloadavg()[0]:.1f}")
-    print("| checkout | median | range | CPU median | CPU range |\n|---|---|---|---|---|")
+    print("| checkout | median | range |\n|---|---|---|")
     for name, measured in times.items():
         if measured:
-            wall, cpu = [w for w, _ in measured], [c for _, c in measured]
-            print(
-                f"| {name} | {statistics.median(wall):.1f} s | {min(wall):.1f}-{max(wall):.1f} s "
-                f"| {statistics.median(cpu):.1f} s | {min(cpu):.1f}-{max(cpu):.1f} s |"
-            )
+            print(f"| {name} | {statistics.median(measured):.1f} s | {min(measured):.1f}-{max(measured):.1f} s |")
         else:
-            print(f"| {name} | failed | - | - | - |")
+            print(f"| {name} | failed | - |")
     return 0 if all(times.values()) else 1
 
 
