@@ -9,17 +9,21 @@ classifies each call and hands it to a callback before it runs.
 
 What it does not see: a backend's own methods called from Python (`pg._get_backend(device).allreduce`),
 which go to the backend without the dispatcher (BACKEND_COLLECTIVES: a caller spies on those in Python),
-and calls made while the mode is off (another thread, code that pops the mode stack).
+and calls made while the mode is off: code that pops the mode stack, and a thread the mode is not on (a
+mode is per thread: `ObservedThreads` puts one on every `threading.Thread` started while it is entered).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from grader.rank.patches import Patches
 
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 # ops of those namespaces that communicate nothing: a functional collective's wait and its autograd wrapper
@@ -156,3 +160,29 @@ class CollectiveObserver(TorchDispatchMode):
             for collective in classify(func, args, kwargs):
                 self.seen(collective)
         return func(*args, **kwargs)
+
+
+class ObservedThreads:
+    """A CollectiveObserver on the thread that enters this and on every `threading.Thread` started while it is
+    entered (each thread its own mode, the callback shared), so a collective run on another thread is seen too."""
+
+    def __init__(self, seen: Callable[[Collective], None]) -> None:
+        self.seen = seen
+        self._mode = CollectiveObserver(seen)
+        self._patches = Patches()
+
+    def __enter__(self) -> ObservedThreads:
+        original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]  # runs every thread's run()
+        seen = self.seen
+
+        def bootstrap_inner(thread: threading.Thread) -> None:
+            with CollectiveObserver(seen):
+                original(thread)
+
+        self._patches.replace(threading.Thread, "_bootstrap_inner", bootstrap_inner)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
+        self._patches.restore()

@@ -3,6 +3,7 @@ classified as, and that every route to a collective reaches it (a group of one r
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-from grader.rank.dispatched_collectives import Collective, CollectiveObserver, classify, kind_of
+from grader.rank.dispatched_collectives import Collective, CollectiveObserver, ObservedThreads, classify, kind_of
 
 c10d, functional = torch.ops.c10d, torch.ops._c10d_functional
 
@@ -101,3 +102,16 @@ def test_every_route_to_an_all_reduce_is_seen(group_of_one: dist.ProcessGroup) -
             route()
             torch.mm(torch.ones(2, 2), torch.ones(2, 2))  # no collective: not handed on
         assert [(c.kind, c.numel, c.group) for c in seen] == [("all_reduce", 4, group_of_one.group_name)]
+
+
+def test_a_thread_started_while_observed_is_observed_and_the_threads_are_restored(
+    group_of_one: dist.ProcessGroup,
+) -> None:
+    bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    seen: list[Collective] = []
+    with ObservedThreads(seen.append):
+        helper = threading.Thread(target=dist.broadcast, args=(torch.ones(3), 0))
+        helper.start()
+        helper.join()
+    assert [(c.kind, c.numel, c.root) for c in seen] == [("broadcast", 3, 0)]
+    assert threading.Thread._bootstrap_inner is bootstrap  # type: ignore[attr-defined]

@@ -3,8 +3,9 @@ byte this rank sends and every built-in collective it starts.
 
 Both are counted by the shared dispatch-level observer (grader/rank/dispatched_collectives.py), at the
 ops every route reaches: `dist.send`, `dist.isend`, `batch_isend_irecv`, the group's own methods, the
-functional collectives and `torch.ops.c10d.*` called directly; and a backend's own collective methods
-(`pg._get_backend(device).allreduce`), which no op of the dispatcher sees, by spies on c10d's Backend.
+functional collectives and `torch.ops.c10d.*` called directly, on the rank's thread or one it starts;
+and a backend's own collective methods (`pg._get_backend(device).allreduce`), which no op of the
+dispatcher sees, by spies on c10d's Backend.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch._C._distributed_c10d import Backend
 
 from grader.checks.ex08_ring_allreduce.inputs import rank_input
 from grader.engine.rank_runtime import RankContext
-from grader.rank.dispatched_collectives import BACKEND_COLLECTIVES, Collective, CollectiveObserver, kind_of
+from grader.rank.dispatched_collectives import BACKEND_COLLECTIVES, Collective, ObservedThreads, kind_of
 
 
 def _offset(part: torch.Tensor, whole: torch.Tensor) -> int | None:
@@ -71,7 +72,7 @@ def ring(ctx: RankContext, shapes: list[list[int]], seed: int) -> dict[str, Any]
     for name in BACKEND_COLLECTIVES:
         if hasattr(Backend, name):
             ctx.spy(Backend, name, _backend_call(built_in, name))
-    with CollectiveObserver(seen):
+    with ObservedThreads(seen):
         ring_all_reduce = ctx.student("ring_all_reduce")
         ctx.facts["calls"] = []
         for index, shape in enumerate(shapes):
