@@ -10,10 +10,10 @@ check --solutions --all` in each, alternately, so both meet the same load; print
 its workers' CPU, the medians, and the exercises whose workers gained the most CPU. The workers' CPU is
 what the mode adds to; on a shared machine it varies far less than wall time.
 
-Measured 2026-11-28 on the 2-core machine shared with other work, load 6-12, 5 rounds (by this script's
-steps run by hand): the workers' CPU 10.2 s median (10.0-10.9) without the mode, 12.7 s (11.9-14.6) with
-it, +24%; the ranks' whole CPU 11.2-11.8 s without; wall 48.8 s (26.4-54.9) and 41.7 s (36.2-69.2), which
-that load leaves unresolved. Most added: ex05 +0.43 s, ex17 +0.42 s, ex15 +0.36 s, ex13 +0.32 s.
+Measured 2026-11-28 on the 2-core machine shared with other work, load 7-12, 3 rounds: the workers' CPU
+10.7 s median (10.5-11.3) without the mode, 13.9 s (12.0-14.5) with it, +29%; wall 31.8 s (28.7-44.1) and
+45.7 s (21.5-50.9), which that load leaves unresolved. Most added: ex17 +0.45 s, ex15 +0.44 s, ex05
++0.38 s, ex18 +0.33 s, ex13 +0.23 s. The same steps by hand, 5 rounds at load 6-12: 10.2 s and 12.7 s (+24%).
 """
 
 from __future__ import annotations

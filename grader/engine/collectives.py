@@ -22,9 +22,9 @@ Why the ProcessGroup's methods and not torch's dispatcher, where grader/rank/dis
 every caller, C++ included (exercises 8, 13 and 14 count there): a TorchDispatchMode is called for every
 tensor op of the thread it is on, and this watch is on every rank of every check. A mode that does no more
 than test each op's namespace, entered before every worker (benchmarks/bench_dispatch_mode.py, `grader check
---solutions --all`, 5 alternate rounds on 2 shared cores), raised the workers' CPU time from 10.2 s to 12.7 s
-(medians, +24%; the ranks' whole CPU is 11.2-11.8 s), far past the ~5% the watch may cost; the wall times
-(48.8 s and 41.7 s medians at load 6-12) vary too much there to show it either way.
+--solutions --all`, alternate rounds on 2 shared cores), raised the workers' CPU time from 10.7 s to 13.9 s
+(medians of 3 rounds, +29%; 10.2 s to 12.7 s, +24%, in 5 other rounds), far past the ~5% the watch may cost;
+the wall times (31.8 s and 45.7 s medians at load 7-12) vary too much there to show it either way.
 """
 
 from __future__ import annotations
