@@ -357,12 +357,13 @@ def _traffic(rank: int, sent: int, messages: int, message: int, world: int, ring
 @check("point_to_point_only")
 def point_to_point_only(ctx: CheckContext) -> None:
     for rank, facts in enumerate(_ranks(ctx)):
-        used = sorted(name for name, calls in facts["collectives"].items() if calls)
-        if used:
+        if facts["collectives"]:
+            first = facts["collectives"][0]
             raise ctx.fail(
-                f"rank {rank} called the built-in collective ProcessGroup.{used[0]} (dist.all_reduce, "
-                "all_gather, reduce_scatter, broadcast... are not allowed): build the ring from send "
-                "and recv",
+                f"rank {rank} ran a built-in collective, {first['kind'].replace('_', '-')} ({first['op']}, "
+                "counted by the grader); built-in collectives (dist.all_reduce, all_gather, "
+                "reduce_scatter, broadcast..., the process group's own methods and the functional "
+                "collectives) are not allowed: build the ring from send and recv",
                 hint=HintName("no_collectives"),
             )
     for rank, facts in enumerate(_ranks(ctx)):

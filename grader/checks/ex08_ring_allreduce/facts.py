@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from grader.engine.facts import RankFacts, Worker
 
 
 class Message(TypedDict):
-    """One ProcessGroup.send: what was sent, where it starts in the tensor being reduced, what that held."""
+    """One message sent (a c10d send op): what was sent, where it starts in the tensor being reduced, what that held."""
 
     values: NotRequired[np.ndarray]
     offset: NotRequired[int | None]
@@ -29,8 +29,15 @@ class Call(TypedDict):
     sends: list[Message]
 
 
+class BuiltIn(TypedDict):
+    """One built-in collective the rank ran (not a send or recv)."""
+
+    op: str  # as torch names it: c10d.allreduce_.default, _c10d_functional.all_reduce.default
+    kind: str  # all_reduce, all_gather, broadcast...
+
+
 class Ring(RankFacts):
-    collectives: dict[str, list[dict[str, Any]]]  # each built-in collective of the process group: its calls
+    collectives: list[BuiltIn]
     calls: list[Call]
 
 

@@ -31,7 +31,7 @@ class Optimizer(TypedDict):
 class Collective(TypedDict):
     """One collective at the process group."""
 
-    op: str  # the ProcessGroup method: allreduce, broadcast, allgather...
+    op: str  # the c10d op by its ProcessGroup method name (allreduce, broadcast...) or a functional one (all_reduce)
     bytes: int
     after: int  # the training forward passes before it
 

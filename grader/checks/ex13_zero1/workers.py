@@ -10,9 +10,10 @@ What is recorded on each rank, by the grader's own hooks (never from what the co
 - every optimizer the student's code stepped (found by the global step hooks) and, at the end, the
   numel of its state tensors (exp_avg, exp_avg_sq; scalars such as `step` left out), shared tensors
   counted once;
-- the bytes of every collective, with the forward pass it followed: a TorchDispatchMode sees the
-  process group's ops (c10d::allreduce_, broadcast_, allgather_...) that every route reaches, dist.* and
-  ZeroRedundancyOptimizer from Python and DDP's reducer from C++, and the functional collectives.
+- the bytes of every collective, with the forward pass it followed, seen by the shared dispatch-level
+  observer (grader/rank/dispatched_collectives.py): the process group's ops (c10d::allreduce_, broadcast_,
+  allgather_...) that every route reaches, dist.* and ZeroRedundancyOptimizer from Python and DDP's reducer
+  from C++, and the functional collectives.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import TensorDataset
 
 from grader.engine import exact
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
+from grader.rank.dispatched_collectives import Collective, CollectiveObserver
 from grader.rank.training import FEATURES, make_regression, state, train_reference
 
 
@@ -107,45 +108,10 @@ def _plain(value: Any) -> dict[str, Any]:
     return {"other": f"{type(value).__name__}: {text[:200]}"}
 
 
-def _bytes(*args: Any) -> int:
-    """The whole buffer of a collective: the largest of its tensor arguments (a tensor or lists of them)."""
-
-    def total(value: Any) -> int:
-        if exact.tensor(value, "collective call"):
-            return exact.nbytes(value)
-        if isinstance(value, (list, tuple)):
-            return sum(total(v) for v in value)
-        return 0
-
-    return max((total(a) for a in args), default=0)
-
-
 def _is_zero_wrapper(optimizer: torch.optim.Optimizer) -> bool:
     """A ZeroRedundancyOptimizer, whose module is only imported (1 s of imports) if the student's code did."""
     module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
     return module is not None and isinstance(optimizer, module.ZeroRedundancyOptimizer)
-
-
-# the collectives' ops (the process group's and the functional ones), but not the functional ones' waits
-_NAMESPACES = ("c10d", "_c10d_functional")
-_NOT_COMMUNICATION = ("wait_tensor",)
-
-
-class _Collectives(TorchDispatchMode):
-    """Every collective op dispatched while active, from Python or C++ (DDP's reducer): its name as the
-    process group's method spells it (c10d.allreduce_.default -> allreduce) and its bytes."""
-
-    def __init__(self, recorder: ZeroRecorder) -> None:
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = func.__name__.split(".")[0]
-        if func.namespace in _NAMESPACES and name not in _NOT_COMMUNICATION:
-            op = name.rstrip("_")
-            values = [*args, *(kwargs or {}).values()]
-            self.recorder.comm.append({"op": op, "bytes": _bytes(*values), "after": len(self.recorder.snapshots)})
-        return func(*args, **(kwargs or {}))
 
 
 class ZeroRecorder:
@@ -164,8 +130,12 @@ class ZeroRecorder:
             register_optimizer_step_pre_hook(self._before),
             register_optimizer_step_post_hook(self._after),
         ]
-        self._collectives = _Collectives(self)
+        self._collectives = CollectiveObserver(self._collective)
         self._collectives.__enter__()
+
+    def _collective(self, call: Collective) -> None:
+        """Its name as the process group's method spells it (allreduce), its whole buffer, the forward it followed."""
+        self.comm.append({"op": call.name, "bytes": call.largest_bytes, "after": len(self.snapshots)})
 
     def _forward(self, module: nn.Module, _: Any) -> None:
         if torch.is_grad_enabled():

@@ -8,9 +8,10 @@ loads student code) builds them from the same seed and computes what the judge c
 - the judge's hypotheses: every rank's output and gradients when f and g do other things than
   identity/all-reduce (each rank's part computed from its block, all in that one process).
 
-The collectives are counted by a TorchDispatchMode, which sees the ops that every route reaches:
-`dist.all_reduce` and the process group (c10d::allreduce_), the functional collectives and DTensor's
-redistributions (_c10d_functional::all_reduce). Forward and backward are counted apart.
+The collectives are counted by the shared dispatch-level observer (grader/rank/dispatched_collectives.py),
+which sees the ops that every route reaches: `dist.all_reduce` and the process group (c10d::allreduce_), the
+functional collectives and DTensor's redistributions (_c10d_functional::all_reduce). Forward and backward are
+counted apart.
 """
 
 from __future__ import annotations
@@ -22,53 +23,32 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
+from grader.rank.dispatched_collectives import Collective, CollectiveObserver
 
 BATCH, DIM, HIDDEN = 5, 8, 24  # x is (BATCH, DIM); Linear(DIM, h) -> GELU -> Linear(h, DIM), h = hidden(W)
 MAX_ELEMENTS = 1 << 16  # of a reported tensor
 KEYS = ("w1", "b1", "w2", "b2")
-_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
-_NOT_COMMUNICATION = ("wait_tensor", "_wrap_tensor_autograd")
 
 
-def collective_kind(op: str) -> str:
-    """all_reduce, all_gather, reduce_scatter... from an op's name (c10d.allreduce_.default)."""
-    name = op.split(".")[1].strip("_")
-    for kind, spellings in (
-        ("all_reduce", ("allreduce", "all_reduce")),
-        ("all_gather", ("allgather", "all_gather")),
-        ("reduce_scatter", ("reduce_scatter",)),
-        ("all_to_all", ("alltoall", "all_to_all")),
-        ("broadcast", ("broadcast",)),
-        ("barrier", ("barrier",)),
-        ("send", ("send",)),
-        ("recv", ("recv",)),
-    ):
-        if any(s in name for s in spellings):
-            return kind
-    return name
-
-
-class CollectiveCounter(TorchDispatchMode):
-    """Records every collective op dispatched while active: its kind and the elements of its tensor."""
+class CollectiveCounter:
+    """Records every collective op dispatched while active: its kind and the elements this rank put in."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.calls: list[dict[str, Any]] = []
+        self._observer = CollectiveObserver(self._seen)
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        op = str(func)
-        if func.namespace in _NAMESPACES and not any(s in op for s in _NOT_COMMUNICATION):
-            kind = collective_kind(op)
-            # what this rank puts in: c10d's all-gathers take (outputs, inputs), every other op its tensor first
-            given = args[1] if kind == "all_gather" and func.namespace == "c10d" and len(args) > 1 else args[:1]
-            tensors = [t for t in pytree.tree_leaves(given) if isinstance(t, torch.Tensor)]
-            self.calls.append({"kind": kind, "op": op, "numel": int(tensors[0].numel()) if tensors else 0})
-        return func(*args, **(kwargs or {}))
+    def _seen(self, call: Collective) -> None:
+        self.calls.append({"kind": call.kind, "op": call.op, "numel": call.numel})
+
+    def __enter__(self) -> CollectiveCounter:
+        self._observer.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._observer.__exit__(*exc)
 
 
 def hidden(world_size: int) -> int:

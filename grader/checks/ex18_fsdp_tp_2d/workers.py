@@ -148,8 +148,8 @@ def _replay(
 ) -> dict[str, Any]:
     """Trusted: one process, each step the average over the dp groups of the gradient of each group's loss on its
     chunk of the global batch (what FSDP's reduce-scatter averages), then plain SGD; `mistake` (knobs of
-    REPLAY_KNOBS) changes the loss's reduction, scales the loss or the learning rate or never clears the gradients. The losses
-    are each group's mean loss."""
+    REPLAY_KNOBS) changes the loss's reduction, scales the loss or the learning rate or never clears the gradients.
+    The losses are each group's mean loss."""
     knobs = {**REPLAY_KNOBS, **mistake}
     unknown = set(knobs) - set(REPLAY_KNOBS)
     if unknown:
