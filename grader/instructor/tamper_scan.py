@@ -2,7 +2,8 @@
 
 A rank runs the student's code in its own process, beside the rank side of the grader, so that code can
 forge what the rank reports (docs/SECURITY.md, "Forged facts"). A forgery needs a way in: the grader's
-modules or `sys.modules`, the caller's frames or the garbage collector's objects, `ctypes`, a raw write
+modules or `sys.modules`, the caller's frames, a function's closure or globals (a hook the grader registered
+holds the lists it fills), the garbage collector's objects, `ctypes`, a raw write
 to a descriptor the code did not open, an attribute rebound on a module it does not own, code run from a
 string built at run time. The scan reads each graded file's syntax tree (it never runs it) and marks
 every such use with its line and a sentence. A mark asks an instructor to look; it never changes a score.
@@ -43,6 +44,9 @@ FRAME_FUNCTIONS = frozenset(
     }
 )
 FRAME_ATTRIBUTES = frozenset({"f_back", "f_locals", "f_globals", "f_builtins", "tb_frame", "gi_frame", "cr_frame"})
+# what a function holds: the variables it captured and its module's names; through a hook the grader registered
+# (an optimizer's, a module's), they reach the lists the grader's hooks fill
+FUNCTION_INTERNALS = frozenset({"__closure__", "cell_contents", "__globals__"})
 TRACERS = frozenset(
     {"sys.settrace", "sys.setprofile", "threading.settrace", "threading.setprofile", "threading.settrace_all_threads"}
 )
@@ -276,6 +280,8 @@ class _Scan:
     def _attribute(self, node: ast.Attribute) -> None:
         if node.attr in FRAME_ATTRIBUTES:
             self.mark(node, f"reads .{node.attr}: a frame's variables, the grader's among them, can be changed")
+        elif node.attr in FUNCTION_INTERNALS:
+            self.mark(node, f"reads .{node.attr}: a function's captured variables, a grader hook's among them")
         if isinstance(node.ctx, ast.Store | ast.Del):
             self._rebinds(node, node.value, node.attr)
 
@@ -330,6 +336,10 @@ class _Scan:
             self._rebinds(node, first, _literal(node.args[1]) if len(node.args) > 1 else None)
         elif called == "builtins.getattr" and len(node.args) > 1 and _literal(node.args[1]) in FRAME_ATTRIBUTES:
             self.mark(node, f"reads .{_literal(node.args[1])}: a frame's variables, the grader's among them")
+        elif called == "builtins.getattr" and len(node.args) > 1 and _literal(node.args[1]) in FUNCTION_INTERNALS:
+            self.mark(
+                node, f"reads .{_literal(node.args[1])}: a function's captured variables, a grader hook's among them"
+            )
         elif isinstance(node.func, ast.Attribute) and node.func.attr in ("__setattr__", "__delattr__"):
             self._rebinds(node, node.func.value, _literal(first))
         elif isinstance(node.func, ast.Attribute) and node.func.attr == "update":

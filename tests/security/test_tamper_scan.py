@@ -202,6 +202,15 @@ PRIMITIVES = [
     ("def peek(tb):\n    return tb.tb_frame  # <-", "reads .tb_frame"),
     ("def up(frame):\n    return getattr(frame, 'f_back')  # <-", "reads .f_back"),
     ("import sys\nsys.settrace(print)  # <-", "installs a trace or profile function (sys.settrace)"),
+    # a function's closure and globals: a hook the grader registered holds the lists it fills
+    (
+        "def inside(optimizer):\n    return optimizer._optimizer_step_pre_hooks[0].__closure__  # <-",
+        "reads .__closure__",
+    ),
+    ("def inside(hook):\n    return hook.__closure__[0].cell_contents  # <-", "reads .__closure__"),
+    ("def inside(cell):\n    cell.cell_contents.clear()  # <-", "reads .cell_contents"),
+    ("def inside(hook):\n    return hook.__globals__  # <-", "reads .__globals__"),
+    ("def inside(hook):\n    return getattr(hook, '__closure__')  # <-", "reads .__closure__"),
     # gc
     ("import gc\nobjects = gc.get_objects()  # <-", "uses gc.get_objects"),
     ("import gc\nholders = gc.get_referrers(print)  # <-", "uses gc.get_referrers"),
