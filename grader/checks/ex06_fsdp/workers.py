@@ -226,7 +226,7 @@ def _gather(root: nn.Module) -> dict[str, torch.Tensor]:
 def _owned_share(optimizer: torch.optim.Optimizer, model: nn.Module) -> float:
     """The share of the optimizer's parameters that are the model's current parameters."""
     current = {id(p) for p in model.parameters()}
-    held = [p for group in optimizer.param_groups for p in group["params"]]
+    held = exact.optimizer_parameters(optimizer)
     return sum(id(p) in current for p in held) / len(held) if held else 0.0
 
 
