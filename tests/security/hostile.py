@@ -405,7 +405,7 @@ FORGERIES = [
         ],
         "rank 0's optimizer state holds a dict subclass `Quiet`; the contract asks for a plain dict",
     ),
-    Forgery(  # one element per bucket, a subclass claiming the bucket's size (torch function off, so no recursion)
+    Forgery(  # one element per bucket, a subclass claiming the bucket's size (its torch function off: no recursion)
         "ex12_claims_its_buckets_size_with_a_tensor_subclass",
         "ex12_overlap_ddp",
         "buckets_by_size",
