@@ -5,7 +5,8 @@ A subclass answers whatever it likes: a torch.Tensor subclass its `numel()`, `el
 (`__torch_function__` intercepts even torch's own C methods called on it, `detach()` and `clone()` included, and a
 wrapper subclass declares any size over any storage); a dict or list subclass its `items()`, `len()` and iteration.
 So a worker reads a size, dtype, value or entry only from an object whose exact type the contract allows
-(`type(x) is torch.Tensor`, nn.Parameter, torch's own DTensor where the exercise uses it; dict, defaultdict,
+(`type(x) is torch.Tensor`, nn.Parameter, torch's own DTensor where the exercise uses it, torch's own
+AsyncCollectiveTensor around a plain tensor (what a functional collective returns); dict, defaultdict,
 OrderedDict, list, tuple), through the C-level methods of torch's TensorBase and of the builtin containers, bound when
 this module loads (before any student code): rebinding `torch.Tensor.numel` or a builtin later changes nothing here.
 Any other type is refused: the runtime reports it (`REFUSED`) and the judge fails the check with "rank 0's optimizer
@@ -29,6 +30,7 @@ REFUSED: Final = "refused"  # the facts key: each object of a type the contract 
 PLAIN_TENSORS: Final = "plain tensors"  # what the contract asks for, as the refusal says it
 PLAIN_DTENSORS: Final = "plain tensors or DTensors"
 DTENSOR, FLAT_PARAMETER = "torch.distributed.tensor", "torch.distributed.fsdp._flat_param"  # modules of torch's own
+ASYNC = "torch.distributed._functional_collectives"  # AsyncCollectiveTensor's
 MAX_REFUSED = 20  # records kept: one fails the check, a flood says nothing more
 
 
@@ -36,21 +38,30 @@ def _bind() -> tuple[
     Callable[..., TypeGuard[torch.Tensor]],
     Callable[[Any], int],
     Callable[[Any], int],
+    Callable[[Any], int],
     Callable[[Any], Any],
     Callable[[Any], int],
+    Callable[[Any], list[int]],
     Callable[[Any, str], Any],
     Callable[[Any, str], list[tuple[Any, Any]]],
     Callable[[Any, str], list[Any]],
     Callable[[], list[dict[str, str]]],
 ]:
-    """tensor, numel, nbytes, dtype, dim, local, items, values and refused: closures over what they call (above)."""
+    """tensor, numel, itemsize, nbytes, dtype, dim, shape, local, items, values and refused: closures over what they
+    call (above)."""
     from builtins import dict, id, int, isinstance, len, list, set, str, tuple, type  # noqa: UP029 - bound now
 
     base: Any = torch._C.TensorBase
     plain_types: tuple[type, ...] = (torch.Tensor, nn.Parameter)
     mappings = (dict, collections.defaultdict, collections.OrderedDict)
     sequences = (list, tuple)
-    numel_of, element_size, dtype_of, dim_of = base.numel, base.element_size, base.dtype.__get__, base.dim
+    numel_of, element_size, dtype_of, dim_of, size_of = (
+        base.numel,
+        base.element_size,
+        base.dtype.__get__,
+        base.dim,
+        base.size,
+    )
     dict_items, list_of, append, modules = dict.items, list, list.append, sys.modules
     getattribute = object.__getattribute__
     records: list[dict[str, str]] = []
@@ -73,11 +84,13 @@ def _bind() -> tuple[
         append(records, {"where": where, "kind": kind, "type": str(type(value).__name__)[:100], "asks": asks})
 
     def tensor(value: Any, where: str, dtensor: bool = False) -> TypeGuard[torch.Tensor]:
-        """Whether `value` is a tensor of a type the contract allows (torch.Tensor, nn.Parameter, FSDP's FlatParameter;
-        DTensor with `dtensor`); a tensor of any other type is refused."""
+        """Whether `value` is a tensor of a type the contract allows (torch.Tensor, nn.Parameter, FSDP's FlatParameter,
+        torch's AsyncCollectiveTensor around one of those; DTensor with `dtensor`); any other tensor is refused."""
         kind = type(value)
         if kind in plain_types or kind is torch_class(FLAT_PARAMETER, "FlatParameter"):
             return True
+        if kind is torch_class(ASYNC, "AsyncCollectiveTensor"):  # its sizes are its inner tensor's, when plain
+            return tensor(getattribute(value, "elem"), where)
         if dtensor and kind is torch_class(DTENSOR, "DTensor"):
             return True
         if isinstance(value, base):
@@ -94,6 +107,9 @@ def _bind() -> tuple[
     def numel(value: Any) -> int:
         return int(numel_of(value))
 
+    def itemsize(value: Any) -> int:
+        return int(element_size(value))
+
     def nbytes(value: Any) -> int:
         return int(numel_of(value)) * int(element_size(value))
 
@@ -102,6 +118,9 @@ def _bind() -> tuple[
 
     def dim(value: Any) -> int:
         return int(dim_of(value))
+
+    def shape(value: Any) -> list[int]:
+        return [int(n) for n in size_of(value)]
 
     def items(value: Any, where: str) -> list[tuple[Any, Any]]:
         """A plain mapping's entries, read by dict's own method; anything else refused, no entry."""
@@ -125,10 +144,10 @@ def _bind() -> tuple[
     def refused() -> list[dict[str, str]]:
         return list_of(records)
 
-    return tensor, numel, nbytes, dtype, dim, local, items, values, refused
+    return tensor, numel, itemsize, nbytes, dtype, dim, shape, local, items, values, refused
 
 
-tensor, numel, nbytes, dtype, dim, local, items, values, refused = _bind()
+tensor, numel, itemsize, nbytes, dtype, dim, shape, local, items, values, refused = _bind()
 
 
 def optimizer_parameters(optimizer: Any) -> list[Any]:

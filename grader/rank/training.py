@@ -52,7 +52,13 @@ def make_regression(size: int, seed: int) -> TensorDataset:
 
 
 def state(module: nn.Module) -> dict[str, torch.Tensor]:
-    return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+    """A module's state dict, read by dict's own methods and only where its tensors are of an allowed type (exact.py):
+    the student may hand back a module of their own."""
+    return {
+        name: tensor.detach().cpu().clone()
+        for name, tensor in exact.items(module.state_dict(), "model")
+        if exact.tensor(tensor, "model", True)
+    }
 
 
 class ForwardRecorder:
@@ -84,7 +90,7 @@ class ForwardRecorder:
 
     def _samples(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        if first is None or first.dim() != 2:
+        if first is None or not exact.tensor(first, "model input") or exact.dim(first) != 2:
             return []
         rows = first.detach().to("cpu", torch.float32).contiguous().numpy()
         return [self._rows.get(row.tobytes(), -1) for row in rows]
@@ -119,7 +125,7 @@ class LossRecorder:
 
         @functools.wraps(original)
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if tensor.numel() == 1:
+            if exact.tensor(tensor, "loss", True) and exact.numel(tensor) == 1:
                 recorder.losses.append(float(tensor.detach().float().cpu().reshape(())))
             return original(tensor, *args, **kwargs)
 

@@ -405,7 +405,7 @@ FORGERIES = [
         ],
         "rank 0's optimizer state holds a dict subclass `Quiet`; the contract asks for a plain dict",
     ),
-    Forgery(  # one element per bucket, a subclass claiming the bucket's size (fails on main too: RecursionError)
+    Forgery(  # one element per bucket, a subclass claiming the bucket's size (its torch function off: no recursion)
         "ex12_claims_its_buckets_size_with_a_tensor_subclass",
         "ex12_overlap_ddp",
         "buckets_by_size",
@@ -421,12 +421,67 @@ FORGERIES = [
             (
                 "    bucket: list[nn.Parameter] = []",
                 "    class Claim(torch.Tensor):\n"
+                "        __torch_function__ = torch._C._disabled_torch_function_impl\n\n"
                 "        def numel(self):\n"
                 "            return self.claimed\n\n"
                 "    bucket: list[nn.Parameter] = []",
             ),
         ],
         "rank 0's all_reduce call holds a torch.Tensor subclass `Claim`; the contract asks for plain tensors",
+    ),
+    Forgery(  # a naive all-to-all of the whole tensor, each message a subclass claiming a ring's share of it
+        "ex08_claims_a_rings_traffic_with_a_tensor_subclass",
+        "ex08_ring_allreduce",
+        "ring_traffic",
+        [
+            (
+                "    flat = tensor.view(-1)\n",
+                "    class Claim(torch.Tensor):\n"
+                "        __torch_function__ = torch._C._disabled_torch_function_impl\n\n"
+                "        def numel(self):\n"
+                "            return 2 * (tensor.view(-1).shape[0] // world)\n\n"
+                "    whole = tensor.detach().clone()\n"
+                "    peers = [peer for peer in range(world) if peer != rank]\n"
+                "    requests = [dist.isend(whole.as_subclass(Claim), peer) for peer in peers]\n"
+                "    for peer in peers:\n"
+                "        received = torch.empty_like(whole)\n"
+                "        dist.recv(received, peer)\n"
+                "        tensor += received\n"
+                "    for request in requests:\n"
+                "        request.wait()\n"
+                "    return\n"
+                "    flat = tensor.view(-1)\n",
+            ),
+        ],
+        # not yet the refusal's sentence: ex08's checks.py runs its job outside ctx.run, so the judge never sees
+        # the run's refusals; the claimed bytes are not believed, and no message of a plain tensor was sent
+        "rank 0 sent no point-to-point message at all",
+    ),
+    Forgery(  # every rank gathers whole tensors before dcp.save; a subclass has each claim one element
+        "ex17_hides_a_gathered_state_dict_in_a_tensor_subclass",
+        "ex17_dcp_reshard",
+        "every_rank_writes",
+        [
+            ("import torch\n", "import torch\nfrom torch.distributed.checkpoint.state_dict import StateDictOptions\n"),
+            (
+                "    model_state, optimizer_state = get_state_dict(model, optimizer)\n    dcp.save(",
+                "    class Small(torch.Tensor):\n"
+                "        __torch_function__ = torch._C._disabled_torch_function_impl\n\n"
+                "        def numel(self):\n"
+                "            return 1\n\n"
+                "    def small(value):\n"
+                "        if isinstance(value, dict):\n"
+                "            return {key: small(item) for key, item in value.items()}\n"
+                "        if isinstance(value, list):\n"
+                "            return [small(item) for item in value]\n"
+                "        return value.as_subclass(Small) if isinstance(value, torch.Tensor) else value\n\n"
+                "    full = StateDictOptions(full_state_dict=True)\n"
+                "    model_state, optimizer_state = get_state_dict(model, optimizer, options=full)\n"
+                "    model_state, optimizer_state = small(model_state), small(optimizer_state)\n"
+                "    dcp.save(",
+            ),
+        ],
+        "rank 0's state dict holds a torch.Tensor subclass `Small`; the contract asks for plain tensors or DTensors",
     ),
     Forgery(  # writes the failing rank's records itself, naming a pid no process holds, and raises the planted error
         "ex04_writes_the_failing_ranks_records_itself",

@@ -85,3 +85,16 @@ def test_rebinding_torchs_python_methods_changes_nothing_the_guard_reads(monkeyp
     monkeypatch.setattr(torch.Tensor, "element_size", lambda self: 1, raising=False)
     assert torch.zeros(5).numel() == 1
     assert exact.numel(torch.zeros(5)) == 5 and exact.nbytes(torch.zeros(5)) == 20
+
+
+def test_the_guard_reads_shapes_and_item_sizes_and_looks_inside_torchs_async_collective_tensor() -> None:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    before = len(exact.refused())
+    plain = torch.zeros(2, 3, dtype=torch.float16)
+    assert (exact.shape(plain), exact.itemsize(plain), exact.shape(torch.tensor(1.0))) == ([2, 3], 2, [])
+    assert exact.tensor(AsyncCollectiveTensor(plain), "collective call")  # torch's own, around a plain tensor
+    assert not exact.tensor(AsyncCollectiveTensor(torch.zeros(4).as_subclass(Lying)), "collective call")
+    assert exact.refused()[before:] == [
+        {"where": "collective call", "kind": "torch.Tensor", "type": "Lying", "asks": "plain tensors"}
+    ]

@@ -1,5 +1,6 @@
 """Rank side of exercise 2: iterate the student's loader for a few epochs, record the indices;
-the trusted permutations DistributedSampler draws, for the judge's diagnoses."""
+the trusted permutations DistributedSampler draws, for the judge's diagnoses. A batch's indices are read only
+from a plain list or tuple holding a plain tensor (grader/engine/exact.py): a subclass would answer its own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from grader.engine import exact
 from grader.engine.rank_runtime import RankContext
 
 
@@ -53,8 +55,9 @@ def _what(value: Any) -> str:
 def _indices(batch: Any, size: int) -> list[int] | str:
     """The dataset indices one batch holds (a TensorDataset's batch is a list holding one integer
     tensor), or what the batch was instead, in words."""
-    first = batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 1 else None
-    if not isinstance(first, torch.Tensor) or first.dtype != torch.int64 or first.dim() > 1:
+    items = exact.values(batch, "loader batch") if isinstance(batch, (list, tuple)) else []
+    first = items[0] if len(items) == 1 else None
+    if not exact.tensor(first, "loader batch") or exact.dtype(first) != torch.int64 or exact.dim(first) > 1:
         return _what(batch)
     indices = [int(i) for i in first.flatten()]
     if any(not 0 <= i < size for i in indices):

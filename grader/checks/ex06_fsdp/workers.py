@@ -3,7 +3,9 @@
 the returned checkpoint; the trusted single-process reference.
 
 Measurements work for FSDP2 (DTensor parameters, FSDPModule units) and FSDP1 (FlatParameters,
-FullyShardedDataParallel units) alike.
+FullyShardedDataParallel units) alike. What a rank holds is read only from tensors of the types the contract allows
+(grader/engine/exact.py: torch.Tensor, nn.Parameter, FlatParameter, DTensor around a plain local tensor), through
+torch's own methods: a subclass would answer its own sizes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex06_fsdp import cpu_fsdp1
-from grader.engine import tamper
+from grader.engine import exact, tamper
 from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
@@ -59,6 +61,9 @@ def _module_paths(*roots: nn.Module) -> dict[int, str]:
     return paths
 
 
+HELD = "model"  # where a refused tensor was found, as the judge says it
+
+
 def _held(name: str, local: int, shape: Any, itemsize: int) -> dict[str, Any]:
     """What this rank holds of one parameter: `local` of its elements; rows: its first dimension."""
     shape = list(shape)
@@ -75,24 +80,26 @@ def _fsdp1_unit(handle: Any, prefix: str) -> list[dict[str, Any]]:
     """A FlatParameter's share of each parameter it flattens, whatever `use_orig_params` is: the
     parameters FSDP1 exposes with use_orig_params=True are views into this rank's flat shard, not
     whole tensors, so they are counted from the shard's own bookkeeping."""
-    flat = handle.flat_param
+    flat = handle.flat_param  # FSDP's bookkeeping, read from it only when it is FSDP's own FlatParameter
+    if not exact.tensor(handle.flat_param, HELD):
+        return []
     return [
-        _held(f"{prefix}.{fqn}" if prefix else fqn, info.numel_in_shard or 0, shape, flat.element_size())
+        _held(f"{prefix}.{fqn}" if prefix else fqn, info.numel_in_shard or 0, shape, exact.itemsize(flat))
         for fqn, shape, info in zip(flat._fqns, flat._shapes, flat._shard_param_infos)
     ]
 
 
 def _fsdp2_unit(group: Any, names: dict[int, str]) -> list[dict[str, Any]]:
     """A parameter group's DTensors: this rank's local shard of each."""
-    return [
-        _held(
-            names.get(id(p.sharded_param), "?"),
-            p.sharded_param.to_local().numel(),
-            p.sharded_param.shape,
-            p.sharded_param.element_size(),
-        )
-        for p in group.fsdp_params
-    ]
+    held = []
+    for p in group.fsdp_params:
+        sharded = p.sharded_param
+        local = exact.local(sharded, HELD) if exact.tensor(sharded, HELD, True) else None
+        if local is not None:
+            held.append(
+                _held(names.get(id(sharded), "?"), exact.numel(local), exact.shape(sharded), exact.itemsize(local))
+            )
+    return held
 
 
 def _holdings(root: nn.Module, model: nn.Module) -> dict[str, Any]:
@@ -123,8 +130,9 @@ def _holdings(root: nn.Module, model: nn.Module) -> dict[str, Any]:
         for name, p in module.named_parameters():
             name = clean_tensor_name(name)
             if not isinstance(p, FlatParameter) and name not in in_units and name not in loose:
-                local = p.to_local().numel() if isinstance(p, DTensor) else p.numel()
-                loose[name] = _held(name, local, p.shape, p.element_size())
+                local = exact.local(p, HELD) if exact.tensor(p, HELD, True) else None
+                if local is not None:
+                    loose[name] = _held(name, exact.numel(local), exact.shape(p), exact.itemsize(local))
     return {"units": units, "loose": list(loose.values())}
 
 
@@ -218,7 +226,7 @@ def _gather(root: nn.Module) -> dict[str, torch.Tensor]:
 def _owned_share(optimizer: torch.optim.Optimizer, model: nn.Module) -> float:
     """The share of the optimizer's parameters that are the model's current parameters."""
     current = {id(p) for p in model.parameters()}
-    held = [p for group in optimizer.param_groups for p in group["params"]]
+    held = exact.optimizer_parameters(optimizer)
     return sum(id(p) in current for p in held) / len(held) if held else 0.0
 
 

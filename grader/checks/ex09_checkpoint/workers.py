@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.training import (
@@ -52,6 +53,9 @@ def _train(
     finally:
         recorder.close()
     return recorder.steps
+
+
+STATE = "optimizer state"  # where a refused object was found, as the judge says it
 
 
 def resume(
@@ -90,7 +94,10 @@ def resume(
     writes.stop()
     ctx.facts["returned_step"] = returned if isinstance(returned, int) else repr(returned)
     ctx.facts["loaded_state"] = state(fresh)
-    ctx.facts["momentum_restored"] = sum("momentum_buffer" in s for s in fresh_optimizer.state.values())
+    ctx.facts["momentum_restored"] = sum(  # read by dict's own methods: the student's load may set any mapping
+        any(key == "momentum_buffer" for key, _ in exact.items(buffers, STATE))
+        for _, buffers in exact.items(fresh_optimizer.state, STATE)
+    )
     after = _train(DistributedDataParallel(fresh), fresh_optimizer, batches[steps_before:], dataset)
     ctx.facts["steps"] = before + after
     return {}

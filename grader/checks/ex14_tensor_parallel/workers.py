@@ -11,7 +11,9 @@ loads student code) builds them from the same seed and computes what the judge c
 The collectives are counted by the shared dispatch-level observer (grader/rank/dispatched_collectives.py),
 which sees the ops that every route reaches: `dist.all_reduce` and the process group (c10d::allreduce_), the
 functional collectives and DTensor's redistributions (_c10d_functional::all_reduce). Forward and backward are
-counted apart.
+counted apart. A collective's elements are measured by the observer with subclasses' overrides off; a returned
+tensor's type, shape, dtype and values are read only from tensors of the types the contract allows
+(grader/engine/exact.py): a subclass would answer its own.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.dispatched_collectives import Collective, CollectiveObserver
@@ -166,28 +169,34 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, 
 
 def _tensor_facts(value: Any) -> dict[str, Any]:
     """What a returned value is, as plain facts; its values only for a float32 tensor of a sane size."""
-    if not isinstance(value, torch.Tensor):
+    if not exact.tensor(value, "returned tensor", True):  # a subclass is refused, and reported as not a tensor
         return {"type": type(value).__name__}
     facts: dict[str, Any] = {
         "type": type(value).__name__,
-        "shape": list(value.shape),
-        "dtype": str(value.dtype),
+        "shape": exact.shape(value),
+        "dtype": str(exact.dtype(value)),
         "requires_grad": bool(value.requires_grad),
     }
     if isinstance(value, DTensor):
         facts["placements"] = [_placement(p) for p in value.placements]
-    elif value.dtype == torch.float32 and value.numel() <= MAX_ELEMENTS:
+    elif exact.dtype(value) == torch.float32 and exact.numel(value) <= MAX_ELEMENTS:
         facts["value"] = torch.Tensor(value.detach().cpu()).clone()  # a plain copy (an AsyncCollectiveTensor waited)
     return facts
 
 
+def _entries(shards: Any) -> dict[Any, Any] | None:
+    """shard_mlp's dict as dict's own methods read it (a dict subclass is refused: no entry); None for no dict."""
+    return dict(exact.items(shards, "shard_mlp's dict")) if isinstance(shards, dict) else None
+
+
 def _shard_facts(shards: Any) -> dict[str, Any]:
-    if not isinstance(shards, dict):
+    entries = _entries(shards)
+    if entries is None:
         return {"type": type(shards).__name__}
     return {
         "type": "dict",
-        "keys": [str(k) for k in shards],
-        "tensors": {k: _tensor_facts(shards.get(k)) for k in KEYS},
+        "keys": [str(k) for k in entries],
+        "tensors": {k: _tensor_facts(entries.get(k)) for k in KEYS},
     }
 
 
@@ -198,7 +207,10 @@ def _leaf(value: torch.Tensor, device: torch.device) -> torch.Tensor:
 def _usable(y: Any) -> bool:
     """Whether the grader can go on to backward from this output (the judge says why not otherwise)."""
     return (
-        isinstance(y, torch.Tensor) and not isinstance(y, DTensor) and list(y.shape) == [BATCH, DIM] and y.requires_grad
+        exact.tensor(y, "returned tensor", True)
+        and not isinstance(y, DTensor)
+        and exact.shape(y) == [BATCH, DIM]
+        and bool(y.requires_grad)
     )
 
 
@@ -212,9 +224,10 @@ def by_hand(ctx: RankContext, data_seed: int) -> dict[str, Any]:
     given = {k: full[k].to(device).clone() for k in KEYS}
     shards = shard_mlp(ctx.rank, ctx.world_size, given["w1"], given["b1"], given["w2"], given["b2"])
     ctx.facts["shards"] = _shard_facts(shards)
-    if not isinstance(shards, dict) or not all(isinstance(shards.get(k), torch.Tensor) for k in KEYS):
+    entries = _entries(shards)
+    if entries is None or not all(exact.tensor(entries.get(k), "returned tensor") for k in KEYS):
         return {}
-    leaves = {k: _leaf(shards[k], device) for k in KEYS}  # the grader's own leaves: their .grad is what backward gave
+    leaves = {k: _leaf(entries[k], device) for k in KEYS}  # the grader's own leaves: their .grad is what backward gave
     if _forward_and_backward(ctx, lambda x: tp_mlp_forward(x, dict(leaves)), full):
         ctx.facts["grads"] = {k: _tensor_facts(leaves[k].grad) for k in KEYS}
     return {}
@@ -272,11 +285,11 @@ def _placement(placement: Any) -> str:
 
 def _parameter_facts(value: Any) -> dict[str, Any]:
     """A parameter (or its gradient) after parallelize_mlp: plain or DTensor, placements, local shard."""
-    if isinstance(value, DTensor):
+    if exact.tensor(value, "returned tensor", True) and isinstance(value, DTensor):
         return {
             "dtensor": True,
             "placements": [_placement(p) for p in value.placements],
-            "local": _tensor_facts(value.to_local()),
+            "local": _tensor_facts(exact.local(value, "returned tensor")),
         }
     return {"dtensor": False, "local": _tensor_facts(value)}
 

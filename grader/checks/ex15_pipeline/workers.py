@@ -8,6 +8,8 @@ traced submodule hold the same numbers before training); every forward and backw
 micro-batch is recorded in the order the rank ran it, with the optimizer step it belongs to. That
 order is the schedule's own timeline, which the judge replays in unit time slots (no clock: a
 loaded machine cannot change it). Every rank gets the whole model, seeded alike, and the whole batch.
+A stage's parameters, the optimizer's and their gradients are read only where their type is one the contract
+allows (grader/engine/exact.py): a subclass would answer its own values and sizes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex15_pipeline.facts import BUBBLE_GRID, OUTSIDE_RANKS, SCHEDULES, SPLIT_GRID, UNKNOWN_SCHEDULES
+from grader.engine import exact
 from grader.engine.facts import ReplayedStep, ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
@@ -81,9 +84,11 @@ class PipelineWatch:
         """The model parameter `tensor` holds the initial value of (a copy or the parameter itself)."""
         if id(tensor) in self._names:
             return self._names[id(tensor)]
+        if not exact.tensor(tensor, "model"):
+            return None
         value = tensor.detach().cpu()
         for name, initial in self.initial.items():
-            if initial.shape == value.shape and torch.equal(initial, value):
+            if exact.shape(initial) == exact.shape(value) and torch.equal(initial, value):
                 self._names[id(tensor)] = name
                 return name
         return None
@@ -156,7 +161,7 @@ class PipelineWatch:
         return run
 
     def _named(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        params = exact.optimizer_parameters(optimizer)
         return [(self.name_of(p) or f"param{i}", p) for i, p in enumerate(params)]
 
     def _before(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -164,7 +169,7 @@ class PipelineWatch:
         if not self.steps:
             self.start = {name: p.detach().cpu().clone() for name, p in named}
         grads = {
-            name: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p).cpu())
+            name: (p.grad.detach().cpu().clone() if exact.tensor(p.grad, "model") else torch.zeros_like(p).cpu())
             for name, p in named
         }
         self.steps.append({"grads": grads, "no_grad": [name for name, p in named if p.grad is None]})
@@ -190,6 +195,8 @@ def _probe(function: Callable[..., Any], args: tuple[Any, ...], convert: Callabl
 
 
 def _layers(result: Any) -> list[int]:
+    if isinstance(result, torch.Tensor) and not exact.tensor(result, "returned tensor"):
+        raise TypeError("a tensor of a type the contract does not allow")
     if isinstance(result, torch.Tensor) or hasattr(result, "tolist"):
         result = result.tolist()
     if not isinstance(result, (range, list, tuple)) or len(result) > 10_000:
@@ -200,7 +207,7 @@ def _layers(result: Any) -> list[int]:
 
 
 def _fraction(result: Any) -> float:
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
+    if isinstance(result, torch.Tensor) and exact.tensor(result, "returned tensor") and exact.numel(result) == 1:
         result = result.item()
     if isinstance(result, bool) or not isinstance(result, numbers.Real):
         raise TypeError("not a number")

@@ -6,7 +6,9 @@ torch.load, what each rank handed DCP to write or to fill (its DTensor shards, o
 the optimizers built. The trusted workers read the checkpoint folder (files, sizes, DCP's metadata),
 train the uninterrupted single-process reference (whose weights at the save also give the judge every
 parameter's name and shape) and replay the hypotheses. Nothing a check compares against comes back from
-a rank: the state the saving run starts from is built on the ranks from the seeds, as an input only.
+a rank: the state the saving run starts from is built on the ranks from the seeds, as an input only. Sizes, shards
+and buffers are read only from objects of the types the contract allows (grader/engine/exact.py): a subclass would
+answer its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.utils.data import TensorDataset
 
 from grader.checks.ex17_dcp_reshard.dcp_metadata import METADATA, read_keys
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest, TrainingReplays
 from grader.engine.rank_runtime import RankContext
 from grader.rank.patches import Patches
@@ -53,21 +56,27 @@ def step_samples(step: int, global_batch: int, world_size: int, rank: int) -> li
     return list(range(first, first + share))
 
 
+SAVED, STATE = "state dict", "optimizer state"  # where a refused object was found, as the judge says it
+
+
 def _tensors(value: Any, seen: dict[str, int]) -> None:
     """Count what a state dict holds: DTensors (this rank's shard: local elements), whole tensors of more
     than one element (a gathered copy), and nothing else."""
-    if isinstance(value, DTensor):
-        seen["dtensors"] += 1
-        seen["local"] += value.to_local().numel()
-    elif isinstance(value, torch.Tensor):
-        if value.numel() > 1:
+    if isinstance(value, torch.Tensor):
+        if not exact.tensor(value, SAVED, True):
+            return
+        if isinstance(value, DTensor):
+            local = exact.local(value, SAVED)
+            seen["dtensors"] += 1
+            seen["local"] += 0 if local is None else exact.numel(local)
+        elif exact.numel(value) > 1:
             seen["whole"] += 1
-            seen["whole_elements"] += value.numel()
+            seen["whole_elements"] += exact.numel(value)
     elif isinstance(value, dict):
-        for item in value.values():
+        for _, item in exact.items(value, SAVED):
             _tensors(item, seen)
     elif isinstance(value, (list, tuple)):
-        for item in value:
+        for item in exact.values(value, SAVED):
             _tensors(item, seen)
 
 
@@ -112,7 +121,7 @@ class Watch:
 
         def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
             original(optimizer, *args, **kwargs)
-            params = [p for group in optimizer.param_groups for p in group["params"]]
+            params = exact.optimizer_parameters(optimizer)
             watch.events.append(
                 {"op": "optimizer", "dtensors": sum(isinstance(p, DTensor) for p in params), "params": len(params)}
             )
@@ -218,9 +227,10 @@ def _union(global_batch: int, steps: int) -> list[list[int]]:
     return [list(range(s * global_batch, (s + 1) * global_batch)) for s in range(steps)]
 
 
-def _piece(tensor: Any) -> torch.Tensor:
-    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-    return local.detach().cpu().reshape(-1).clone()
+def _piece(tensor: Any, where: str) -> torch.Tensor:
+    """This rank's elements of a tensor or DTensor (none, refused, of any other type)."""
+    local = exact.local(tensor, where) if exact.tensor(tensor, where, True) else None
+    return torch.zeros(0) if local is None else local.detach().cpu().reshape(-1).clone()
 
 
 def _trained(
@@ -294,14 +304,17 @@ def _sharded_like(full: torch.Tensor, like: Any) -> DTensor:
 def _state(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, Any]:
     """This rank's piece of each AdamW buffer, and the step, per parameter name."""
     held: dict[str, Any] = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
+    state = {id(p): dict(exact.items(buffers, STATE)) for p, buffers in exact.items(optimizer.state, STATE)}
+    for group in exact.values(optimizer.param_groups, "optimizer"):
+        entries = dict(exact.items(group, "optimizer"))
+        for p in exact.values(entries.get("params", []), "optimizer"):
             name = names.get(id(p), "?")
-            buffers = optimizer.state.get(p, {})
-            entry: dict[str, Any] = {key: _piece(buffers[key]) for key in STATE_KEYS if key in buffers}
-            if "step" in buffers:
-                entry["step"] = float(buffers["step"])
-            entry["lr"] = float(group["lr"])
+            buffers = state.get(id(p), {})
+            entry: dict[str, Any] = {key: _piece(buffers[key], STATE) for key in STATE_KEYS if key in buffers}
+            step: Any = buffers.get("step")
+            if type(step) in (int, float) or exact.tensor(step, STATE, True):
+                entry["step"] = float(step)
+            entry["lr"] = float(entries.get("lr", 0.0))
             held[name] = entry
     return held
 
@@ -340,8 +353,8 @@ def resume(
     model, optimizer = returned
     names = {id(p): clean_tensor_name(name) for name, p in model.named_parameters()}
     ctx.facts["sharded"] = sorted(name for name, p in model.named_parameters() if isinstance(p, DTensor))
-    ctx.facts["loaded"] = {names[id(p)]: _piece(p) for p in model.parameters()}
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    ctx.facts["loaded"] = {names[id(p)]: _piece(p, "model") for p in model.parameters()}
+    held = {id(p) for p in exact.optimizer_parameters(optimizer)}
     ctx.facts["stale_optimizer"] = sorted(name for name, p in model.named_parameters() if id(p) not in held)
     ctx.facts["state"] = _state(optimizer, names)
     dataset = make_regression(global_batch * (steps_before + steps_after), data_seed)

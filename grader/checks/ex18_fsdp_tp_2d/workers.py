@@ -10,6 +10,7 @@ grader watches:
   ranks of that mesh and its dimension names, the placement on each dimension, its local shape; the whole
   shapes come from the trusted reference),
   the FSDP units, and the whole trained weights gathered by the grader's own call.
+Shapes and values are read only from tensors of the types the contract allows (grader/engine/exact.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from grader.engine import exact
 from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.fsdp_units import OriginalNames, fsdp_units
@@ -61,15 +63,18 @@ def _parameters(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
     held = []
     for name, p in model.named_parameters():
         facts: dict[str, Any] = {"name": original[name], "dtensor": isinstance(p, DTensor)}
-        if isinstance(p, DTensor):
+        local = exact.local(p, "model") if exact.tensor(p, "model", True) else None
+        if local is None:
+            facts["local"] = []
+        elif isinstance(p, DTensor):
             facts.update(
-                local=list(p.to_local().shape),
+                local=exact.shape(local),
                 mesh=p.device_mesh.mesh.tolist(),
                 dims=list(p.device_mesh.mesh_dim_names or ()),
                 placements=[_placement(q) for q in p.placements],
             )
         else:
-            facts["local"] = list(p.shape)
+            facts["local"] = exact.shape(p)
         held.append(facts)
     return held
 
@@ -91,8 +96,8 @@ class Watch:
         if torch._C._current_graph_task_id() != -1 or len(self.rows) >= len(self.batches):
             return
         inputs, targets = self.batches[len(self.rows)]
-        given = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if given is None or given.dim() != 2 or given.shape[1] != inputs.shape[1]:
+        given = args[0] if args and exact.tensor(args[0], "model input", True) else None
+        if given is None or exact.dim(given) != 2 or exact.shape(given)[1] != inputs.shape[1]:
             self.rows.append([])
             self._targets = None
             return
@@ -105,7 +110,7 @@ class Watch:
         if torch._C._current_graph_task_id() != -1 or len(self.losses) >= len(self.rows):
             return
         targets = self._targets
-        if isinstance(output, torch.Tensor) and targets is not None and output.shape == targets.shape:
+        if exact.tensor(output, "model", True) and targets is not None and exact.shape(output) == list(targets.shape):
             value = output.full_tensor() if isinstance(output, DTensor) else output
             self.losses.append(F.mse_loss(value.detach().cpu().float(), targets).item())
         else:
@@ -135,6 +140,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
         original = names.parameters(model)
         final = {}
         for name, p in model.named_parameters():
+            if not exact.tensor(p, "model", True):
+                continue
             whole = p.full_tensor() if isinstance(p, DTensor) else p
             final[original[name]] = whole.detach().float().cpu().clone()
         ctx.facts["final"] = final if ctx.rank == 0 else {}
