@@ -24,6 +24,7 @@ def _failing(raised: object) -> dict[str, Any]:
         "seconds_after_raise": 0.5,
         "slept_before_return": [],
         "left_behind": {"running": [], "unreaped": []},
+        "observed": None,  # where /proc is not there to observe the launcher's processes
     }
 
 

@@ -453,9 +453,7 @@ FORGERIES = [
                 "    flat = tensor.view(-1)\n",
             ),
         ],
-        # not yet the refusal's sentence: ex08's checks.py runs its job outside ctx.run, so the judge never sees
-        # the run's refusals; the claimed bytes are not believed, and no message of a plain tensor was sent
-        "rank 0 sent no point-to-point message at all",
+        "rank 0's send call holds a torch.Tensor subclass `Claim`; the contract asks for plain tensors",
     ),
     Forgery(  # every rank gathers whole tensors before dcp.save; a subclass has each claim one element
         "ex17_hides_a_gathered_state_dict_in_a_tensor_subclass",

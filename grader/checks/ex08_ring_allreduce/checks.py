@@ -91,7 +91,8 @@ def _hang_or_crash(ctx: CheckContext, failing: list[RankOutcome]) -> None:
 def _ranks(ctx: CheckContext) -> list[Ring]:
     """Each rank's facts, under a short deadline; deadlocks and gloo aborts are named here."""
     job = dataclasses.replace(ctx.job(RING.name, shapes=SHAPES, seed=_seed(ctx)), deadline=min(ctx.deadline, DEADLINE))
-    result = ctx.runs.run(job)
+    result = ctx.runs.run(job, (ctx.check, ctx.world_size))
+    ctx.used.append(result)  # what the run found (a refused object, the grader's code replaced) reaches the verdict
     failing = [r for r in result.ranks if not r.ok]
     if failing and not any((r.error or {}).get("not_implemented") for r in failing):
         _hang_or_crash(ctx, failing)
