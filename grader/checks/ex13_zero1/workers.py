@@ -270,6 +270,9 @@ REPLAY_KNOBS: dict[str, Any] = {
     "lr_scale": 1.0,
     "zero": "all",  # which gradients are cleared before each step: "all", "owned" (optimizer.zero_grad()), "none"
     "send": "owner",  # where each parameter's new value comes from: "owner", "rank0", "none" (not sent)
+    "beta1": 0.9,  # the optimizer's betas and weight decay: AdamW's defaults, which the exercise asks for
+    "beta2": 0.999,
+    "weight_decay": 0.01,  # AdamW's default (Adam's is 0, which the "adam" optimizer knob keeps)
 }
 
 
@@ -305,7 +308,14 @@ def simulate(
             owner.setdefault(name, r)
     make = torch.optim.AdamW if knobs["optimizer"] == "adamw" else torch.optim.Adam
     optimizers = [
-        make([named[r][n] for n in names if n in owned[r]], lr=lr * knobs["lr_scale"]) if owned[r] else None
+        make(
+            [named[r][n] for n in names if n in owned[r]],
+            lr=lr * knobs["lr_scale"],
+            betas=(knobs["beta1"], knobs["beta2"]),
+            **({"weight_decay": knobs["weight_decay"]} if knobs["optimizer"] == "adamw" else {}),
+        )
+        if owned[r]
+        else None
         for r in range(world_size)
     ]
     trajectory: list[list[dict[str, Any]]] = [[] for _ in range(world_size)]
