@@ -31,7 +31,7 @@ from grader.instructor.class_stats import outcome
 from grader.instructor.submission_grade import SubmissionGrade
 from grader.instructor.templating import render
 from grader.judge.verdict import CheckResult
-from grader.report.inert import one_line, printable
+from grader.report.inert import markdown_text, one_line, printable
 
 PAGES = {"html": "feedback.html", "md": "feedback.md"}
 FORMATS = ("both", "html", "md")
@@ -150,12 +150,9 @@ def fenced(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#+\-.!|&~])")  # what starts Markdown or HTML: CommonMark lets a \ escape it
-
-
 def prose(text: str) -> str:
     """One line of the course's own text (a title, a description) shown as typed, never as Markdown or HTML."""
-    return _MARKDOWN.sub(r"\\\1", one_line(text))
+    return markdown_text(text)
 
 
 def code(text: str) -> str:
