@@ -1,5 +1,5 @@
 """Facts a rank reads from objects the code under test built or handed back, read so that the object cannot choose
-them, and a refusal (`REFUSED`, a failing fact) where it could.
+them, and a refusal (facts.REFUSED, a failing fact) where it could.
 
 A subclass answers whatever it likes: a torch.Tensor subclass its `numel()`, `element_size()`, `dtype`, its values
 (`__torch_function__` intercepts even torch's own C methods called on it, `detach()` and `clone()` included, and a
@@ -9,7 +9,7 @@ So a worker reads a size, dtype, value or entry only from an object whose exact 
 AsyncCollectiveTensor around a plain tensor (what a functional collective returns); dict, defaultdict,
 OrderedDict, list, tuple), through the C-level methods of torch's TensorBase and of the builtin containers, bound when
 this module loads (before any student code): rebinding `torch.Tensor.numel` or a builtin later changes nothing here.
-Any other type is refused: the runtime reports it (`REFUSED`) and the judge fails the check with "rank 0's optimizer
+Any other type is refused: the runtime reports it (facts.REFUSED) and the judge fails the check with "rank 0's optimizer
 state holds a torch.Tensor subclass `Fake`; the contract asks for plain tensors" (grader/judge/runner.py).
 
 Like tamper.py's, this code reads no global; code that edits its records in place reaches into the runtime's memory
@@ -26,7 +26,6 @@ from typing import Any, Final, TypeGuard
 import torch
 from torch import nn
 
-REFUSED: Final = "refused"  # the facts key: each object of a type the contract does not allow, where it was found
 PLAIN_TENSORS: Final = "plain tensors"  # what the contract asks for, as the refusal says it
 PLAIN_DTENSORS: Final = "plain tensors or DTensors"
 DTENSOR, FLAT_PARAMETER = "torch.distributed.tensor", "torch.distributed.fsdp._flat_param"  # modules of torch's own

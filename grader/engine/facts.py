@@ -9,11 +9,12 @@ crosses the boundary, and the judge checks every report against the schema befor
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Generic, NotRequired, TypedDict, TypeVar
+from typing import Any, Final, Generic, NotRequired, TypedDict, TypeVar
 
 import numpy as np
 
 F = TypeVar("F")
+REFUSED: Final = "refused"  # the facts key of grader/engine/exact.py's refusals, here where the judge reads it
 
 
 class RankFacts(TypedDict):
@@ -23,7 +24,7 @@ class RankFacts(TypedDict):
     rendezvous_ranks: NotRequired[list[int] | None]  # RENDEZVOUS_RANKS: what the grader's own store saw
     collective_mismatch: NotRequired[dict[str, Any]]  # collectives.MISMATCH: ranks in different collectives
     tampered: NotRequired[list[str]]  # tamper.TAMPERED: what of the grader's own code the code under test replaced
-    refused: NotRequired[list[dict[str, str]]]  # exact.REFUSED: objects of a type the contract does not allow
+    refused: NotRequired[list[dict[str, str]]]  # REFUSED: objects of a type the contract does not allow
 
 
 @dataclass(frozen=True)

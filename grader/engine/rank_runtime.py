@@ -26,8 +26,9 @@ from types import ModuleType
 from typing import Any, Final, NamedTuple, NoReturn, cast
 from urllib.parse import urlparse
 
-from grader.engine import collectives, exact, spawn_log, tamper, wire
+from grader.engine import collectives, spawn_log, tamper, wire
 from grader.engine.contract import RankSpec
+from grader.engine.facts import REFUSED
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 from grader.engine.wrapped_errors import short_message, traceback_text, wrapped_failures
 
@@ -418,9 +419,11 @@ def _bind_report(
     facts, update, asked = context.facts, context.facts.update, context.functions_asked
     student_file = context.student_file
     leave, after_error, describe, waiting = recorder.leave, recorder.after_error, describe_exception, _mismatch_error
+    from grader.engine import exact  # torch's own methods, bound now: torch is loaded, the student's file is not
+
     tampered, refused, address = tamper.replaced, exact.refused, GLOO_ADDRESS_KEY.fullmatch
     mismatch_key, rendezvous_key, tampered_key = collectives.MISMATCH, RENDEZVOUS_RANKS, tamper.TAMPERED
-    refused_key = exact.REFUSED
+    refused_key = REFUSED
     unencodable = (wire.WireError, RecursionError, RuntimeError)  # RuntimeError: a fact changed while encoded
     stores: list[tuple[Any, Callable[[], list[str]] | None]] = []
     started = clock()

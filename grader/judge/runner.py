@@ -19,7 +19,7 @@ from pathlib import Path
 from grader import student_files
 from grader.catalog import CheckSpec, Exercise
 from grader.engine import EngineError, Runner, RunResult
-from grader.engine.exact import REFUSED
+from grader.engine.facts import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
 from grader.judge.diagnose import NOT_IMPLEMENTED, import_calls, test_call_message
@@ -194,9 +194,10 @@ def tampered(runs: Iterable[RunResult]) -> tuple[str, ...]:
 
 
 def refused(runs: Iterable[RunResult]) -> tuple[str, ...]:
-    """Each object of a type the contract does not allow that a rank found where it reads a fact (exact.REFUSED), in a
-    sentence: "rank 0's optimizer state holds a torch.Tensor subclass `Fake`; the contract asks for plain tensors".
-    A report is untrusted: a malformed record is still a refusal, its strings capped."""
+    """Each object of a type the contract does not allow that a rank found where it reads a fact (REFUSED, from
+    grader/engine/exact.py), in a sentence: "rank 0's optimizer state holds a torch.Tensor subclass `Fake`; the
+    contract asks for plain tensors". A report is untrusted: a malformed record is still a refusal, its strings
+    capped."""
     lines: dict[str, None] = {}
     for run in runs:
         for rank in run.ranks:

@@ -183,7 +183,10 @@ def test_a_damaged_report_fails_its_own_run_only(batch, name, said):
     test_an_attack_gains_nothing.)"""
     tests = json.loads(batch["results"][name])["tests"]
     ex01 = [t for t in tests if t["name"].startswith("ex01")]
-    assert ex01 and all(said in t["output"] for t in ex01), ex01
+    assert ex01 and all(t["score"] == 0 for t in ex01), ex01
+    first, *others = ex01  # the first check on the damaged run says why; the others sharing it point there
+    assert said in first["output"], ex01
+    assert all(said in t["output"] or "(a knock-on:" in t["output"] for t in others), ex01
 
 
 def test_the_forgeries_are_marked_for_review_and_no_other_submission(batch):
