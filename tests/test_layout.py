@@ -78,3 +78,14 @@ def test_the_rank_side_imports_nothing_of_the_judge() -> None:
     for module in sorted(rank_side):
         outside = GRAPH[module] - rank_side
         assert not outside, f"{module} imports {outside}, which no sandbox holds"
+
+
+def test_the_judge_loads_no_torch() -> None:
+    """Verdicts are computed in the grader's own process from what the ranks report: it never needs torch, whose
+    import alone costs over a second of every `grader check` (a rank-side module imported by the judge did)."""
+    import subprocess
+    import sys
+
+    code = "import sys, grader.cli, grader.judge.runner, grader.judge.api; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
