@@ -133,10 +133,12 @@ def _named_order(observed: list[Batches], pipeline: Pipeline, rank: int) -> Find
 
 def _sizes(got: Batches, want: Batches, b: int) -> str:
     """The partial batches that one side has and the other lacks, measured: what a dropped or kept one was."""
-    kept = sorted({len(x) for x in got if len(x) < b} - {len(x) for x in want if len(x) < b})
-    lost = sorted({len(x) for x in want if len(x) < b} - {len(x) for x in got if len(x) < b})
-    said = [f"trained on a partial batch of {kept[0]} samples" for _ in kept[:1]]
-    said += [f"never trained on the partial batch of {lost[0]} samples" for _ in lost[:1]]
+    mine, wanted = {len(x) for x in got if len(x) < b}, {len(x) for x in want if len(x) < b}
+    said = []
+    if kept := sorted(mine - wanted):
+        said.append(f"trained on a partial batch of {kept[0]} samples")
+    if lost := sorted(wanted - mine):
+        said.append(f"never trained on the partial batch of {lost[0]} samples")
     return f" (it {' and '.join(said)})" if said else ""
 
 
