@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from grader.engine import exact
 from grader.rank.patches import Patches
 
 NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
@@ -92,17 +93,16 @@ def kind_of(name: str) -> str:
     return bare
 
 
-_NUMEL, _ELEMENT_SIZE = torch._C.TensorBase.numel, torch._C.TensorBase.element_size  # bound before student code
-_DTYPE: Any = torch._C.TensorBase.dtype.__get__  # type: ignore[attr-defined]  # a getset descriptor
 _NO_OVERRIDES = torch._C.DisableTorchFunctionSubclass
 
 
 def _measured(tensor: torch.Tensor) -> tuple[int, int, torch.dtype]:
-    """(elements, bytes, dtype) read by torch's own methods with every subclass's __torch_function__ off: a tensor
-    subclass the student's code hands a collective cannot report another size than it holds."""
+    """(elements, bytes, dtype) read by torch's own methods (exact.py's copies, bound before student code) with every
+    subclass's __torch_function__ off: a tensor subclass the student's code hands a collective cannot report another
+    size than it holds."""
     with _NO_OVERRIDES():
-        count = int(_NUMEL(tensor))
-        return count, count * int(_ELEMENT_SIZE(tensor)), _DTYPE(tensor)
+        count = exact.numel(tensor)
+        return count, count * exact.itemsize(tensor), exact.dtype(tensor)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
