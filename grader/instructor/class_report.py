@@ -11,6 +11,7 @@ control characters escaped, and a message is cut to `MESSAGE_SHOWN` characters.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,9 @@ from grader.instructor.templating import render
 from grader.report.inert import one_line
 
 FILENAME = "report.html"
+SIMILARITY_PAGE, SIMILARITY_FOLDER = "similarity.html", "similarity"  # what `grader similarity` writes beside it
+START_MARK, END_MARK = "<!-- similarity -->", "<!-- /similarity -->"  # where its link goes (report.html.j2)
+LINKED = re.compile(re.escape(START_MARK) + r"(?:.*?" + re.escape(END_MARK) + ")?", re.DOTALL)
 DIAGNOSES_SHOWN = 25
 NAMES_SHOWN = 12
 MESSAGE_SHOWN = 500  # characters of a diagnosis or an error's message
@@ -62,9 +66,16 @@ def write_report(
     wall_seconds: float | None = None,
     plots: bool | None = None,
     feedback: Links = (),
+    keep_link: bool = False,
 ) -> Path:
+    """`keep_link`: a page rewritten in place keeps the similarity link `grader similarity` put there (its pages
+    lie beside it, and a regrade changes no code); a batch graded anew drops it, its code may have changed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     page = render_report(summarize(catalog, grades, wall_seconds), title, plots, feedback)
+    if keep_link and path.is_file():
+        earlier = LINKED.search(path.read_text(encoding="utf-8", errors="replace"))
+        if earlier is not None and earlier[0] != START_MARK:
+            page = LINKED.sub(lambda _: earlier[0], page, count=1)
     path.write_text(page, encoding="utf-8")
     return path
 

@@ -795,7 +795,7 @@ def _write_class_report(
     catalog = dataclasses.replace(catalog, exercises=tuple(e for e in catalog.exercises if e.id in graded))
     outs = [source if source.is_dir() else source.parent for source in sources]
     pages = feedback.links(path, outs, [g.name for g in grades])
-    class_report.write_report(path, catalog, grades, "Class report", plots=plots, feedback=pages)
+    class_report.write_report(path, catalog, grades, "Class report", plots=plots, feedback=pages, keep_link=True)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -124,6 +124,8 @@ RESERVED = frozenset(
     for name in (
         gradebook.FILENAME,
         class_report.FILENAME,
+        class_report.SIMILARITY_PAGE,
+        class_report.SIMILARITY_FOLDER,
         grade_log.FILENAME,
         manifest.FILENAME,
         roster.FILENAME,

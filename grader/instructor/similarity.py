@@ -49,8 +49,8 @@ from grader.report.inert import one_line
 
 T = TypeVar("T")
 R = TypeVar("R")
-FILENAME = "similarity.html"  # OUT/similarity.html, beside the class report
-FOLDER = "similarity"  # OUT/similarity/: the pair pages, and the files compared (an archive for a later term)
+FILENAME = class_report.SIMILARITY_PAGE  # OUT/similarity.html, beside the class report
+FOLDER = class_report.SIMILARITY_FOLDER  # OUT/similarity/: the pair pages, and the files compared (for a later term)
 PAIRS_FOLDER = "pairs"
 FILES_FOLDER = "files"
 INSTALL = "pip install -e '.[similarity]'"
@@ -60,10 +60,8 @@ PAIRS_SHOWN = 30  # per exercise: the most similar flagged pairs get a row and a
 SHOWN_CHARACTERS = 100_000  # of one file on a pair page
 SCREEN_CELLS = 1 << 22  # characters times files the screen holds at once (16 MiB of counts)
 NAMES_SHOWN = 12  # members of a group named on the summary page
-START_MARK = "<!-- similarity -->"  # where the class report's template leaves room for the link
-END_MARK = "<!-- /similarity -->"
+START_MARK, END_MARK = class_report.START_MARK, class_report.END_MARK  # where the class report has room for the link
 _FUTURE = re.compile(r"^[ \t]*from[ \t]+__future__[ \t]+import[^\n]*$", re.MULTILINE)
-_LINKED = re.compile(re.escape(START_MARK) + r"(?:.*?" + re.escape(END_MARK) + ")?", re.DOTALL)
 CANNOT_SHOW = (
     "Similar is not copied. The exercises are short and their stubs name the APIs to call, so students who "
     "follow the same hints or tutorial can write alike without copying; a short exercise leaves little room "
@@ -471,7 +469,9 @@ def link_report(out: Path, findings: Findings) -> str:
     if START_MARK not in html:
         return f"{report} has no room for the link (written by an older grader): `grader report` writes it anew"
     section = render("similarity_section.html.j2", f=findings, href=FILENAME).strip()
-    report.write_text(_LINKED.sub(lambda _: f"{START_MARK}{section}{END_MARK}", html, count=1), encoding="utf-8")
+    report.write_text(
+        class_report.LINKED.sub(lambda _: f"{START_MARK}{section}{END_MARK}", html, count=1), encoding="utf-8"
+    )
     return f"linked from {report}"
 
 

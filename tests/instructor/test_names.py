@@ -47,6 +47,11 @@ def test_any_names_get_folders_of_their_own_that_are_no_file_of_the_batch(names:
     assert all(1 <= shard_of(name, 3) <= 3 for name in names)
 
 
+@pytest.mark.parametrize("written", ["similarity", "Similarity.HTML", "report.html", "regrade.md", "overrides.csv"])
+def test_no_submission_gets_the_name_of_what_the_instructors_commands_write_beside_it(written: str) -> None:
+    assert results_folder(written).casefold() != written.casefold()
+
+
 @pytest.mark.parametrize("shard", [[], ["--shard", "1/1"]], ids=["whole", "shard"])
 def test_reserved_and_undecodable_names_each_get_their_results_json(tmp_path: Path, shard: list[str]) -> None:
     folder = tmp_path / "subs"

@@ -207,6 +207,21 @@ def test_it_never_changes_a_score_and_links_the_class_report_once(
     assert len(pages) == len(CATALOG.exercises)  # one pair per exercise: no page left from the first run
 
 
+def test_the_class_report_rewritten_in_place_keeps_the_link_and_one_written_elsewhere_has_none(
+    detector: ModuleType, tmp_path: Path
+) -> None:
+    paths = _copies(tmp_path / "subs")[:2]
+    out = _out_with_grades(tmp_path / "out", paths)
+    assert main(["similarity", str(out), *map(str, paths)]) == 0
+    linked = (out / class_report.FILENAME).read_text(encoding="utf-8")
+    assert main(["report", str(out), "--out", str(out / class_report.FILENAME), "--no-plots"]) == 0
+    again = (out / class_report.FILENAME).read_text(encoding="utf-8")
+    section = re.escape(similarity.START_MARK) + ".*?" + re.escape(similarity.END_MARK)
+    assert re.search(section, again, re.S)[0] == re.search(section, linked, re.S)[0]  # type: ignore[index]
+    assert main(["report", str(out), "--out", str(tmp_path / "elsewhere.html"), "--no-plots"]) == 0
+    assert 'href="similarity.html"' not in (tmp_path / "elsewhere.html").read_text(encoding="utf-8")
+
+
 def test_the_pages_show_what_students_wrote_as_text_and_say_what_they_cannot_show(
     detector: ModuleType, tmp_path: Path
 ) -> None:
