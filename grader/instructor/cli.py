@@ -76,6 +76,15 @@ def _shard(text: str) -> shard.Shard:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+SEEDS = 2**31  # a batch's seed is drawn below this; `--seed` takes one from the same range
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit() or int(text) >= SEEDS:
+        raise argparse.ArgumentTypeError(f"{text} is not a seed: a whole number from 0 to {SEEDS - 1}")
+    return int(text)
+
+
 def _score(text: str) -> float:
     try:
         value = float(text)
@@ -189,6 +198,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="the class roster (an LMS's CSV export): the gradebook gets each submission's student_id, and "
         "DIR/roster.csv says which student each submission is and who handed in nothing",
+    )
+    grade.add_argument(
+        "--seed",
+        type=_seed,
+        help="the batch's random inputs (default: drawn once, recorded in DIR/batch.json); `grader slurm` gives "
+        "every shard the same, so the whole class is graded on the same inputs",
     )
     _add_sandbox_options(grade)
     grade.add_argument(
@@ -451,7 +466,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     submissions = _graded("grade", args.submissions)
     if not submissions:
         raise InstructorError("nothing to grade: every path given is a leftover of a tool, not a submission")
-    return _grade_batch(args, GradingPlan.from_args(args, hidden=True), submissions).status
+    plan = dataclasses.replace(GradingPlan.from_args(args, hidden=True), seed=args.seed)
+    return _grade_batch(args, plan, submissions).status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,7 +516,7 @@ def _grade_batch(
     students = _roster(args.roster) if args.roster else None
     paths = shard.select(submissions, args.shard) if args.shard else submissions
     if plan.seed is None:
-        plan = dataclasses.replace(plan, seed=secrets.randbelow(2**31))  # one for the batch, recorded for a regrade
+        plan = dataclasses.replace(plan, seed=secrets.randbelow(SEEDS))  # one for the batch, recorded for a regrade
     args.out.mkdir(mode=0o700, parents=True, exist_ok=True)  # results are nobody else's business
     ids = tuple(e.id for e in catalog.exercises)
     record = manifest.Manifest(
@@ -909,6 +925,8 @@ def _slurm_job(args: argparse.Namespace, catalog: Catalog, count: int) -> slurm.
         f"{args.timeout:g}",
         "--deadline",
         f"{args.deadline:g}",
+        "--seed",  # one for the class: every shard grades on the same random inputs
+        str(secrets.randbelow(SEEDS)),
     ]
     if args.world_size:
         options += ["--world-size", str(args.world_size)]

@@ -41,7 +41,9 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], 
         support.with_mistake(root / "subs" / "bo", f"{EX01}.py", "no_destroy"),
     ]
     out = root / "old"
-    done = support.run_grader(course, "grade", *map(str, subs), "--out", str(out), *GRADING, timeout=900)
+    done = support.run_grader(
+        course, "grade", *map(str, subs), "--out", str(out), *GRADING, "--seed", "1234", timeout=900
+    )
     assert done.returncode == 0, done.stderr
     return course, subs, out
 
@@ -69,7 +71,7 @@ def test_provenance_is_in_batch_json_every_grade_log_line_and_results_json(
     batch = json.loads((out / "batch.json").read_text())
     exercise = load_catalog(course).get(EX01)
     digest = provenance.exercise_hash(exercise, course / "grader" / "checks" / EX01)
-    assert isinstance(batch["seed"], int)
+    assert batch["seed"] == 1234  # as --seed gave it
     assert batch["provenance"]["exercises"] == {EX01: digest}
     assert batch["provenance"]["version"] == provenance.version() and batch["provenance"]["commit"] is None
     assert batch["options"]["paths"] == [str(p) for p in subs] and batch["submissions"] == ["ada", "bo"]
@@ -235,3 +237,10 @@ def test_a_regrade_into_its_own_folder_or_of_submissions_gone_is_refused(
     err = capsys.readouterr().err
     assert f"1 submission(s) {moved} graded no longer exist: {tmp_path / 'deleted-bo'}; put them back" in err
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("seed", ["-3", "2147483648", "1e3", "seven"])
+def test_a_seed_out_of_range_is_refused_in_a_sentence(tmp_path: Path, seed: str) -> None:
+    done = support.run_grader(support.REPO, "grade", str(tmp_path), "--out", str(tmp_path / "out"), "--seed", seed)
+    assert done.returncode == 2 and f"{seed} is not a seed: a whole number from 0 to 2147483647" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()

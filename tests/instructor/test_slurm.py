@@ -76,9 +76,11 @@ def test_options_are_passed_on_to_every_grade_and_the_time_limit_covers_the_shar
     assert done.returncode == 0, done.stderr
     script = (tmp_path / "job.sh").read_text()
     assert "--gpus-per-task" not in script and "#SBATCH --array=1-2" in script
-    assert (
-        "--backend gloo -j 2 --timeout 60 --deadline 5 --world-size 2 --exercises ex01_process_group,ex02_data_sharding"
-    ) in script
+    options = r"--backend gloo -j 2 --timeout 60 --deadline 5 --seed (\d+) --world-size 2 --exercises "
+    found = re.search(options + "ex01_process_group,ex02_data_sharding", script)
+    assert found is not None, script  # one seed in the one command every task runs: the class on the same inputs
+    again = slurm(tmp_path, str(subs), "--out", "again.sh", "--shards", "2")
+    assert again.returncode == 0 and f"--seed {found[1]} " not in (tmp_path / "again.sh").read_text()  # drawn anew
     # a shard of 8 (1.5 x 5, rounded up), 2 at a time, 60 s each: 4 minutes, plus 10 of start-up
     assert "#SBATCH --time=00:14:00" in script
     done = slurm(tmp_path, str(subs), "--out", "job.sh", "--time", "01:30:00")
