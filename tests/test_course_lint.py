@@ -359,7 +359,12 @@ EX14_HYPOTHESES = "grader/checks/ex14_tensor_parallel/hypotheses.toml"
         (EX13_HYPOTHESES, 'mistake = { lr_scale = "W" }', 'mistake = { lr_scale = "b" }', "names ['b'], not numbers"),
         (EX13_HYPOTHESES, 'numbers = ["W"]', 'numbers = ["W"]\nbackend = "x"', "[replay]: unknown field 'backend'"),
         (EX14_HYPOTHESES, "{W_1}·b2", "{W_2}·b2", "says names 'W_2'"),
-        (EX14_HYPOTHESES, 'bias = ["after", "every_rank"]', 'bias = "word"', "knob 'bias' must be"),
+        (
+            EX14_HYPOTHESES,
+            'bias = ["after", "every_rank", "every_rank_over_W", "rank0"]',
+            'bias = "word"',
+            "knob 'bias' must be",
+        ),
     ],
     ids=["word", "knob", "number", "replay-field", "sentence", "kind"],
 )

@@ -46,5 +46,24 @@ def scale_of(actual: Arrays, expected: Arrays) -> float:
     return numerator / denominator if denominator else float("nan")
 
 
+def proportional(actual: Arrays, expected: Arrays, rtol: float = RTOL, atol: float = ATOL) -> float | None:
+    """c where actual == c * expected for every tensor (c != 1, c > 0), else None."""
+    scale = scale_of(actual, expected)
+    if not (np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3):
+        return None
+    if first_difference(actual, {name: scale * value for name, value in expected.items()}, rtol, atol) is None:
+        return scale
+    return None
+
+
+def fraction(value: float) -> str:
+    """A positive factor as a message says it: "2 times", "1/4 of" (1/n only for a small whole n)."""
+    if value >= 1:
+        return f"{value:.4g} times"
+    inverse = 1 / value  # 1/n only for the small n a run names (b, W, k); 0.0182 is no "1/55"
+    whole = round(inverse)
+    return f"1/{whole} of" if whole <= 16 and abs(inverse - whole) < 1e-4 * whole else f"{value:.4g} times"
+
+
 def near(value: float, target: float, rel: float = 0.02) -> bool:
     return abs(value - target) <= rel * abs(target)

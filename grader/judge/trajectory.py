@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from grader.engine.facts import ReplayedStep
-from grader.judge.compare import Arrays, first_difference, scale_of
+from grader.judge.compare import Arrays, first_difference, fraction, proportional, scale_of
 from grader.judge.names import Cause, HintName
 from grader.judge.proof import Proven
 from grader.judge.replay import Hypothesis, Replayer, Steps, prove, reproduces
@@ -79,24 +79,6 @@ def _round(value: float) -> float:
     return float(f"{value:.3g}")
 
 
-def _fraction(value: float) -> str:
-    if value >= 1:
-        return f"{value:.4g} times"
-    inverse = 1 / value  # 1/n only for the small n a run names (b, W, k); 0.0182 is no "1/55"
-    whole = round(inverse)
-    return f"1/{whole} of" if whole <= 16 and abs(inverse - whole) < 1e-4 * whole else f"{value:.4g} times"
-
-
-def _proportional(actual: Arrays, expected: Arrays) -> float | None:
-    """c where actual == c * expected for every tensor (c != 1, c > 0), else None."""
-    scale = scale_of(actual, expected)
-    if not (np.isfinite(scale) and scale > 0 and abs(scale - 1) > 1e-3):
-        return None
-    if first_difference(actual, _scaled(expected, scale)) is None:
-        return scale
-    return None
-
-
 def _listed(names: list[str]) -> str:
     shown = names[:4] + ([f"{len(names) - 4} more"] if len(names) > 4 else [])
     return ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else shown[0]
@@ -114,14 +96,14 @@ def by_parameter(actual: Arrays, expected: Arrays, what: str) -> str:
         one, want = {name: actual[name]}, {name: expected[name]}
         if first_difference(one, want) is None:
             equal.append(name)
-        elif (factor := _proportional(one, want)) is not None:
+        elif (factor := proportional(one, want)) is not None:
             scaled.setdefault(_round(factor), []).append(name)
         else:
             return ""
     if not equal or not scaled:
         return ""
     groups = [
-        f"{_listed(names)} {'is' if len(names) == 1 else 'are'} exactly {_fraction(factor)} the reference's"
+        f"{_listed(names)} {'is' if len(names) == 1 else 'are'} exactly {fraction(factor)} the reference's"
         for factor, names in sorted(scaled.items())
     ]
     return f"{'; '.join(groups)}; every other parameter's {what} equals it ({_listed(equal)})"
@@ -164,7 +146,7 @@ class _Locator:
         ratios = have / np.where(want == 0, np.nan, want)
         if np.all(np.isfinite(ratios)) and close(ratios, np.full_like(ratios, ratios[0]), rtol=1e-4, atol=1e-8):
             return False, (
-                f"the loss backward() started from is exactly {_fraction(float(ratios[0]))} the mean squared "
+                f"the loss backward() started from is exactly {fraction(float(ratios[0]))} the mean squared "
                 "error of the batch"
             )
         return False, f"the loss backward() started from is {have[0]:.6g}, the batch's mean squared error {want[0]:.6g}"
@@ -199,11 +181,11 @@ class _Locator:
         fits: dict[str, float] = {}
         if _largest(grads) == 0.0 and _largest(expected) > 0.0:
             measured = "every gradient was zero when optimizer.step() ran, where the reference's are not"
-        elif (scale := _proportional(grads, expected)) is not None:
+        elif (scale := proportional(grads, expected)) is not None:
             fits["loss_scale"] = _round(scale)
             if scale < 1:
                 fits["clip_norm"] = _round(_norm(grads))
-            measured = f"the gradient at optimizer.step() is exactly {_fraction(scale)} the reference's"
+            measured = f"the gradient at optimizer.step() is exactly {fraction(scale)} the reference's"
         elif located := by_parameter(grads, expected, "gradient"):
             measured = f"the gradient at optimizer.step() differs from the reference's ({self.setting.reference}) " + (
                 f"in some parameters only: {located}"
@@ -269,10 +251,10 @@ class _Locator:
                 measured_only=True,
             )
         fits: dict[str, float] = {}
-        scale = _proportional(update, expected)
+        scale = proportional(update, expected)
         if scale is not None:
             fits["lr_scale"] = _round(scale)
-            measured = f"the update is exactly {_fraction(scale)} the reference's for every parameter"
+            measured = f"the update is exactly {fraction(scale)} the reference's for every parameter"
         elif located := by_parameter(update, expected, "update"):
             measured = f"the update differs from the reference's in some parameters only: {located}"
         else:

@@ -33,6 +33,7 @@ from grader.checks.ex14_tensor_parallel.facts import (
 from grader.engine.facts import ReplayRequest
 from grader.judge import replay
 from grader.judge.api import CheckContext, CheckFailed, check
+from grader.judge.compare import fraction, proportional, scale_of
 from grader.judge.diagnose import failure_verdict
 from grader.judge.names import Cause, HintName
 from grader.judge.proof import Proven, structural
@@ -61,10 +62,18 @@ def _value(facts: TensorFacts | None) -> np.ndarray | None:
     return facts.get("value") if facts is not None else None
 
 
+def _exactly(got: np.ndarray, want: np.ndarray) -> float | None:
+    """c where `got` is exactly c times `want` (c > 0, c != 1), else None."""
+    return proportional({"": got}, {"": want}, RTOL, ATOL) if got.shape == want.shape else None
+
+
 def _apart(got: np.ndarray, want: np.ndarray) -> str:
-    """The words between a measured tensor and "the reference's": how far apart, or the two shapes."""
+    """The words between a measured tensor and "the reference's": the exact ratio where there is one, else how
+    far apart, or the two shapes."""
     if got.shape != want.shape:
         return f"has shape {list(got.shape)}, not the shape {list(want.shape)} of"
+    if (factor := _exactly(got, want)) is not None:
+        return f"is exactly {fraction(factor)}"
     return f"differs by up to {float(np.abs(got - want).max()):.3g} from"
 
 
@@ -106,7 +115,8 @@ def _locate(got: np.ndarray | None, full: np.ndarray, world_size: int) -> tuple[
 
 Layout = dict[str, tuple[str, int, bool] | None]  # per shard: the block it holds (_locate)
 RIGHT = {"w1": "rows", "b1": "slice", "w2": "columns", "b2": "whole"}
-WHAT = {"w1": "w1 (fc1's weight)", "b1": "b1", "w2": "w2 (fc2's weight)", "b2": "b2"}
+PART = {"w1": "fc1's weight", "b1": "fc1's bias", "w2": "fc2's weight", "b2": "fc2's bias"}
+WHAT = {key: f"{key} ({part})" for key, part in PART.items()}
 # What a layout mistake builds on rank r: the block of each weight it determines, (dimension, whose block).
 # b2 is left out of the two split mistakes: where the second bias goes is a choice of its own (measured apart).
 Blocks = dict[str, tuple[str, int]]
@@ -260,9 +270,12 @@ def _layout_failure(ctx: CheckContext, ranks: list[ByHand], full: dict[str, np.n
             shape = list(shards[key].shape)
             if where is None:
                 block = _slices(full[key], world).get((RIGHT[key], rank), full[key])
+                factor = _exactly(shards[key], block)
                 raise ctx.fail(
                     f'rank {rank}\'s shard "{key}" (shape {shape}) is no block of {WHAT[key]}: rank {rank} '
-                    f"keeps {_name_block(key, rank, block.shape[0 if key != 'w2' else 1], world)}{also}",
+                    f"keeps {_name_block(key, rank, block.shape[0 if key != 'w2' else 1], world)}"
+                    + (f", and the shard is exactly {fraction(factor)} it" if factor is not None else "")
+                    + also,
                     hint=HintName("slices"),
                 )
             axis, index, _ = where
@@ -340,6 +353,13 @@ def _near(got: np.ndarray | None, want: np.ndarray) -> bool:
     return close(got, want, rtol=0, atol=REPLAY_RTOL * max(scale, 1e-6))
 
 
+def _same_gradient(got: TensorFacts | None, replayed: np.ndarray | None) -> bool:
+    """A shard's gradient as the replay gives it: within its scale, or none where the replay gives none."""
+    if replayed is None:
+        return got is not None and got["type"] == "NoneType"
+    return _near(_value(got), replayed)
+
+
 def _reproduces(facts: ByHand, replay: Replay, with_backward: bool) -> bool:
     if not _near(_value(facts.get("y")), replay["y"]):
         return False
@@ -347,7 +367,7 @@ def _reproduces(facts: ByHand, replay: Replay, with_backward: bool) -> bool:
         return True
     grads = facts.get("grads", {})
     return _near(_value(facts.get("dx")), replay["dx"]) and all(
-        _near(_value(grads.get(k)), replay["grads"][k]) for k in KEYS
+        _same_gradient(grads.get(k), replay["grads"].get(k)) for k in KEYS
     )
 
 
@@ -385,6 +405,19 @@ def _named(ctx: CheckContext, ranks: list[ByHand], measured: str, hint: HintName
     return ctx.fail(measured, hint=hint)
 
 
+def _bias_offset(extra: np.ndarray, b2: np.ndarray, world_size: int) -> str:
+    """The words for an output off by the same multiple c of b2 in every row: "(exactly (W-1)·b2 = 1·b2 more in
+    every row)", "(exactly b2 less in every row)"; "" where it is off by anything else."""
+    rows = np.broadcast_to(b2, extra.shape)
+    c = scale_of({"": extra}, {"": rows})
+    if not (np.isfinite(c) and abs(c) > 1e-3 and close(extra, c * rows, rtol=1e-4, atol=1e-5)):
+        return ""
+    if abs(c - (world_size - 1)) < 1e-4 * world_size:
+        return f" (exactly (W-1)·b2 = {world_size - 1}·b2 more in every row)"
+    times = "" if abs(abs(c) - 1) < 1e-4 else f"{abs(c):.4g}·"
+    return f" (exactly {times}b2 {'more' if c > 0 else 'less'} in every row)"
+
+
 @check("forward_matches_unsplit")
 def forward_matches_unsplit(ctx: CheckContext) -> None:
     ranks, verdict = _by_hand(ctx)
@@ -401,11 +434,8 @@ def forward_matches_unsplit(ctx: CheckContext) -> None:
                 hint=HintName("f_and_g"),
             )
         if not close(y, want, rtol=RTOL, atol=ATOL):
-            b2 = trusted["full"]["b2"]
             extra = y - want
-            offset = ""
-            if close(extra, np.broadcast_to((ctx.world_size - 1) * b2, extra.shape), rtol=1e-4, atol=1e-5):
-                offset = f" (exactly (W-1)·b2 = {ctx.world_size - 1}·b2 more in every row)"
+            offset = _bias_offset(extra, trusted["full"]["b2"], ctx.world_size)
             raise _named(
                 ctx,
                 ranks,
@@ -454,10 +484,12 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                     hint=HintName("slices"),
                 )
             if grad is None:
-                raise ctx.fail(
-                    f'shard "{key}" on rank {rank} has no gradient after y.backward(dy): the output does not depend '
-                    "on it through autograd",
-                    hint=HintName("f_and_g"),
+                raise _named(
+                    ctx,
+                    ranks,
+                    f'shard "{key}" ({PART[key]}) on rank {rank} has no gradient after y.backward(dy): the output '
+                    "does not depend on it through autograd",
+                    HintName("f_and_g"),
                 )
             axis, index, transposed = where
             full_grad = reference[f"d{key}"]
@@ -467,8 +499,8 @@ def backward_matches_unsplit(ctx: CheckContext) -> None:
                 raise _named(
                     ctx,
                     ranks,
-                    f'on rank {rank}, the gradient of shard "{key}" differs from the same block of the unsplit '
-                    f"block's gradient by up to {float(np.abs(grad - block).max()):.3g}",
+                    f'on rank {rank}, the gradient of shard "{key}" ({PART[key]}) {_apart(grad, block)} the same '
+                    "block of the unsplit block's gradient",
                     HintName("f_and_g"),
                 )
 

@@ -80,7 +80,7 @@ class Replay(TypedDict):
 
     y: np.ndarray
     dx: np.ndarray
-    grads: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]  # by w1, b1, w2, b2: a shard the replay gives no gradient has no entry
 
 
 class Reference(RankFacts):

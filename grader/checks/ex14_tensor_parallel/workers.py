@@ -106,7 +106,9 @@ REPLAY_KNOBS: dict[str, str] = {
     "f_backward": "all_reduce",
     "g_forward": "all_reduce",
     "g_backward": "identity",
-    "bias": "after",  # "after" the reduction, or on "every_rank" before it
+    # where b2 is added: "after" the reduction; before it on "every_rank", as b2 / W on every rank
+    # ("every_rank_over_W"), or on rank 0 only ("rank0")
+    "bias": "after",
 }
 
 
@@ -118,11 +120,17 @@ def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
     return total / len(parts) if how == "mean" else total
 
 
+def _bias_before(bias: str, rank: int, world_size: int) -> float:
+    """The multiple of b2 that rank `rank` adds to its partial output before the reduction (0: none)."""
+    return {"after": 0.0, "every_rank": 1.0, "every_rank_over_W": 1 / world_size, "rank0": float(rank == 0)}[bias]
+
+
 def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, str]) -> list[dict[str, Any]]:
     """Trusted replay: every rank's output and gradients when the block is split column-then-row over
     `world_size` ranks and f, g and the second bias do what `mistake` changes of REPLAY_KNOBS (f_forward,
-    f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after the reduction or on every rank
-    before it). Every rank's part is computed here, in one process."""
+    f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after the reduction, or before it on
+    every rank, as b2 / W on every rank or on rank 0 only). Every rank's part is computed here, in one process; a
+    shard that gets no gradient has none in the replay."""
     knobs = {**REPLAY_KNOBS, **mistake}
     unknown = set(knobs) - set(REPLAY_KNOBS)
     if unknown:
@@ -141,29 +149,26 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, 
         }
         for p in parts
     ]
-    every_rank = knobs["bias"] == "every_rank"
+    before = [_bias_before(knobs["bias"], k, world_size) for k in range(world_size)]
     partials = []
-    for a, leaf in zip(inputs, leaves):
+    for a, leaf, share in zip(inputs, leaves, before):
         partial = F.linear(F.gelu(F.linear(a, leaf["w1"], leaf["b1"])), leaf["w2"])
-        partials.append(partial + leaf["b2"] if every_rank else partial)
+        partials.append(partial + share * leaf["b2"] if share else partial)
     outputs = [p.detach() for p in partials]
     upstream = _reduce([dy] * world_size, 0, knobs["g_backward"])  # dy is the same on every rank
     grads = []
-    for a, leaf, partial in zip(inputs, leaves, partials):
-        wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if every_rank else [])
+    for a, leaf, partial, share in zip(inputs, leaves, partials, before):
+        wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if share else [])
         grads.append(torch.autograd.grad(partial, wanted, upstream))
+    after = knobs["bias"] == "after"
     replayed = []
     for rank, mine in enumerate(grads):
         y = _reduce(outputs, rank, knobs["g_forward"])
         dx = _reduce([g[0] for g in grads], rank, knobs["f_backward"])
-        db2 = mine[4] if every_rank else dy.sum(0)
-        replayed.append(
-            {
-                "y": y if every_rank else y + full["b2"],
-                "dx": dx,
-                "grads": {"w1": mine[1], "b1": mine[2], "w2": mine[3], "b2": db2},
-            }
-        )
+        shard_grads = {"w1": mine[1], "b1": mine[2], "w2": mine[3]}
+        if after or before[rank]:  # b2 takes part in this rank's output: after g, or in its partial
+            shard_grads["b2"] = dy.sum(0) if after else mine[4]
+        replayed.append({"y": y + full["b2"] if after else y, "dx": dx, "grads": shard_grads})
     return replayed
 
 
