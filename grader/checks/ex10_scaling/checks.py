@@ -137,6 +137,14 @@ def _lr_from_zero(f: Function) -> Function:
     return rate
 
 
+def _lr_flat(f: Function) -> Function:
+    """The warmup held at its start: every step before warmup_steps given step 0's rate (base_lr), then the
+    target."""
+    return lambda base_lr, base_batch, batch, step, warmup: f(
+        base_lr, base_batch, batch, step if step >= warmup else 0, warmup
+    )
+
+
 def _volume_slips(seconds: bool) -> list[Slip]:
     """The wrong ring volumes, each as a slip of ring_allreduce_bytes (`seconds` False) or of the time
     it takes (True), whose reference volume is the time times the bandwidth."""
@@ -223,11 +231,18 @@ NAMED_SLIPS: dict[str, list[Slip]] = {
             "multiplies the rate by the batch ratio",
             _lr_sqrt,
         ),
-        Slip(
+        Slip(  # a warmup held flat at the target is this same function: one name for it
             Cause("no_warmup"),
-            "no warmup: the rate is the target from step 0; it should climb from base_lr to the "
-            "target over the first warmup_steps steps",
+            "no warmup: the rate is the target from step 0 (a warmup held at the target is none); it should "
+            "climb from base_lr to the target over the first warmup_steps steps",
             lambda f: lambda b0, bb, b, s, w: f(b0, bb, b, s, 0),
+        ),
+        Slip(
+            Cause("warmup_flat"),
+            "a flat warmup: the rate stays at base_lr until warmup_steps, then jumps to the target (step // "
+            "warmup_steps, an integer division, does this too); it should climb linearly, base_lr + (target - "
+            "base_lr) * step / warmup_steps",
+            _lr_flat,
         ),
         Slip(
             Cause("warmup_from_zero"),

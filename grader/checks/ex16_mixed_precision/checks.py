@@ -5,8 +5,9 @@ recomputed in backward; and the numbers against one trusted process doing the sa
 name and size, what the ranks' shards must make up, comes from that trusted process too. A cause is named only
 where a structural replay proves it (grader/judge/proof.py): what the mistake builds (every parameter's storage,
 every unit's policy, every Linear's dtypes, the collectives, the tensors each region keeps and the layers
-recomputed), from the trusted process's names and counts, equal to what the run built; else the message says
-what was measured."""
+recomputed), from the trusted process's names and counts, equal to what the run built; or where the one replay
+of hypotheses.toml whose numbers are the run's (matches_reference: the first gradient, every loss, the final
+weights) proves it (grader/judge/replay.py); else the message says what was measured."""
 
 from __future__ import annotations
 
@@ -15,8 +16,19 @@ from typing import Literal
 
 import numpy as np
 
-from grader.checks.ex16_mixed_precision.facts import REFERENCE, TRAIN, WORKLOAD, Linear, Reference, Train
+from grader.checks.ex16_mixed_precision.facts import (
+    REFERENCE,
+    REPLAYS,
+    TRAIN,
+    WORKLOAD,
+    Linear,
+    Reference,
+    Replayed,
+    Train,
+)
 from grader.engine import RunResult
+from grader.engine.facts import ReplayRequest
+from grader.judge import replay
 from grader.judge.api import CheckContext, check
 from grader.judge.compare import scale_of
 from grader.judge.diagnose import failure_verdict
@@ -32,6 +44,7 @@ REGIONS = ("inp", *BLOCKS, "out")
 # 2^-8 off, so under nccl the first gradient is held to bf16's tolerance only.
 SAME_CASTS = 2e-4
 WITHIN_BF16 = 4e-3
+_HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
 def _explained(ctx: CheckContext, result: RunResult) -> None:
@@ -483,6 +496,42 @@ def _kept_and_recomputed(
     return structural(cause, {"recomputed": order, "kept": kept}, {"recomputed": recomputed, "kept": observed})
 
 
+def _replay_proof(ctx: CheckContext, ranks: list[Train], got: dict[str, np.ndarray]) -> replay.Proof:
+    """The hypothesis of hypotheses.toml whose replay gives the run's numbers: the first step's gradient, every
+    rank's loss at every step and the final weights, each within the tolerance of the same casts. Only on the CPU
+    (gloo): a GPU's bf16 kernels round otherwise than the replay's, and bf16's own tolerance (WITHIN_BF16) would
+    not tell these hypotheses from the correct run."""
+    if ctx.backend != "gloo":
+        return replay.Proof(())
+    final = ranks[0].get("final")
+
+    def replays(requests: dict[str, ReplayRequest]) -> dict[str, Replayed]:
+        asked = {**WORKLOAD.arguments(), "hypotheses": requests}
+        return ctx.reference(REPLAYS, world_size=ctx.world_size, **asked, **ctx.seeds("data", "model"))["replays"]
+
+    def reproduced(replayed: Replayed) -> bool:
+        losses = [f["losses"] for f in ranks]
+        return (
+            _worst(got, replayed["first_grads"])[1] <= SAME_CASTS
+            and all(len(mine) == STEPS for mine in losses)
+            and all(
+                abs(losses[rank][step] - want) <= SAME_CASTS * max(abs(want), 1e-3)
+                for step, per_rank in enumerate(replayed["losses"])
+                for rank, want in enumerate(per_rank)
+            )
+            and final is not None
+            and _worst(final, replayed["final"])[1] <= SAME_CASTS
+        )
+
+    return replay.prove(_HYPOTHESES, {"W": float(ctx.world_size)}, {}, replays, reproduced)
+
+
+def _named(proof: replay.Proof) -> str:
+    """What the message adds when one replay reproduces the run."""
+    named = proof.named
+    return f". It equals, within {SAME_CASTS:g}, a replay with {named[1]}" if named else ""
+
+
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
     ranks = _ranks(ctx)
@@ -506,15 +555,18 @@ def matches_reference(ctx: CheckContext) -> None:
             "fp16_compute": "computed in float16",
         }
         ratio = scale_of(got, candidates["correct"])
+        proof = _replay_proof(ctx, ranks, got)
         raise ctx.fail(
             f"the gradient of step 1 (rank shards put together) differs from the reference's (bf16 compute, fp32 "
             f"reduce) by up to {off:.2g} of its scale, at {name}; least-squares ratio to it {ratio:.3g}"
             + (
                 f"; it equals, within {tolerance:g}, the reference's gradient {said[close[0]]}"
-                if len(close) == 1
+                if len(close) == 1 and not proof.named
                 else ""
-            ),
-            hint=HintName("policy"),
+            )
+            + _named(proof),
+            hint=_hint(proof, HintName("policy")),
+            proven=proof.cause,
         )
     for step in range(STEPS):
         for rank, facts in enumerate(ranks):
@@ -525,10 +577,13 @@ def matches_reference(ctx: CheckContext) -> None:
                     f"rank {rank} ran {len(losses)} forward passes for {STEPS} batches", hint=HintName("optimizer")
                 )
             if abs(losses[step] - want) > WITHIN_BF16 * max(abs(want), 1e-3):
+                proof = _replay_proof(ctx, ranks, got)
                 raise ctx.fail(
                     f"step {step + 1}, rank {rank}: loss {losses[step]:.6g}, the reference's {want:.6g} (the gradient "
-                    "of step 1 was right: look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards)",
-                    hint=HintName("optimizer"),
+                    "of step 1 was right: look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards)"
+                    + _named(proof),
+                    hint=_hint(proof, HintName("optimizer")),
+                    proven=proof.cause,
                 )
     final = ranks[0].get("final")
     if final is None:
@@ -536,7 +591,15 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("wrap"))
     name, off = _worst(final, reference["final"])
     if off > WITHIN_BF16:
+        proof = _replay_proof(ctx, ranks, got)
         raise ctx.fail(
-            f"after {STEPS} steps {name} differs from the reference's by up to {off:.2g} of its scale",
-            hint=HintName("optimizer"),
+            f"after {STEPS} steps {name} differs from the reference's by up to {off:.2g} of its scale" + _named(proof),
+            hint=_hint(proof, HintName("optimizer")),
+            proven=proof.cause,
         )
+
+
+def _hint(proof: replay.Proof, otherwise: HintName) -> HintName:
+    """The named hypothesis' hint, else the one the measurement points at."""
+    named = proof.named
+    return (named[0].hint if named else None) or otherwise

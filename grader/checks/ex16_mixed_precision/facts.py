@@ -2,7 +2,8 @@
 
 The ranks report what the grader's instrumentation saw of the student's training; every parameter's name
 and size (what a rank's shards must add up to), the tensors a plain block keeps and the numbers of one
-process doing the same casts come from the trusted `reference` worker.
+process doing the same casts come from the trusted `reference` worker; its replays of hypotheses.toml from the
+trusted `replays` worker.
 """
 
 from __future__ import annotations
@@ -93,8 +94,24 @@ class Reference(RankFacts):
     parameters: dict[str, tuple[int, int]]
 
 
+class Replayed(TypedDict):
+    """One process's training with a hypothesis' casts: the first step's gradient, each step's loss per rank (as
+    the grader's watch measures it) and the weights at the end."""
+
+    first_grads: dict[str, np.ndarray]
+    losses: list[list[float]]
+    final: dict[str, np.ndarray]
+
+
+class Replays(RankFacts):
+    """Trusted (`replays`): each hypothesis of hypotheses.toml replayed, by cause."""
+
+    replays: dict[str, Replayed]
+
+
 TRAIN = Worker("train", Train)
 REFERENCE = Worker("reference", Reference)
+REPLAYS = Worker("replays", Replays)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Rank side of exercise 16: run the student's FSDP2 training under the grader's own instrumentation,
-installed before the student's code runs, and report what it saw; the trusted single-process reference.
+installed before the student's code runs, and report what it saw; the trusted single-process reference and its
+replays of hypotheses.toml.
 
 What the grader watches (Watch):
 * every nn.Linear's forward pre-hook: the dtypes of its input and weight, whether autocast was on, and
@@ -35,6 +36,7 @@ from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from grader.engine import exact
+from grader.engine.facts import ReplayRequest
 from grader.engine.rank_runtime import RankContext
 from grader.rank.fsdp_units import OriginalNames, fsdp_units
 from grader.rank.training import MOMENTUM, make_regression, make_transformer
@@ -223,19 +225,31 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
     return {}
 
 
+# What a replay may change in the trusted training (hypotheses.toml), and the correct training's value of each
+REPLAY_KNOBS: dict[str, Any] = {
+    "loss_dtype": "float32",  # the dtype the loss is computed in: "float32" (the bf16 output cast up) or "bfloat16"
+}
+LOSS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
 def _low_precision_step(
-    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], compute: torch.dtype, reduce: torch.dtype
+    model: nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    compute: torch.dtype,
+    reduce: torch.dtype,
+    loss_dtype: torch.dtype = torch.float32,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """What FSDP2 with MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce) computes at one step, in
-    one process: each rank's gradient from a copy of the weights cast to `compute` (inputs cast too), then
-    their average in `reduce`, returned in fp32; and each rank's loss."""
+    one process: each rank's gradient from a copy of the weights cast to `compute` (inputs cast too), of the loss
+    computed in `loss_dtype` (the output and the targets cast to it), then their average in `reduce`, returned in
+    fp32; and each rank's loss as the grader's watch measures it (the output cast to fp32)."""
     total: dict[str, torch.Tensor] = {}
     losses = []
     for inputs, targets in batches:
         low = copy.deepcopy(model).to(compute)
-        loss = F.mse_loss(low(inputs.to(compute)).float(), targets)
-        loss.backward()
-        losses.append(loss.item())
+        output = low(inputs.to(compute))
+        F.mse_loss(output.to(loss_dtype), targets.to(loss_dtype)).backward()
+        losses.append(F.mse_loss(output.detach().float(), targets).item())
         for name, p in low.named_parameters():
             assert p.grad is not None  # every parameter takes part in the loss
             grad = p.grad.to(reduce)
@@ -243,44 +257,80 @@ def _low_precision_step(
     return {name: (g / len(batches)).float() for name, g in total.items()}, losses
 
 
-def reference(
-    ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
+def _train(
+    world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int, mistake: dict[str, Any]
 ) -> dict[str, Any]:
-    """Trusted: one process does what FSDP2 with bf16 compute, fp32 reduce and fp32 master weights does,
-    SGD with momentum on the fp32 weights; plus the first step's gradient with a bf16 reduce, with fp32
-    compute and with fp16 compute, the tensors one plain block keeps for backward, and every parameter's
-    elements and rows (what the ranks' shards must make up)."""
+    """Trusted: one process doing what FSDP2 with bf16 compute, fp32 reduce and fp32 master weights does, SGD with
+    momentum on the fp32 weights; `mistake` (knobs of REPLAY_KNOBS) changes the dtype the loss is computed in.
+    The first step's gradient, every step's loss per rank, the weights at the end."""
+    knobs = {**REPLAY_KNOBS, **mistake}
+    unknown = set(knobs) - set(REPLAY_KNOBS)
+    if unknown:
+        raise ValueError(f"unknown replay knobs: {sorted(unknown)}")
+    loss_dtype = LOSS_DTYPES[knobs["loss_dtype"]]
     model = make_transformer(seed=model_seed)
-    parameters = {name: [p.numel(), p.shape[0] if p.dim() else 1] for name, p in model.named_parameters()}
     per_rank = [rank_batches(steps, world_size, r, batch_size, data_seed) for r in range(world_size)]
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     losses: list[list[float]] = []
-    first: dict[str, dict[str, torch.Tensor]] = {}
+    first: dict[str, torch.Tensor] = {}
     for step in range(steps):
         batches = [per_rank[r][step] for r in range(world_size)]
-        if step == 0:
-            for label, compute, reduce in (
-                ("bf16_reduce", torch.bfloat16, torch.bfloat16),
-                ("fp32_compute", torch.float32, torch.float32),
-                ("fp16_compute", torch.float16, torch.float32),
-            ):
-                first[label] = _low_precision_step(model, batches, compute, reduce)[0]
-        grads, step_losses = _low_precision_step(model, batches, torch.bfloat16, torch.float32)
-        if step == 0:
-            first["correct"] = grads
+        grads, step_losses = _low_precision_step(model, batches, torch.bfloat16, torch.float32, loss_dtype)
+        first = first or grads
         losses.append(step_losses)
         for name, p in model.named_parameters():
             p.grad = grads[name]
         optimizer.step()
         optimizer.zero_grad()
+    final = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return {"first_grads": first, "losses": losses, "final": final}
+
+
+def reference(
+    ctx: RankContext, world_size: int, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int
+) -> dict[str, Any]:
+    """Trusted: the correct training (`_train`); plus the first step's gradient with a bf16 reduce, with fp32
+    compute and with fp16 compute, the tensors one plain block keeps for backward, and every parameter's
+    elements and rows (what the ranks' shards must make up)."""
+    model = make_transformer(seed=model_seed)
+    parameters = {name: [p.numel(), p.shape[0] if p.dim() else 1] for name, p in model.named_parameters()}
+    per_rank = [rank_batches(steps, world_size, r, batch_size, data_seed) for r in range(world_size)]
+    batches = [per_rank[r][0] for r in range(world_size)]
+    correct = _train(world_size, steps, batch_size, lr, data_seed, model_seed, {})
+    first: dict[str, dict[str, torch.Tensor]] = {"correct": correct["first_grads"]}
+    for label, compute, reduce in (
+        ("bf16_reduce", torch.bfloat16, torch.bfloat16),
+        ("fp32_compute", torch.float32, torch.float32),
+        ("fp16_compute", torch.float16, torch.float32),
+    ):
+        first[label] = _low_precision_step(model, batches, compute, reduce)[0]
     plain = make_transformer(seed=model_seed).to(torch.bfloat16)
     saved = SavedByRegion(plain)
     with saved.hooks():
         plain(per_rank[0][0][0].to(torch.bfloat16))
     return {
-        "losses": losses,
-        "final": {name: p.detach().clone() for name, p in model.named_parameters()},
+        "losses": correct["losses"],
+        "final": correct["final"],
         "first_grads": first,
         "saved": saved.counts,
         "parameters": parameters,
+    }
+
+
+def replays(
+    ctx: RankContext,
+    world_size: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    data_seed: int,
+    model_seed: int,
+    hypotheses: dict[str, ReplayRequest],
+) -> dict[str, Any]:
+    """Trusted: each hypothesis of hypotheses.toml replayed on the same batches from the same weights."""
+    return {
+        "replays": {
+            name: _train(world_size, steps, batch_size, lr, data_seed, model_seed, request["mistake"])
+            for name, request in hypotheses.items()
+        }
     }
