@@ -40,6 +40,7 @@ IMPORT_CALLS: Final = "student_import_calls"  # the facts key: function name -> 
 # The facts key: the ranks whose Gloo group registered its address in the store rank 0 hosts.
 RENDEZVOUS_RANKS: Final = "rendezvous_ranks"
 GLOO_ADDRESS_KEY = re.compile(r"(?:default_pg/)?0//\w+//\d+/(\d+)")
+GRADER_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # frames of the grader's own wrappers and workers
 
 
 class StepCounter:
@@ -220,7 +221,6 @@ def chain_facts(exc: BaseException) -> list[dict[str, str]]:
     return [{"type": type(e).__name__, "message": str(e)[-CHAIN_MESSAGE_CHARS:]} for e in exception_chain(exc)]
 
 
-GRADER_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # frames of the grader's own wrappers and workers
 PHASE_CALLS = 4  # library frames a phase reports: a decorator's wrapper can come before the function it wraps
 
 
@@ -235,7 +235,7 @@ def library_calls(frames: traceback.StackSummary, caller: Callable[[str], bool])
             if calls:
                 break  # the library called back into the caller's code (a hook): the outer call is the phase
             seen = True
-        elif seen and not frame.filename.startswith(GRADER_PACKAGE):
+        elif seen and not _is_grader_file(frame.filename):
             calls.append(f"{frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.name}")
     return calls[:PHASE_CALLS]
 
