@@ -4,14 +4,25 @@ to the rank that caused it."""
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import pytest
+import torch
+from torch.distributed.checkpoint.state_dict import _init_optim_state
 
 from grader.engine import Job, RankOutcome, RunResult
-from grader.engine.rank_runtime import describe_exception, exception_chain
-from grader.judge.diagnose import MEANING_PREFIX, failure_verdict
+from grader.engine.rank_runtime import (
+    GRADER_PACKAGE,
+    StepCounter,
+    describe_exception,
+    exception_chain,
+    library_calls,
+)
+from grader.engine.supervisor import _checked_report
+from grader.judge.diagnose import MEANING_PREFIX, PHASE_PREFIX, failure_verdict
 from grader.judge.explain import error_messages, error_types, explain, known_errors, parse
+from grader.judge.phases import phase
 
 
 def _raised(make) -> BaseException:
@@ -159,3 +170,153 @@ def test_connection_errors_on_every_rank_are_reported_as_they_are():
     verdict = failure_verdict(_result([_raised_outcome(0, echo), _raised_outcome(1, echo)]), None)
     assert verdict is not None
     assert verdict.message.startswith("every rank raised RuntimeError: ") and "echo" not in verdict.message
+
+
+# --- the phase a rank raised in (issue 31): reported by the rank, worded by the judge -------------------------
+
+HERE = Path(__file__)  # the "student's file" of the crashes below: their frames are this file's
+
+
+def _crash(make, steps: int | None = 2) -> dict:
+    return describe_exception(_raised(make), HERE, steps)
+
+
+def _forward() -> None:
+    torch.nn.Linear(3, 2)(torch.zeros(2, 4))
+
+
+def _backward_into_a_hook() -> None:
+    x = torch.zeros(2, requires_grad=True)
+    x.register_hook(lambda grad: grad.numel() + None)  # the student's hook raises, called back by autograd
+    (x * 2).sum().backward()
+
+
+def test_a_crash_reports_the_library_call_the_students_code_was_in_and_the_steps_done():
+    forward = _crash(_forward)
+    assert forward["phase"]["calls"][0] == "torch/nn/modules/module.py:_wrapped_call_impl"
+    assert forward["phase"]["steps"] == 2
+    assert phase(forward) == "the forward pass, after 2 optimizer steps"
+    hooked = _crash(_backward_into_a_hook, steps=0)
+    assert hooked["phase"]["calls"][0] == "torch/_tensor.py:backward"
+    assert not any("lambda" in call for call in hooked["phase"]["calls"]), "the outer call is the phase, not the hook"
+    assert phase(hooked) == "the backward pass, before any optimizer step"
+    assert _crash(_forward, steps=None)["phase"] == {
+        "calls": [
+            "torch/nn/modules/module.py:_wrapped_call_impl",
+            "torch/nn/modules/module.py:_call_impl",
+            "torch/nn/modules/linear.py:forward",
+        ],
+        "by": "student",
+    }
+
+
+def test_where_the_students_code_is_not_on_the_stack_the_phase_is_the_grader_workers_call():
+    worker = f"{GRADER_PACKAGE}checks/ex14_tensor_parallel/workers.py"
+    frames = traceback.StackSummary.from_list(
+        [
+            (f"{GRADER_PACKAGE}engine/rank_runtime.py", 1, "run", ""),
+            (worker, 2, "parallelized", ""),
+            ("/v/site-packages/torch/nn/modules/module.py", 3, "_wrapped_call_impl", ""),
+            (f"{GRADER_PACKAGE}rank/training.py", 4, "_before", ""),  # a grader's hook: called back, not the phase
+            ("/v/site-packages/torch/functional.py", 5, "split", ""),
+        ]
+    )
+    calls = library_calls(frames, lambda filename: filename.startswith(GRADER_PACKAGE))
+    assert calls == ["torch/nn/modules/module.py:_wrapped_call_impl"]
+    error = {"phase": {"calls": calls, "by": "grader", "steps": 0}, "student_frames": []}
+    assert phase(error) == "the forward pass (the grader's call)"
+
+
+def _phase(calls: object, steps: object = 0, function: str = "train") -> str:
+    frames = [{"file": "x.py", "line": 1, "function": function, "code": ""}]
+    return phase({"type": "E", "message": "", "student_frames": frames, "phase": {"calls": calls, "steps": steps}})
+
+
+def test_the_phase_is_worded_from_a_table_of_torchs_entry_points():
+    wrapped = [
+        "torch/distributed/_composable/contract.py:wrapper",
+        "torch/distributed/fsdp/_fully_shard/_fully_shard.py:fully_shard",
+    ]
+    assert _phase(wrapped) == "wrapping the model with fully_shard()"  # a decorator's wrapper is skipped
+    assert _phase(["torch/optim/optimizer.py:wrapper"], 2) == "optimizer step 3"
+    assert (
+        _phase(
+            [
+                "torch/distributed/checkpoint/logger.py:wrapper",
+                "torch/distributed/checkpoint/utils.py:inner_func",
+                "torch/distributed/checkpoint/state_dict_loader.py:load",
+            ]
+        )
+        == "loading with dcp.load()"
+    )
+    assert _phase(
+        ["torch/distributed/c10d_logger.py:wrapper", "torch/distributed/distributed_c10d.py:all_reduce"], 1
+    ) == ("the collective dist.all_reduce(), after 1 optimizer step")
+    assert _phase(["torch/_tensor.py:split"], 0, "tp_mlp_forward") == "in tp_mlp_forward()"  # the graded function
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"calls": "torch/_tensor.py:backward", "steps": "2"},
+        {"calls": [{"a": 1}], "steps": -1},
+        {"calls": ["evil/x.py:y"], "steps": True},
+        "the phase",
+    ],
+)
+def test_a_forged_phase_is_never_more_than_words_of_the_table(forged):
+    error = {"type": "E", "message": "", "student_frames": [{"function": "f() ; rm"}], "phase": forged}
+    assert phase(error) == ""
+
+
+def test_a_step_torch_takes_on_its_own_is_not_the_students():
+    counter = StepCounter(HERE)
+    handle = counter.install()
+    try:
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.AdamW(model.parameters())
+        _init_optim_state(optimizer)  # what get_state_dict does: a step of lr 0 to make the optimizer's state
+        assert counter.steps == 0
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        assert counter.steps == 1
+    finally:
+        handle.remove()
+
+
+def test_the_supervisor_keeps_a_reports_phase_and_chain_as_short_plain_values():
+    error = {
+        "type": "E",
+        "message": "m",
+        "chain": [{"type": "E", "message": "x" * 9000, "who": "rank 1"}, 3],
+        "phase": {"calls": ["a:b"] * 20, "steps": 10**12},
+    }
+    clean = _checked_report({"facts": {}, "error": error})["error"]
+    assert clean["phase"] == {"calls": ["a:b"] * 8}
+    assert clean["chain"] == [{"type": "E", "message": "x" * 4000, "who": "rank 1"}]
+    assert "phase" not in _checked_report({"facts": {}, "error": {**error, "phase": ["a:b"]}})["error"]
+
+
+def test_a_crash_is_said_in_a_few_lines_with_torchs_first_error_its_phase_and_meaning():
+    message = (
+        "a and b must have same reduction dim, but got [6, 32] X [16, 32].\n\n"
+        "Sharding propagation failed for aten.addmm.default(Spec(f32[32](R))) on DeviceMesh((tp=2), 'cpu')"
+    )
+    frames = [{"file": "/s/ex18.py", "line": 48, "function": "train", "code": "loss = model(x)"}]
+    error = {
+        "type": "RuntimeError",
+        "message": message,
+        "traceback": f"Traceback...\nRuntimeError: {message}",
+        "student_frames": frames,
+        "phase": {"calls": ["torch/nn/modules/module.py:_wrapped_call_impl"], "steps": 0},
+    }
+    verdict = failure_verdict(_result([_raised_outcome(0, error), _raised_outcome(1, error)]), None)
+    assert verdict is not None
+    first, at, phase_said, meaning = verdict.message.splitlines()
+    assert (
+        first == "every rank raised RuntimeError: a and b must have same reduction dim, but got [6, 32] X [16, 32]..."
+    )
+    assert at == "  at ex18.py:48 in train(): `loss = model(x)`"
+    assert phase_said == f"  {PHASE_PREFIX}the forward pass, before any optimizer step"
+    assert meaning.startswith(f"  {MEANING_PREFIX}a tensor-parallel matrix multiply got operands split")
+    assert "Sharding propagation failed" in verdict.verbose_details  # torch's whole message, in the traceback

@@ -16,6 +16,7 @@ import io
 import os
 import re
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -39,6 +40,35 @@ IMPORT_CALLS: Final = "student_import_calls"  # the facts key: function name -> 
 # The facts key: the ranks whose Gloo group registered its address in the store rank 0 hosts.
 RENDEZVOUS_RANKS: Final = "rendezvous_ranks"
 GLOO_ADDRESS_KEY = re.compile(r"(?:default_pg/)?0//\w+//\d+/(\d+)")
+GRADER_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # frames of the grader's own wrappers and workers
+
+
+class StepCounter:
+    """The optimizer steps the student's code took in this rank's process, counted by torch's global step hook:
+    how far a training run was when it raised (the judge words it as the phase, grader/judge/phases.py). A step
+    torch takes on its own counts not: get_state_dict's, which makes an optimizer's state with a step of lr 0."""
+
+    def __init__(self, student_file: Path | None) -> None:
+        self.steps = 0
+        self._student = str(student_file) if student_file else None
+        self._libraries: tuple[str, ...] = ()
+
+    def install(self) -> Any:
+        """Count from now on; returns the hook's handle (a rank keeps it for its life, a test removes it)."""
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        torch_dir = Path(torch.__file__).parent
+        stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+        self._libraries = (f"{torch_dir / 'optim'}{os.sep}", f"{torch_dir / 'amp'}{os.sep}", GRADER_PACKAGE, stdlib)
+        return register_optimizer_step_post_hook(self._stepped)
+
+    def _stepped(self, *_: Any) -> None:
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(self._libraries):
+            frame = frame.f_back  # the optimizer's own wrappers, a GradScaler's step, the grader's: up to the caller
+        if frame.f_code.co_filename == self._student:
+            self.steps += 1
 
 
 class StudentCodeError(Exception):
@@ -60,6 +90,7 @@ class RankContext:
         self.student_file = Path(student_file) if student_file else None
         self.facts: dict[str, Any] = {}
         self.functions_asked: list[str] = []  # the student's functions the worker looked up, in order
+        self.step_counter = StepCounter(self.student_file)  # installed by the runtime with torch loaded
         self._student_module: ModuleType | None = None
 
     # --- the student's code -------------------------------------------------------------
@@ -190,8 +221,40 @@ def chain_facts(exc: BaseException) -> list[dict[str, str]]:
     return [{"type": type(e).__name__, "message": str(e)[-CHAIN_MESSAGE_CHARS:]} for e in exception_chain(exc)]
 
 
-def describe_exception(exc: BaseException, student_file: Path | None) -> dict[str, Any]:
-    """Raw facts about an exception: the student's frames, where it was raised, the traceback."""
+PHASE_CALLS = 4  # library frames a phase reports: a decorator's wrapper can come before the function it wraps
+
+
+def library_calls(frames: traceback.StackSummary, caller: Callable[[str], bool]) -> list[str]:
+    """The library frames below the first of the caller's (by file: the student's, or the grader's worker where the
+    student's code is not on the stack), "torch/_tensor.py:backward", outermost first, the grader's own wrappers
+    left out: the call the error came out of, the phase the rank was in."""
+    calls: list[str] = []
+    seen = False  # a frame of the caller's: the library frames after it are calls the caller made
+    for frame in frames:
+        if caller(frame.filename):
+            if calls:
+                break  # the library called back into the caller's code (a hook): the outer call is the phase
+            seen = True
+        elif seen and not _is_grader_file(frame.filename):
+            calls.append(f"{frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.name}")
+    return calls[:PHASE_CALLS]
+
+
+def _phase(frames: traceback.StackSummary, student: str | None, steps: int | None) -> dict[str, Any]:
+    """The library calls the student's code was in when it raised, else those of the grader's worker ("by"), and
+    the optimizer steps done by then (where the rank counted them)."""
+    by = "student" if any(f.filename == student for f in frames) else "grader"
+    calls = library_calls(frames, student.__eq__ if by == "student" and student else _is_grader_file)
+    return {"calls": calls, "by": by, **({} if steps is None else {"steps": steps})}
+
+
+def _is_grader_file(filename: str) -> bool:
+    return filename.startswith(GRADER_PACKAGE)
+
+
+def describe_exception(exc: BaseException, student_file: Path | None, steps: int | None = None) -> dict[str, Any]:
+    """Raw facts about an exception: the student's frames, where it was raised, the traceback; its phase: the
+    library calls it came out of and the optimizer steps done by then (`steps`, where the rank counted them)."""
     frames = traceback.extract_tb(exc.__traceback__)
     cause = exc.__cause__ if isinstance(exc, StudentCodeError) else None
     if cause is not None:
@@ -219,6 +282,7 @@ def describe_exception(exc: BaseException, student_file: Path | None) -> dict[st
         "student_frames": student_frames,
         "traceback": traceback_text(inner, wrapped) if wrapped else "".join(traceback.format_exception(inner)),
         "chain": chain,
+        "phase": _phase(frames, student, steps),
     }
 
 
@@ -367,6 +431,7 @@ def run_rank(
     recorder.on_mismatch = report.mismatched  # called by the watch's thread: the main one waits in a call
     recorder.install()
     try:
+        context.step_counter.install()
         if spec.get("host_store"):
             report.keep_store(_host_rendezvous(spec))
         hosted_port = os.environ["MASTER_PORT"] if spec.get("host_store") else None
@@ -417,7 +482,7 @@ def _bind_report(
     write, close, end, clock, acquire = os.write, os.close, os._exit, time.perf_counter, threading.Lock().acquire
     flushes = (sys.stdout.flush, sys.stderr.flush)
     facts, update, asked = context.facts, context.facts.update, context.functions_asked
-    student_file = context.student_file
+    student_file, counter = context.student_file, context.step_counter
     leave, after_error, describe, waiting = recorder.leave, recorder.after_error, describe_exception, _mismatch_error
     from grader.engine import exact  # torch's own methods, bound now: torch is loaded, the student's file is not
 
@@ -478,7 +543,7 @@ def _bind_report(
     def raised(exc: BaseException) -> NoReturn:
         left("raised", "")
         try:
-            error = describe(exc, student_file)
+            error = describe(exc, student_file, counter.steps)
             if isinstance(exc, SystemExit):
                 error["message"] = f"the code called sys.exit({exc.code!r})"
             mismatch = after_error(exc)

@@ -487,7 +487,32 @@ def _checked_report(report: Any) -> dict[str, Any]:
             for f in frames[:100]
         ],
     )
+    chain = error.get("chain")
+    if isinstance(chain, list):  # the errors it was raised from, which the judge searches too (explain.py)
+        clean["chain"] = [
+            {key: str(link.get(key, ""))[:4000] for key in ("type", "message", *(("who",) if "who" in link else ()))}
+            for link in chain[:20]
+            if isinstance(link, dict)
+        ]
+    phase = _checked_phase(error.get("phase"))
+    if phase:
+        clean["phase"] = phase
     return {**report, "error": clean}
+
+
+def _checked_phase(phase: Any) -> dict[str, Any]:
+    """A reported error's phase (rank_runtime.describe_exception) as plain, short values, or {}: wording for the
+    judge, which never reads it as more than what the rank said."""
+    if not isinstance(phase, dict):
+        return {}
+    calls = phase.get("calls")
+    steps = phase.get("steps")
+    checked: dict[str, Any] = {"calls": [str(c)[:300] for c in calls[:8]] if isinstance(calls, list) else []}
+    if type(steps) is int and 0 <= steps < 10**9:
+        checked["steps"] = steps
+    if phase.get("by") in ("student", "grader"):
+        checked["by"] = phase["by"]
+    return checked
 
 
 def _strays(ended: dict[str, Any] | None) -> tuple[list[StrayProcess], int]:

@@ -17,8 +17,9 @@ from grader.engine import RankOutcome, RunResult
 from grader.engine.collectives import MISMATCH
 from grader.engine.rank_runtime import IMPORT_CALLS
 from grader.judge.explain import error_chain, explain
+from grader.judge.phases import phase
 from grader.judge.verdict import Verdict
-from grader.judge.wording import shorten
+from grader.judge.wording import ELLIPSIS, shorten
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*$", re.M)
@@ -156,6 +157,28 @@ def meaning_line(error: dict[str, Any] | None) -> str:
 # words (grader/engine/supervisor.py), so the judge cuts first, at a word boundary; the traceback keeps it whole.
 QUOTED_ERROR_CHARS = 4000
 
+PHASE_PREFIX = "phase: "  # before what the rank was doing when it raised (grader/judge/phases.py)
+QUOTED_ERROR_LINES = 4  # of a rank's error message a verdict quotes: the rest is in the traceback, said once
+
+
+def phase_line(error: dict[str, Any] | None) -> str:
+    """The line that says the phase a rank raised in ("the backward pass, after 2 optimizer steps"), or ""."""
+    said = phase(error)
+    return f"\n  {PHASE_PREFIX}{said}" if said else ""
+
+
+def quoted_error(message: str) -> str:
+    """A rank's error message as a verdict quotes it: torch's own first error, that is its first paragraph (DTensor
+    adds "Sharding propagation failed for ..." after a blank line) and at most its first lines, cut at a word;
+    ELLIPSIS where cut. The whole message ends the traceback, in the details."""
+    text = message.strip()
+    lines = text.split("\n\n", 1)[0].splitlines()[:QUOTED_ERROR_LINES]
+    quoted = shorten("\n".join(lines).rstrip(), QUOTED_ERROR_CHARS)
+    if quoted != text and not quoted.endswith(ELLIPSIS):
+        quoted = quoted.rstrip(" ,;:.") + ELLIPSIS
+    return quoted
+
+
 MEMORY_LIMIT = (
     "was killed for going over the memory limit of the sandbox it ran in (all of the submission's processes together)"
 )
@@ -168,8 +191,9 @@ def _describe(
     error = outcome.error
     if error is not None:
         where = student_line(error)
-        summary = f"raised {error['type']}: {shorten(str(error['message']), QUOTED_ERROR_CHARS)}".rstrip(": ")
-        return summary + (f"\n  at {where}" if where else "") + meaning_line(error), error.get("traceback", "")
+        summary = f"raised {error['type']}: {quoted_error(str(error['message']))}".rstrip(": ")
+        at = f"\n  at {where}" if where else ""
+        return summary + at + phase_line(error) + meaning_line(error), error.get("traceback", "")
     where = stuck_frame(outcome.stack_dump, student_file)
     at = f"\n  it was at {where}" if where else ""
     if outcome.stopped == "deadline":

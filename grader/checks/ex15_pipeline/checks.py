@@ -32,7 +32,7 @@ from grader.checks.ex15_pipeline.facts import (
 from grader.engine import RunResult
 from grader.judge import replay
 from grader.judge.api import CheckContext, check
-from grader.judge.diagnose import error_echo_phrase, failure_verdict
+from grader.judge.diagnose import error_echo_phrase, failure_verdict, phase_line, quoted_error
 from grader.judge.names import Cause, HintName
 from grader.judge.proof import Proven, structural
 from grader.judge.slips import Formula, Slip, find_slip
@@ -582,8 +582,8 @@ def uneven_micro_batches(ctx: CheckContext) -> None:
         if r.error:
             raise ctx.fail(
                 f"a batch of {UNEVEN_BATCH} samples in {UNEVEN_MICRO} micro-batches: rank {r.rank} raised "
-                f"{r.error.get('type')}: {shorten(str(r.error.get('message', '')).strip(), QUOTED)}; "
-                f"expected {wanted}, raised before the schedule runs",
+                f"{r.error.get('type')}: {shorten(quoted_error(str(r.error.get('message', ''))), QUOTED)}; "
+                f"expected {wanted}, raised before the schedule runs{phase_line(r.error)}",
                 hint=HintName("uneven"),
             )
     ranks = ctx.require(result, schema=Uneven)
