@@ -14,6 +14,10 @@ and not a symlink), under $XDG_RUNTIME_DIR or the temp dir, and the daemon check
 (SO_PEERCRED). It exits after GRADER_WARM_IDLE seconds (default 600) with no check, and when a check
 brings a different fingerprint (the grader's files, torch's version, the interpreter, the folder,
 the environment the ranks inherit): that check starts a fresh daemon and takes its first zygote.
+An exiting daemon never cuts short a check running on a zygote it handed out: a handed zygote has no
+parent-death signal (it ends when its check closes its line, or when the check dies), and the daemon
+removes its socket at once, kills only the zygote it has not handed out, and lingers, however long,
+until each handed zygote has ended, to remove its scratch folder.
 The daemon imports the next zygote's torch only once no check of its own is running, so a warm
 zygote never competes with a check's ranks for the CPUs.
 GRADER_WARM=0 or `grader check --no-warm` turn it off; `grader grade` and `grader watch` never use it.
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grader import private_network
+from grader.engine import zygote
 from grader.engine.contract import EngineError
 from grader.engine.launchers import ZygoteLink
 from grader.engine.platforms import LauncherError, chosen_launcher
@@ -241,7 +246,7 @@ class _Warm:
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)  # the daemon's, which is the launcher's (`_start_daemon`)
         wrap = private_network.PrivateNetwork(self.scratch) if private_network.unavailable() is None else None
-        self.process = self.link.launch([json.dumps(preload), self.scratch], env, self.log, wrap)
+        self.process = self.link.launch([json.dumps(preload), self.scratch, zygote.UNTIED], env, self.log, wrap)
 
 
 class Daemon:
@@ -283,6 +288,7 @@ class Daemon:
         except (OSError, ValueError):
             return "refused"
         if request.get("fingerprint") != self.print_:
+            (self.folder / SOCKET_NAME).unlink(missing_ok=True)  # the next check starts a new daemon; we hold the lock
             conn.sendall(json.dumps({"stale": True, "why": "the grader, torch or the environment changed"}).encode())
             return "stale"
         preload = request.get("preload")
@@ -321,14 +327,13 @@ class Daemon:
                 self.handed.remove((process, scratch))
 
     def close(self) -> None:
+        """Kill the zygote not handed out; wait, without a time limit, for each handed one to end with
+        its check (killing it would fail the check), and remove its scratch folder."""
         self._drop()
-        give_up = time.monotonic() + 10.0
-        while self.handed and time.monotonic() < give_up:
-            self._reap()
-            time.sleep(0.05)
-        for process, _ in self.handed:
-            process.kill()
-        self._reap()
+        for process, scratch in self.handed:
+            process.wait()
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.handed.clear()
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ nobody else reaches it. Each test has its own daemon folder and temp dir, and ki
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -13,16 +14,23 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from grader import warm
+from grader.engine import Engine, EngineError, Job, zygote
+from grader.engine.launchers import ZygoteLink
 
 REPO = Path(__file__).resolve().parent.parent
+ENGINE_TESTS = REPO / "tests" / "engine"
+FAULTS = ENGINE_TESTS / "fault_workers.py"
 WARM_NOTE = re.compile(r"warm engine: zygote (\d+) from daemon (\d+)(?:, a new daemon \(([^)]*)\))?")
 
 
@@ -205,3 +213,161 @@ def test_another_user_can_neither_use_nor_plant_a_folder(setting):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 1, "another user reached the socket (or the probe broke)"
+
+
+# --- a daemon that goes (stale, closed or killed) never takes a running check's zygote with it ----------
+
+
+def _start_daemon(setting: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+    """A daemon as a check starts it, with a zygote that preloads nothing heavy; its ranks can run the
+    engine tests' fault workers."""
+    folder = warm.private_dir(setting["dir"])
+    env = {**setting["env"], "PYTHONPATH": os.pathsep.join([str(REPO), str(ENGINE_TESTS)])}
+    daemon = subprocess.Popen(
+        [sys.executable, "-P", "-m", "grader.warm", str(folder), json.dumps(["json"]), "print"], env=env
+    )
+    _wait_for(folder / warm.SOCKET_NAME)
+    return daemon, folder
+
+
+def _adopt(answer: dict[str, Any], fds: list[int]) -> Engine:
+    """What `warm.warm_engine` does with a handed zygote: an engine on it, ready."""
+    assert answer.get("handed") and len(fds) == 2, answer
+    engine = Engine(launcher="fork")
+    log = os.fdopen(fds[1], "w+b")
+    engine.adopt(socket.socket(fileno=fds[0]), warm.AdoptedZygote(int(answer["pid"])), log, answer["scratch"])
+    engine.wait_ready()
+    return engine
+
+
+def _healthy_run_passes(engine: Engine) -> None:
+    result = engine.run(Job("fault_workers:healthy", 2, student_file=FAULTS, deadline=60.0))
+    assert result.ok, [(rank.error, rank.output) for rank in result.ranks]
+    assert [float(rank.facts["sum"][0]) for rank in result.ranks] == [3.0, 3.0]
+
+
+def test_a_stale_daemon_lets_the_running_check_finish_on_its_zygote_then_exits(setting):
+    daemon, folder = _start_daemon(setting)
+    answer, fds = warm._request(folder / warm.SOCKET_NAME, {"fingerprint": "print", "preload": ["json"]})
+    engine = _adopt(answer, fds)
+    zygote = int(answer["pid"])
+    try:
+        stale, _ = warm._request(folder / warm.SOCKET_NAME, {"fingerprint": "other", "preload": ["json"]})
+        assert stale.get("stale")
+        assert not (folder / warm.SOCKET_NAME).exists()  # removed before it answered: the next check starts anew
+        assert not _wait_exit(daemon.pid, 1.0), "the stale daemon did not wait for the check on its zygote"
+        _healthy_run_passes(engine)
+        assert daemon.poll() is None and not _wait_exit(zygote, 0)
+    finally:
+        engine.close()  # the check ends: it closes its line
+    assert _wait_exit(zygote, 10), "the handed zygote outlived its check's line"
+    assert daemon.wait(timeout=10) == 0
+    assert not Path(answer["scratch"]).exists()
+    assert _processes_naming(str(setting["tmp"])) == []
+
+
+def test_a_handed_zygote_outlives_a_killed_daemon_and_its_idle_zygote_does_not(setting):
+    daemon, folder = _start_daemon(setting)
+    answer, fds = warm._request(folder / warm.SOCKET_NAME, {"fingerprint": "print", "preload": ["json"]})
+    engine = _adopt(answer, fds)
+    try:
+        zygote = int(answer["pid"])
+        daemon.kill()
+        daemon.wait()
+        time.sleep(0.5)  # a parent-death signal would have landed by now
+        assert not _wait_exit(zygote, 0), "the handed zygote died with the daemon"
+        _healthy_run_passes(engine)
+        with pytest.raises(EngineError) as lost:  # the report says what was measured when a launcher goes
+            engine.run(Job("fault_workers:kills_the_launcher", 2, student_file=FAULTS, deadline=60.0))
+        assert re.search(
+            r"stopped unexpectedly \(a zygote from the warm daemon: its exit status is the daemon's to read\), "
+            r"\d+\.\d s after it was ready, during run\d+ \(fault_workers:kills_the_launcher on 2 ranks\)",
+            str(lost.value),
+        ), lost.value
+    finally:
+        engine.close()
+
+    (folder / warm.SOCKET_NAME).unlink()  # the killed daemon's, as a new daemon would
+    daemon, folder = _start_daemon(setting)  # its first zygote warms; no check takes it
+    idle = _processes_naming(str(setting["tmp"] / "tmp" / "grader-scratch-"))
+    assert len(idle) == 1, idle
+    daemon.kill()
+    daemon.wait()
+    assert _wait_exit(idle[0], 15), "an idle zygote outlived its daemon"
+
+
+def test_an_untied_zygote_whose_line_closes_before_it_is_ready_ends_cleanly(tmp_path):
+    """Nothing kills it with its parent: it learns that its check is gone when it says it is ready."""
+    link = ZygoteLink()
+    with tempfile.TemporaryFile(dir=tmp_path) as log:
+        process = link.launch(
+            [json.dumps(["json"]), str(tmp_path / "scratch"), zygote.UNTIED], dict(os.environ), log, None
+        )
+        link.close()
+        assert process.wait(timeout=30) == 0
+        log.seek(0)
+        assert log.read() == b""
+
+
+CHECK_THAT_HANGS = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_warm import _adopt
+from grader import warm
+from grader.engine import Job
+answer, fds = warm._request(Path({socket!r}), {{"fingerprint": "print", "preload": ["json"]}})
+engine = _adopt(answer, fds)
+print(answer["pid"], flush=True)
+engine.run(Job("fault_workers:hangs", 2, {{"pid_file": {pid_file!r}}}, student_file=Path({faults!r}), deadline=300))
+"""
+
+
+def test_a_killed_check_leaves_no_zygote_and_no_process_of_its_run(setting):
+    daemon, folder = _start_daemon(setting)
+    pid_file = str(setting["tmp"] / "grandchild")
+    script = CHECK_THAT_HANGS.format(
+        tests=str(REPO / "tests"), socket=str(folder / warm.SOCKET_NAME), pid_file=pid_file, faults=str(FAULTS)
+    )
+    env = {**setting["env"], "PYTHONPATH": os.pathsep.join([str(REPO), str(ENGINE_TESTS)])}
+    check = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert check.stdout is not None
+        zygote = int(check.stdout.readline())
+        for rank in range(2):
+            _wait_for(Path(f"{pid_file}.{rank}"), timeout=60)
+        below = [int(Path(f"{pid_file}.{rank}").read_text()) for rank in range(2)]  # what each rank started
+        assert not any(_wait_exit(pid, 0) for pid in [zygote, *below])
+    finally:
+        check.kill()
+        check.wait()
+    for pid in [zygote, *below]:
+        assert _wait_exit(pid, 10), f"process {pid} outlived the killed check"
+    assert daemon.poll() is None  # the daemon goes on serving the next check
+
+
+def test_closing_never_cuts_short_a_check_on_a_handed_zygote_however_long_it_runs(tmp_path, monkeypatch):
+    """The daemon's clock runs a minute a reading, past any grace it could give; its zygote serves on."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(ENGINE_TESTS)]))
+    readings = itertools.count()
+    real = time.monotonic
+    monkeypatch.setattr(warm, "time", SimpleNamespace(monotonic=lambda: real() + 60 * next(readings), sleep=time.sleep))
+    daemon = warm.Daemon(tmp_path, ["json"], "print", idle=60.0)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.sendall(json.dumps({"fingerprint": "print", "preload": ["json"]}).encode() + b"\n")
+        assert daemon._answer(theirs) == "handed"
+        data, fds, _, _ = socket.recv_fds(ours, 1 << 16, 4)
+    answer = json.loads(data)
+    engine = _adopt(answer, list(fds))
+    closing = threading.Thread(target=daemon.close)
+    try:
+        closing.start()
+        _healthy_run_passes(engine)
+        assert closing.is_alive()
+    finally:
+        engine.close()
+    closing.join(timeout=15)
+    assert not closing.is_alive(), "the daemon did not end once its handed zygote had"
+    assert _wait_exit(int(answer["pid"]), 0) and not Path(answer["scratch"]).exists()

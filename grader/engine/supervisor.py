@@ -135,6 +135,9 @@ class Engine:
         self._link: Link = new_link(self.launcher)
         self._process: LauncherProcess | None = None
         self._ready = False
+        self._ready_at = 0.0  # when the launcher said it was ready (time.monotonic)
+        self._serving = ""  # the run the launcher is running, as a report names it
+        self._adopted = False  # its exit status is the warm daemon's, not ours
         self._lost = False  # the control channel broke or the zygote stopped answering
         self._log: IO[bytes] = tempfile.TemporaryFile()
         self._own_scratch = "" if confinement else tempfile.mkdtemp(prefix="grader-scratch-")
@@ -163,6 +166,7 @@ class Engine:
         self._link.adopt(sock)
         self._process, self._log = process, log
         self._own_scratch = self.scratch_root = scratch_root
+        self._adopted = True
 
     def wait_ready(self) -> None:
         if self._lost or (self._process is not None and self._process.poll() is not None):
@@ -181,7 +185,7 @@ class Engine:
             if message.get("event") != "ready":
                 raise EngineError(f"unexpected first message from the rank launcher: {message}")
             self.preload_errors = message.get("preload_errors", {})
-            self._ready = True
+            self._ready, self._ready_at = True, time.monotonic()
 
     def wait_warm(self, timeout: float = 600.0) -> None:
         """Return once a run can start without waiting for its ranks: the zygote is ready, or the
@@ -206,6 +210,7 @@ class Engine:
                 self._process.wait()
             self._process = None
         self._ready = False
+        self._adopted = False
         self._lost = False
         if not keep_scratch:
             self._link.shutdown()
@@ -242,9 +247,18 @@ class Engine:
             return ""
         if self._oom_kills():
             return " (killed: the submission's processes went over the sandbox's memory limit)"
+        if self._adopted:
+            return " (a zygote from the warm daemon: its exit status is the daemon's to read)"
         if code is not None and code < 0:
             return f" (killed by {signal.Signals(-code).name}: code under test may kill its parent)"
         return f" (exit code {code})" if code else ""
+
+    def _when(self) -> str:
+        """When its line ended, as measured here: how long after it was ready, and during which run."""
+        if not self._ready:
+            return ", before it was ready"
+        during = f"during {self._serving}" if self._serving else "between runs"
+        return f", {time.monotonic() - self._ready_at:.1f} s after it was ready, {during}"
 
     def _request(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         try:
@@ -262,7 +276,7 @@ class Engine:
         except EOFError as exc:
             self._lost = True
             raise EngineError(
-                f"the rank launcher stopped unexpectedly{self._how_it_ended()}:\n{self._zygote_log()}"
+                f"the rank launcher stopped unexpectedly{self._how_it_ended()}{self._when()}:\n{self._zygote_log()}"
             ) from exc
         except OSError as exc:
             self._lost = True
@@ -290,13 +304,17 @@ class Engine:
         run_id = f"run{next(self._ids)}"
         oom_before = self._oom_kills()
         asked = time.monotonic()
-        state, streams = self._spawn(run_id, job)
+        self._serving = f"{run_id} ({job.target} on {job.world_size} ranks)"
         try:
-            self._await_start(state)
-            started = time.monotonic()  # the deadline counts from here: a pool may have had to warm ranks
-            self._supervise(job, state, streams, started)
+            state, streams = self._spawn(run_id, job)
+            try:
+                self._await_start(state)
+                started = time.monotonic()  # the deadline counts from here: a pool may have had to warm ranks
+                self._supervise(job, state, streams, started)
+            finally:
+                streams.close()
         finally:
-            streams.close()
+            self._serving = ""
         for live in state.ranks:
             self._finish(live)
         strays, count = _strays(state.ended)

@@ -21,7 +21,10 @@ Protocol over a SOCK_SEQPACKET socket shared with the grader (one JSON message p
   <- {"event": "exited", "run": ID, "rank": R, "status": S}  (S: exit code, or -signal number)
   <- {"event": "ended", "run": ID, "strays": [{"pid", "command", "origin"}, ...]}
 The next run may start once the previous one has ended. When the grader goes away the zygote
-kills every process below it and exits.
+kills every process below it and exits: its line closes (or a message to it finds the line broken),
+and a zygote the grader launched also dies with it (a parent-death signal). A zygote the warm daemon
+launched (grader/warm.py) is handed to a check that is not its parent, so it has no parent-death
+signal (UNTIED): it must not die with the daemon while a check runs on it, and its line ends it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from grader.engine.contract import RankSpec
 from grader.engine.platforms import STACK_DUMP_SIGNAL
 
 _MAX_FDS = 3 * 256
+UNTIED = "--untied"  # the last argument of a zygote that must outlive its parent (the warm daemon's)
 STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
 
 
@@ -155,14 +159,24 @@ class Zygote:
         self.run = None
         _send(self.sock, run_folders.ended(run.run_id, run.run_dir, processes.sweep(STRAY_GRACE_S)))
 
-    def kill_everything(self) -> None:
-        processes.sweep(0.0)
 
-
-def serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> NoReturn:
+def serve(sock: socket.socket, modules: list[str], scratch_root: Path, tied: bool = True) -> NoReturn:
+    """Serve the grader over `sock` until its line closes, then end every process below and exit.
+    `tied`: die with the parent process too (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if tied:
+        processes.prctl(processes.PR_SET_PDEATHSIG, signal.SIGKILL)
     processes.prctl(processes.PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        _serve(sock, modules, scratch_root)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the grader went away while we told it something: the same end as a closed line
+    processes.sweep(0.0)
+    os._exit(0)  # nothing to flush; a normal shutdown with torch loaded takes a second
+
+
+def _serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> None:
+    """Return when the grader closes its line."""
     processes.prctl(processes.PR_SET_DUMPABLE, 0)  # code under test (same user) cannot read or poke its memory
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -186,8 +200,7 @@ def serve(sock: socket.socket, modules: list[str], scratch_root: Path) -> NoRetu
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
             if not message:
-                zygote.kill_everything()
-                os._exit(0)  # nothing to flush; a normal shutdown with torch loaded takes a second
+                return
             request = json.loads(message)
             if request.get("op") == "spawn":
                 zygote.spawn(request, fds)
@@ -203,7 +216,7 @@ def main() -> None:
     modules = json.loads(sys.argv[2])
     scratch_root = Path(sys.argv[3])
     scratch_root.mkdir(parents=True, exist_ok=True)
-    serve(socket.socket(fileno=fd), modules, scratch_root)
+    serve(socket.socket(fileno=fd), modules, scratch_root, tied=UNTIED not in sys.argv[4:])
 
 
 if __name__ == "__main__":

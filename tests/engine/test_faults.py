@@ -155,7 +155,8 @@ def test_output_flood_is_capped_and_does_not_stall(fault_engine):
 def test_code_that_kills_the_zygote_fails_its_run_and_the_next_run_gets_a_new_one(fault_engine):
     from grader.engine import EngineError
 
-    with pytest.raises(EngineError, match="stopped unexpectedly"):
+    said = r"stopped unexpectedly \(killed by SIGKILL: .*\), \d+\.\d s after it was ready, during run\d+ "
+    with pytest.raises(EngineError, match=said + r"\(fault_workers:kills_the_launcher on 2 ranks\):"):
         fault_engine.run(Job("fault_workers:kills_the_launcher", 2, student_file=FAULTS, deadline=DEADLINE))
     result = fault_engine.run(Job("fault_workers:healthy", 2, student_file=FAULTS))  # includes a new warm-up
     assert result.ok
