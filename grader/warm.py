@@ -44,10 +44,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from grader import private_network
-from grader.engine import zygote
 from grader.engine.contract import EngineError
 from grader.engine.launchers import ZygoteLink
-from grader.engine.platforms import LauncherError, chosen_launcher
+from grader.engine.platforms import UNTIED, LauncherError, chosen_launcher
 from grader.engine.preload import BASE_PRELOAD
 from grader.engine.supervisor import Engine, launcher_env
 
@@ -246,7 +245,7 @@ class _Warm:
         self.log: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)  # the daemon's, which is the launcher's (`_start_daemon`)
         wrap = private_network.PrivateNetwork(self.scratch) if private_network.unavailable() is None else None
-        self.process = self.link.launch([json.dumps(preload), self.scratch, zygote.UNTIED], env, self.log, wrap)
+        self.process = self.link.launch([json.dumps(preload), self.scratch, UNTIED], env, self.log, wrap)
 
 
 class Daemon:

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 from grader import warm
-from grader.engine import Engine, EngineError, Job, zygote
+from grader.engine import Engine, EngineError, Job
 from grader.engine.launchers import ZygoteLink
+from grader.engine.platforms import UNTIED
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE_TESTS = REPO / "tests" / "engine"
@@ -300,9 +301,7 @@ def test_an_untied_zygote_whose_line_closes_before_it_is_ready_ends_cleanly(tmp_
     """Nothing kills it with its parent: it learns that its check is gone when it says it is ready."""
     link = ZygoteLink()
     with tempfile.TemporaryFile(dir=tmp_path) as log:
-        process = link.launch(
-            [json.dumps(["json"]), str(tmp_path / "scratch"), zygote.UNTIED], dict(os.environ), log, None
-        )
+        process = link.launch([json.dumps(["json"]), str(tmp_path / "scratch"), UNTIED], dict(os.environ), log, None)
         link.close()
         assert process.wait(timeout=30) == 0
         log.seek(0)

@@ -38,6 +38,7 @@ STACK_DUMP_SIGNAL: signal.Signals | None = getattr(signal, "SIGUSR1", None)  # n
 STACK_COMMAND = b"stack\n"  # where there is no signal for it, a member dumps its stacks on this line
 IS_WINDOWS = sys.platform == "win32"
 IS_LINUX = sys.platform.startswith("linux")
+UNTIED = "--untied"  # the last argument of a zygote that must outlive its parent, the warm daemon (zygote.py)
 
 
 class LauncherError(ValueError):

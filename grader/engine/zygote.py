@@ -43,10 +43,9 @@ from typing import NoReturn
 
 from grader.engine import preload, processes, run_folders
 from grader.engine.contract import RankSpec
-from grader.engine.platforms import STACK_DUMP_SIGNAL
+from grader.engine.platforms import STACK_DUMP_SIGNAL, UNTIED
 
 _MAX_FDS = 3 * 256
-UNTIED = "--untied"  # the last argument of a zygote that must outlive its parent (the warm daemon's)
 STRAY_GRACE_S = 0.3  # a helper that ends by itself once its parent has (resource tracker) is no stray
 
 
