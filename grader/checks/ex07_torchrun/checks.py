@@ -43,15 +43,18 @@ def _named_init_mistake(processes: list[Process]) -> str:
     """A rank, world size or rendezvous of the code's own, read from init_process_group's arguments
     in every process: LOCAL_RANK or LOCAL_WORLD_SIZE where each process passed its own, else a
     value that is not the launcher's."""
-    calls = [
+    calls = sorted(  # by RANK: the first named is the same whatever order the processes reported in
         (
-            p,
-            {name: int(p["env"][name]) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")},
-            p["init_calls"][0],
-        )
-        for p in processes
-        if p["init_calls"]
-    ]
+            (
+                p,
+                {name: int(p["env"][name]) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")},
+                p["init_calls"][0],
+            )
+            for p in processes
+            if p["init_calls"]
+        ),
+        key=lambda found: found[1]["RANK"],
+    )
     wrong_rank = [(p, env, call) for p, env, call in calls if call["rank"] is not None and call["rank"] != env["RANK"]]
     if wrong_rank:
         if all(call["rank"] == env["LOCAL_RANK"] for _, env, call in calls):
