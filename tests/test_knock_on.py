@@ -1,8 +1,10 @@
-"""One failure, said once: checks that share a failed run of the student's code point at the check that said it.
+"""One failure, said once, costing the checks whose facts it cut short, not every check sharing its run.
 
-A barrier inside `if rank == 0:` ends ex03's shared training run with a collective mismatch. Before, each of the
-four checks sharing that run repeated the failure and its traceback; now the first says it, with the traceback and
-the hint, and the others say they were not judged, naming that check (issue: knock-on failures). A file that
+A barrier inside `if rank == 0:` ends ex03's shared training run with rank 0 alone in the barrier, after every
+step and after its save. The training's checks and the checkpoint's are judged on the facts recorded before the
+failure, proven complete (every rank took every step; rank 0's save had ended); the check whose contract the
+barrier breaks says the failure (issue 31: one mistake costs the checks whose contract it breaks). Where the facts
+a check reads are not proven complete, it points at the check that said the failure (a knock-on). A file that
 cannot be imported is an error of every check alike, not a failed run: those keep one message, said once.
 """
 
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import describe
+from conftest import SEED, describe
+from grader.judge.runner import ALL_CHECKS, GradeOptions, grade_exercise
 from variants import materialize
 
 BARRIER_IN_THE_IF = {
@@ -21,20 +24,61 @@ BARRIER_IN_THE_IF = {
         ]
     ]
 }
-SHARED = ["ranks_stay_in_sync", "matches_large_batch", "checkpoint_rank0_only", "checkpoint_loads_plain"]
+# a rank that fails in its first step: no training fact is complete, so every check sharing the run fails
+RAISES_IN_THE_FIRST_STEP = {
+    "replace": [["            optimizer.step()\n", "            optimizer.step()\n            assert rank != 1\n"]]
+}
+JUDGED = ["ranks_stay_in_sync", "matches_large_batch", "checkpoint_rank0_only", "checkpoint_loads_plain"]
+SHARED = [*JUDGED, "waits_for_checkpoint"]
 
 
-def test_checks_sharing_a_failed_run_point_at_the_one_that_says_why(grade, catalog, tmp_path: Path) -> None:
+def test_a_failure_after_training_costs_only_the_check_it_breaks(grade, catalog, tmp_path: Path) -> None:
     exercise = catalog.get("ex03_train_ddp")
     path = materialize(exercise.file, BARRIER_IN_THE_IF, tmp_path)
+    said: list[str] = []
+    results = {r.check: r for r in grade("ex03_train_ddp", path, world_sizes=(2,), checks=set(SHARED))}
+    for name in JUDGED:
+        result = results[name]
+        assert result.status == "passed" and result.points == result.max_points, describe([result])
+        assert "recorded before the run failed" in result.details, describe([result])
+        said.append(result.check)
+    barrier = results["waits_for_checkpoint"]
+    assert barrier.status == "failed" and barrier.points == 0, describe([barrier])
+    assert barrier.message.startswith("only rank 0 called dist.barrier()"), describe([barrier])
+    assert said == JUDGED
+
+
+def test_checks_whose_facts_the_failure_cut_short_point_at_the_one_that_says_why(
+    grade, catalog, tmp_path: Path
+) -> None:
+    exercise = catalog.get("ex03_train_ddp")
+    path = materialize(exercise.file, RAISES_IN_THE_FIRST_STEP, tmp_path)
     results = {r.check: r for r in grade("ex03_train_ddp", path, world_sizes=(2,), checks=set(SHARED))}
     first, *others = (results[name] for name in SHARED)
-    assert first.status == "failed" and "ranks called different collectives" in first.message, describe([first])
-    assert "dist.barrier()" in first.details  # the student's line, once
+    assert first.status == "failed" and "AssertionError" in first.message, describe([first])
+    assert "assert rank != 1" in first.details  # the student's line, once
     for result in others:
         assert result.status == "failed" and result.points == 0, describe([result])
         assert result.message.startswith("not judged: the run it shares with ranks_stay_in_sync failed"), describe(
             [result]
         )
-        assert "ranks called different collectives" not in result.message, "the failure is said once"
+        assert "AssertionError" not in result.message, "the failure is said once"
         assert result.details == "" and result.verbose_details == "" and result.hint is None and result.cause == ""
+
+
+def test_a_failure_no_selected_check_says_still_costs_the_first_check_that_read_its_run(
+    engine, catalog, tmp_path: Path
+) -> None:
+    """Without waits_for_checkpoint, every selected check's facts were complete before the failure: the first of
+    them fails with it after all, and results are still handed on in the catalog's order."""
+    exercise = catalog.get("ex03_train_ddp")
+    path = materialize(exercise.file, BARRIER_IN_THE_IF, tmp_path)
+    handed: list[str] = []
+    options = GradeOptions(world_sizes=(2,), only=frozenset(JUDGED), visibilities=ALL_CHECKS, seed=SEED)
+    results = grade_exercise(engine, exercise, path, options, on_result=lambda r: handed.append(r.check))
+    first, *others = results
+    assert handed == [r.check for r in results] == [s.name for s in exercise.checks if s.name in JUDGED]
+    assert first.status == "failed" and first.points == 0, describe([first])
+    assert first.message.startswith("ranks called different collectives: rank 0 called barrier()"), describe([first])
+    for result in others:
+        assert result.status == "passed", describe([result])

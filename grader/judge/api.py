@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast, overload
 from grader.catalog import Exercise
 from grader.engine import DEFAULT_DEADLINE_S, Job, Runner, RunResult
 from grader.engine.facts import ReplayedStep, TrainingReplays, Worker
-from grader.judge.diagnose import failure_verdict
+from grader.judge.diagnose import NOT_IMPLEMENTED, failure_verdict
 from grader.judge.facts import problems as facts_problems
 from grader.judge.names import HintName
 from grader.judge.proof import Proven
@@ -27,12 +27,31 @@ from grader.judge.verdict import Verdict
 
 class CheckFailed(Exception):
     """`failed_run`: the run of the student's code whose failure is the verdict (`require`), where several checks
-    sharing that run would otherwise each say the same failure (the runner makes the later ones point back)."""
+    sharing that run would otherwise each say the same failure (the runner makes the later ones point back).
+    `explains`: a failed run this verdict diagnoses in words of its own (never turned into a pointer)."""
 
-    def __init__(self, verdict: Verdict, failed_run: RunResult | None = None) -> None:
+    def __init__(
+        self, verdict: Verdict, failed_run: RunResult | None = None, explains: RunResult | None = None
+    ) -> None:
         super().__init__(verdict.message)
         self.verdict = verdict
         self.failed_run = failed_run
+        self.explains = explains
+
+
+class UpToFailure(dict[str, Any]):
+    """A failed rank's facts, cut to those a proof showed complete before the failure: reading any other one
+    fails the check with the run's failure, so a fact the failure cut short is never judged."""
+
+    def __init__(self, facts: dict[str, Any], failure: CheckFailed) -> None:
+        super().__init__(facts)
+        self._failure = failure
+
+    def __missing__(self, key: str) -> Any:
+        raise self._failure
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
 
 
 CheckFunction = Callable[["CheckContext"], "Verdict | str | None"]
@@ -175,6 +194,8 @@ class CheckContext:
     check: str = ""  # the check's name, for "the same hang as in check <name>" (RunCache)
     notes: list[str] = field(default_factory=list)
     used: list[RunResult] = field(default_factory=list)  # the runs this check looked at
+    # failed runs this check judged on facts proven complete before the failure (`facts_until_failure`)
+    judged_before_failure: list[RunResult] = field(default_factory=list)
 
     @property
     def scratch(self) -> Path:
@@ -241,6 +262,46 @@ class CheckContext:
         if isinstance(worker, Worker):
             return self.require(self.run(worker.name, nprocs, deadline, **kwargs), schema=worker.facts)
         return self.require(self.run(worker, nprocs, deadline, **kwargs))
+
+    def facts_until_failure(
+        self,
+        worker: Worker[F],
+        proven: Iterable[str],
+        proof: Callable[[list[F]], str | None],
+        nprocs: int | None = None,
+        **kwargs: Any,
+    ) -> list[F]:
+        """Each rank's facts, as `facts` gives them; and where the run failed, the facts `proven` recorded before the
+        failure, if `proof` shows them complete (it returns what they cover, "the 8 steps every rank took", or None).
+
+        One failure then costs the checks whose facts it cut short, not every check sharing the run. A failed rank's
+        facts hold only the `proven` keys (UpToFailure): reading another one fails with the failure. A rank with no
+        report, a stub, a proof that does not hold: the check fails with the failure, as `facts` would. The runner
+        makes sure some check of the grading still says the failure (grader/judge/runner.py)."""
+        result = self.run(worker.name, nprocs, **kwargs)
+        verdict = failure_verdict(result, self.student_file)
+        if verdict is None:
+            return self.require(result, schema=worker.facts)
+        failure = CheckFailed(verdict, failed_run=result)
+        keys = frozenset(proven)
+        if verdict.status != "failed" or verdict.message.startswith(NOT_IMPLEMENTED):
+            raise failure
+        ranks: list[dict[str, Any]] = []
+        for outcome in result.ranks:
+            if outcome.report is None or facts_problems(outcome.facts, worker.facts, complete=outcome.ok):
+                raise failure
+            if outcome.ok:
+                ranks.append(outcome.facts)
+            elif keys <= outcome.facts.keys():
+                ranks.append(UpToFailure({key: outcome.facts[key] for key in keys}, failure))
+            else:
+                raise failure
+        covered = proof(cast(list[F], ranks))
+        if covered is None:
+            raise failure
+        self.judged_before_failure.append(result)
+        self.notes.append(f"judged on {covered}, recorded before the run failed (another check says how it failed)")
+        return cast(list[F], ranks)
 
     @overload
     def require(self, result: RunResult, stage: str = "", *, schema: type[F]) -> list[F]: ...
@@ -335,8 +396,13 @@ class CheckContext:
         hint: HintName | None = None,
         details: str = "",
         proven: Proven | None = None,
+        explains: RunResult | None = None,
     ) -> CheckFailed:
         """Raise this: `raise ctx.fail(...)` keeps the control flow visible at the call site. `proven`: the cause
         the message names, as the proof path proved it (grader/judge/proof.py); None where the message names none:
-        a cause reaches a verdict no other way."""
-        return CheckFailed(Verdict("failed", message, details, hint, cause=proven.cause if proven is not None else ""))
+        a cause reaches a verdict no other way. `explains`: the failed run of the student's code this message says
+        the failure of, in its own words (the runner then counts that failure as said)."""
+        return CheckFailed(
+            Verdict("failed", message, details, hint, cause=proven.cause if proven is not None else ""),
+            explains=explains,
+        )

@@ -22,7 +22,7 @@ from grader.engine import EngineError, Runner, RunResult
 from grader.engine.facts import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
-from grader.judge.diagnose import NOT_IMPLEMENTED, import_calls, test_call_message
+from grader.judge.diagnose import NOT_IMPLEMENTED, failure_verdict, import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
@@ -56,21 +56,29 @@ def load_checks(exercise: Exercise) -> dict[str, Callable]:
     return registry
 
 
-def _verdict(function: Callable, context: CheckContext) -> tuple[Verdict, RunResult | None]:
-    """The check's verdict, and the failed run of the student's code it fails with, if that is its verdict."""
+@dataclass
+class _Outcome:
+    """A check's verdict, and which failed run of the student's code it says: as the run's own failure
+    (`failed_run`), or in words of its own (`explains`)."""
+
+    verdict: Verdict
+    failed_run: RunResult | None = None
+    explains: RunResult | None = None
+
+
+def _verdict(function: Callable, context: CheckContext) -> _Outcome:
     try:
         outcome = function(context)
     except CheckFailed as failed:
-        return failed.verdict, failed.failed_run
+        return _Outcome(failed.verdict, failed.failed_run, failed.explains)
     except EngineError as exc:
-        return Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True), None
+        return _Outcome(Verdict("error", f"{ENGINE_FAILURE}: {exc}", engine_failed=True))
     except Exception as exc:  # a defect of the check, not of the student's code
-        return Verdict(
-            "error", f"internal grader error in this check: {type(exc).__name__}: {exc}", traceback.format_exc()
-        ), None
+        said = f"internal grader error in this check: {type(exc).__name__}: {exc}"
+        return _Outcome(Verdict("error", said, traceback.format_exc()))
     if isinstance(outcome, Verdict):
-        return outcome, None
-    return Verdict("passed", outcome or ""), None
+        return _Outcome(outcome)
+    return _Outcome(Verdict("passed", outcome or ""))
 
 
 def _knock_on(verdict: Verdict, first: str) -> Verdict:
@@ -109,14 +117,17 @@ def _grade_checks(
     options: GradeOptions,
     on_result: Callable[[CheckResult], None] | None,
 ) -> list[CheckResult]:
-    results = []
+    results: list[CheckResult] = []
     said_by: dict[int, tuple[RunResult, str]] = {}  # a failed run -> the first check that said its failure
+    failures = _Failures(exercise, student_file)
+    emitted = 0
     for spec in _selected(exercise.checks, options):
         sizes = options.world_sizes or spec.world_sizes
         for world_size in sizes:
             started = time.perf_counter()
             warnings: list[str] = []
             replaced: tuple[str, ...] = ()
+            judged_before_failure: list[RunResult] = []
             function = registry.get(spec.name)
             if problem is not None:
                 verdict = Verdict("error", problem)
@@ -136,7 +147,9 @@ def _grade_checks(
                     options.seed or 0,
                     check=spec.name,
                 )
-                verdict, failed_run = _verdict(function, context)
+                outcome = _verdict(function, context)
+                verdict, failed_run = outcome.verdict, outcome.failed_run
+                judged_before_failure = context.judged_before_failure
                 # a stub and a file that cannot be imported are every check's own verdict: said alike, once
                 if (
                     failed_run is not None
@@ -147,6 +160,8 @@ def _grade_checks(
                         verdict = _knock_on(verdict, said_by[id(failed_run)][1])
                     else:
                         said_by[id(failed_run)] = (failed_run, spec.name)
+                if outcome.explains is not None and verdict.status == "failed":
+                    said_by.setdefault(id(outcome.explains), (outcome.explains, spec.name))
                 verdict = skipped_if_api_missing(verdict, context.used, exercise)
                 runs.explain_hang((spec.name, world_size), verdict)
                 left = stray_message(context.used)
@@ -176,9 +191,65 @@ def _grade_checks(
                 tampered=replaced,
             )
             results.append(result)
-            if on_result:
-                on_result(result)
+            if result.status == "passed":
+                failures.owe(len(results) - 1, judged_before_failure)
+            failures.settle(said_by)
+            emitted = _emit(results, emitted, failures.held(), on_result)
+    failures.charge(results, said_by)
+    _emit(results, emitted, set(), on_result)
     return results
+
+
+class _Failures:
+    """Failed runs that passed checks judged on facts recorded before the failure, while no check had said it yet.
+
+    Such a pass waits (it is not emitted) until a later check says that failure. If none does by the end of the
+    grading, the first of them fails with it after all: a failed run always costs at least one check."""
+
+    def __init__(self, exercise: Exercise, student_file: Path) -> None:
+        self._exercise, self._student_file = exercise, student_file
+        self._owed: dict[int, tuple[RunResult, list[int]]] = {}
+
+    def owe(self, index: int, runs: Iterable[RunResult]) -> None:
+        for run in runs:
+            self._owed.setdefault(id(run), (run, []))[1].append(index)
+
+    def settle(self, said_by: dict[int, tuple[RunResult, str]]) -> None:
+        for key in [key for key in self._owed if key in said_by]:
+            del self._owed[key]
+
+    def held(self) -> set[int]:
+        return {index for _, indices in self._owed.values() for index in indices}
+
+    def charge(self, results: list[CheckResult], said_by: dict[int, tuple[RunResult, str]]) -> None:
+        self.settle(said_by)
+        for run, indices in sorted(self._owed.values(), key=lambda owed: owed[1][0]):
+            first = indices[0]
+            verdict = failure_verdict(run, self._student_file) or Verdict("failed", "the run failed")
+            said = results[first]
+            results[first] = replace(
+                said,
+                status=verdict.status,
+                message=verdict.message,
+                details=verdict.details,
+                verbose_details=verdict.verbose_details,
+                hint=verdict.hint,
+                hint_number=self._exercise.hint_number(verdict.hint) if verdict.hint else None,
+                points=0.0,
+            )
+            said_by[id(run)] = (run, said.check)
+        self._owed.clear()
+
+
+def _emit(
+    results: list[CheckResult], emitted: int, held: set[int], on_result: Callable[[CheckResult], None] | None
+) -> int:
+    """Hand the results on in order, up to the first one still held; the index of the next one to hand on."""
+    while emitted < len(results) and emitted not in held:
+        if on_result:
+            on_result(results[emitted])
+        emitted += 1
+    return emitted
 
 
 def tampered(runs: Iterable[RunResult]) -> tuple[str, ...]:

@@ -268,7 +268,9 @@ def record_training(
 ) -> None:
     """Run `train()` (the student's loop on `model`) under a StepRecorder, and a ForwardRecorder
     over the dataset's `inputs` when given; record every step and forward pass, the type it
-    returned and the final weights of the plain model it returned (unwrapping DDP)."""
+    returned and the final weights of the plain model it returned (unwrapping DDP). Steps and
+    forward passes are recorded even when `train()` raises: the judge may prove those taken before
+    the failure complete (CheckContext.facts_until_failure)."""
     forwards = ForwardRecorder(model, inputs) if inputs is not None else None
     losses = LossRecorder()
     recorder = StepRecorder(model, forwards, losses)
@@ -279,9 +281,9 @@ def record_training(
         losses.close()
         if forwards is not None:
             forwards.close()
-    facts.update(recorder.facts())
-    if forwards is not None:
-        facts["forwards"] = forwards.calls
+        facts.update(recorder.facts())
+        if forwards is not None:
+            facts["forwards"] = forwards.calls
     facts["returned"] = type(trained).__name__
     if isinstance(trained, DistributedDataParallel):
         trained = trained.module

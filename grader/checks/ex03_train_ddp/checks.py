@@ -3,7 +3,8 @@ checkpoint: who wrote it, whether the others waited for it, what it holds."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 
 from grader.checks.ex03_train_ddp.facts import (
     INSPECT_CHECKPOINT,
@@ -16,7 +17,7 @@ from grader.checks.ex03_train_ddp.facts import (
     Train,
 )
 from grader.judge import replay
-from grader.judge.api import CheckContext, check
+from grader.judge.api import CheckContext, UpToFailure, check
 from grader.judge.compare import Arrays, first_difference
 from grader.judge.diagnose import where
 from grader.judge.names import Cause, HintName
@@ -78,8 +79,52 @@ def _training(ctx: CheckContext) -> dict[str, Any]:
     return {**WORKLOAD.arguments(), "checkpoint_path": _checkpoint_path(ctx), **ctx.seeds("data", "model")}
 
 
-def _ranks(ctx: CheckContext) -> list[Train]:
-    ranks = ctx.facts(TRAIN, **_training(ctx))
+# What the checks of the training itself read: complete once every rank took every step, even if the run failed
+# after that (in the save, or at a barrier) — a failure there costs the checkpoint's checks, not the training's.
+TRAINING_FACTS: Final = ("ddp_wraps", "initial", "start", "steps", "forwards")
+
+
+def _every_step(ctx: CheckContext) -> Callable[[list[Train]], str | None]:
+    """Proof that the training facts are complete: every rank took as many finished steps as the reference."""
+
+    def proof(ranks: list[Train]) -> str | None:
+        want = len(_reference(ctx)["steps"])
+        if all(len(f["steps"]) == want and all("params" in step for step in f["steps"]) for f in ranks):
+            return f"the {want} optimizer steps every rank took"
+        return None
+
+    return proof
+
+
+def _saved_by_rank0(ctx: CheckContext) -> Callable[[list[Train]], str | None]:
+    """Proof that the write records are complete for who wrote the checkpoint: rank 0 alone failed, after its save
+    of the checkpoint had ended (whatever it would have done next, no other rank can have written it then)."""
+
+    def proof(ranks: list[Train]) -> str | None:
+        if any(isinstance(f, UpToFailure) for f in ranks[1:]) or not isinstance(ranks[0], UpToFailure):
+            return None
+        path = _checkpoint_path(ctx)
+        saves = [e for e in ranks[0]["writes"] if e.get("op") == "save" and e.get("into") == "path"]
+        if any(e.get("path") == path and "end" in e for e in saves):
+            return "the writes of every rank, with rank 0's finished save of the checkpoint"
+        return None
+
+    return proof
+
+
+def _trained(ctx: CheckContext) -> list[Train]:
+    """_ranks, also judged where the run failed after every step (TRAINING_FACTS)."""
+    return _ranks(ctx, ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step(ctx), **_training(ctx)))
+
+
+def _returned(ranks: list[Train]) -> Train:
+    """A rank that returned from train_ddp (rank 0 if it did); reading rank 0's "final" where none did fails the
+    check with the run's failure (UpToFailure)."""
+    return next((f for f in ranks if "final" in f), ranks[0])
+
+
+def _ranks(ctx: CheckContext, reported: list[Train] | None = None) -> list[Train]:
+    ranks = ctx.facts(TRAIN, **_training(ctx)) if reported is None else reported
     counts = [len(f["steps"]) for f in ranks]
     if len(set(counts)) != 1:
         raise ctx.fail(
@@ -111,7 +156,7 @@ def _differs(a: Arrays, b: Arrays) -> bool:
 
 @check("ranks_stay_in_sync")
 def ranks_stay_in_sync(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    ranks = _trained(ctx)
     wrapped = all(f["ddp_wraps"] for f in ranks)
     for rank, facts in enumerate(ranks[1:], 1):
         if _differs(facts["start"], ranks[0]["start"]):
@@ -209,7 +254,7 @@ def _data_before(ranks: list[Train], reference: Reference, steps: int) -> Findin
 
 @check("matches_large_batch")
 def matches_large_batch(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    ranks = _trained(ctx)
     reference = _reference(ctx)
     mine, want = ranks[0]["steps"], reference["steps"]
     if len(mine) != len(want):
@@ -239,11 +284,11 @@ def matches_large_batch(ctx: CheckContext) -> None:
     finding = diagnose(mine, ranks[0]["start"], want, reference["start"], _setting(ctx, reference))
     if finding:
         raise _fail(ctx, _data_before(ranks, reference, finding.step) or finding)
-    final = ranks[0]["final"]
-    difference = first_difference(final, want[-1]["params"])
+    returned = _returned(ranks)
+    difference = first_difference(returned["final"], want[-1]["params"])
     if difference:
         raise ctx.fail(
-            f"train_ddp returned a model ({ranks[0]['returned']}) whose weights are not the trained ones: {difference}"
+            f"train_ddp returned a model ({returned['returned']}) whose weights are not the trained ones: {difference}"
         )
     in_eval, passes = eval_mode_passes(ranks[0]["forwards"])
     if in_eval:
@@ -256,7 +301,7 @@ def matches_large_batch(ctx: CheckContext) -> None:
 
 @check("checkpoint_rank0_only")
 def checkpoint_rank0_only(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    ranks = _ranks(ctx, ctx.facts_until_failure(TRAIN, ("steps", "writes"), _saved_by_rank0(ctx), **_training(ctx)))
     path = _checkpoint_path(ctx)
     problem = writers_problem([f["writes"] for f in ranks], path, _checkpoint(ctx)["exists"], once=False)
     if problem:
@@ -287,6 +332,7 @@ def _barrier_reached_by_some(ctx: CheckContext) -> None:
             f"{'; ' + then if then else ''}. A barrier holds the ranks back only when every rank calls it: "
             "after rank 0's torch.save, outside the `if`",
             hint=HintName("rank0_saves"),
+            explains=result,
         )
 
 
@@ -318,7 +364,8 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
 
 @check("checkpoint_loads_plain")
 def checkpoint_loads_plain(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    proven = ("steps", "writes")
+    ranks = _ranks(ctx, ctx.facts_until_failure(TRAIN, proven, _saved_by_rank0(ctx), **_training(ctx)))
     saved = _checkpoint(ctx)
     if not saved["exists"]:
         raise ctx.fail("no checkpoint was written at checkpoint_path", hint=HintName("rank0_saves"))
@@ -333,6 +380,6 @@ def checkpoint_loads_plain(ctx: CheckContext) -> None:
         )
     if saved["loads_plain"]:
         raise ctx.fail(f"the checkpoint does not load into a plain model: {saved['loads_plain']}")
-    difference = first_difference(saved["tensors"], ranks[0]["final"])
+    difference = first_difference(saved["tensors"], _returned(ranks)["final"])
     if difference:
         raise ctx.fail(f"the checkpoint does not hold the trained weights: {difference}")
