@@ -82,3 +82,21 @@ def test_a_failure_no_selected_check_says_still_costs_the_first_check_that_read_
     assert first.message.startswith("ranks called different collectives: rank 0 called barrier()"), describe([first])
     for result in others:
         assert result.status == "passed", describe([result])
+
+
+LOADED_TO_CUDA = {"replace": [['torch.load(path, map_location="cpu")', 'torch.load(path, map_location="cuda")']]}
+
+
+def test_a_failure_in_load_checkpoint_costs_resume_matches_not_the_checks_of_the_save(
+    grade, catalog, tmp_path: Path
+) -> None:
+    """ex09: every rank returned from save_checkpoint and called torch.load, which raised: the save's checks are
+    judged on what happened until then; resume_matches says the failure."""
+    exercise = catalog.get("ex09_checkpoint")
+    path = materialize(exercise.file, LOADED_TO_CUDA, tmp_path)
+    results = {r.check: r for r in grade("ex09_checkpoint", path, world_sizes=(2,))}
+    for name in ("saves_once_rank0", "waits_for_save", "checkpoint_contents"):
+        assert results[name].status == "passed", describe([results[name]])
+        assert "until it returned from save_checkpoint" in results[name].details, describe([results[name]])
+    resumed = results["resume_matches"]
+    assert resumed.status == "failed" and "Attempting to deserialize object on a CUDA device" in resumed.message

@@ -3,6 +3,9 @@ whether resumed training continues exactly where it stopped."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Final
+
 from grader.checks.ex09_checkpoint.facts import (
     INSPECT_CHECKPOINT,
     REFERENCE,
@@ -87,23 +90,42 @@ def _ranks(ctx: CheckContext) -> list[Resumed]:
     return ctx.require(_run(ctx), schema=Resumed)
 
 
+# What the checks of the save read: complete once every rank returned from save_checkpoint (the grader's code records
+# save_returned_at then), whatever failed after it — a failure in load_checkpoint costs resume_matches, not these.
+SAVE_FACTS: Final = ("writes", "host", "start", "saved_state", "save_returned_at")
+
+
+def _every_rank_saved(ranks: list[Resumed]) -> str | None:
+    if all("save_returned_at" in facts for facts in ranks):
+        return "what every rank did until it returned from save_checkpoint"
+    return None
+
+
+def _every_rank_loading(ranks: list[Resumed]) -> str | None:
+    if _every_rank_saved(ranks) and all(any(e["op"] == "load" for e in facts["writes"]) for facts in ranks):
+        return "what every rank did until it returned from save_checkpoint and called torch.load"
+    return None
+
+
+def _saved(ctx: CheckContext, proof: Callable[[list[Resumed]], str | None] = _every_rank_saved) -> list[Resumed]:
+    """The ranks' facts, also where the run failed after every rank's save (SAVE_FACTS, `proof`)."""
+    _run(ctx)  # a load that raced the save is named first
+    arguments = {"path": _path(ctx), **WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+    return ctx.facts_until_failure(RESUME, SAVE_FACTS, proof, **arguments)
+
+
 @check("saves_once_rank0")
 def saves_once_rank0(ctx: CheckContext) -> None:
-    """Judged as soon as every rank has returned from save_checkpoint, whatever happened after."""
-    result = _run(ctx)
-    ranks = [ctx.conform(outcome.facts, Resumed, outcome.rank, complete=False) for outcome in result.ranks]
-    if not all("save_returned_at" in facts and "writes" in facts for facts in ranks):
-        ranks = ctx.require(result, schema=Resumed)
+    ranks = _saved(ctx)
     exists = _checkpoint(ctx)["exists"]
     problem = writers_problem([facts["writes"] for facts in ranks], _path(ctx), exists, once=True)
     if problem:
         raise ctx.fail(problem, hint=HintName("rank0_saves"))
-    ctx.require(result)
 
 
 @check("waits_for_save")
 def waits_for_save(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    ranks = _saved(ctx, _every_rank_loading)
     for rank, facts in enumerate(ranks):
         if not any(e["op"] == "load" for e in facts["writes"]):
             raise ctx.fail(
@@ -114,10 +136,9 @@ def waits_for_save(ctx: CheckContext) -> None:
 
 @check("checkpoint_contents")
 def checkpoint_contents(ctx: CheckContext) -> None:
-    result = _run(ctx)
+    ranks = _saved(ctx)
     saved = _checkpoint(ctx)
     if not saved["exists"]:
-        ctx.require(result)
         raise ctx.fail("no checkpoint was written at the path given to save_checkpoint", hint=HintName("rank0_saves"))
     if saved.get("problem"):
         raise ctx.fail(f"the checkpoint cannot be read: {saved['problem']}")
@@ -152,7 +173,6 @@ def checkpoint_contents(ctx: CheckContext) -> None:
             f"integers are {saved['integers'] or 'none'}",
             hint=HintName("load_checkpoint"),
         )
-    ranks = ctx.require(result, schema=Resumed)
     difference = first_difference(saved["model"], ranks[0]["saved_state"])
     if difference:
         raise ctx.fail(f"the saved weights are not the model's at the time of saving: {difference}")
