@@ -194,8 +194,8 @@ class CheckContext:
     check: str = ""  # the check's name, for "the same hang as in check <name>" (RunCache)
     notes: list[str] = field(default_factory=list)
     used: list[RunResult] = field(default_factory=list)  # the runs this check looked at
-    # failed runs this check judged on facts proven complete before the failure (`facts_until_failure`)
-    judged_before_failure: list[RunResult] = field(default_factory=list)
+    # failed runs this check judged on facts proven complete before the failure, and how each failed (`judged_before`)
+    judged_before_failure: list[tuple[RunResult, Verdict]] = field(default_factory=list)
 
     @property
     def scratch(self) -> Path:
@@ -299,9 +299,15 @@ class CheckContext:
         covered = proof(cast(list[F], ranks))
         if covered is None:
             raise failure
-        self.judged_before_failure.append(result)
-        self.notes.append(f"judged on {covered}, recorded before the run failed (another check says how it failed)")
+        self.judged_before(result, covered, verdict)
         return cast(list[F], ranks)
+
+    def judged_before(self, run: RunResult, covered: str, failure: Verdict) -> None:
+        """Say that this check was judged on `covered`, facts a proof showed complete before `run` failed. The runner
+        holds a pass until some check says the failure, and says `failure` in the pass's place if none does: the
+        verdict is the check's to give, since a run whose ranks ended well may still hold a failure (ex07's launch)."""
+        self.judged_before_failure.append((run, failure))
+        self.notes.append(f"judged on {covered}, recorded before the run failed (another check says how it failed)")
 
     @overload
     def require(self, result: RunResult, stage: str = "", *, schema: type[F]) -> list[F]: ...

@@ -22,7 +22,7 @@ from grader.engine import EngineError, Runner, RunResult
 from grader.engine.facts import REFUSED
 from grader.engine.tamper import TAMPERED
 from grader.judge.api import DEFAULT_DEADLINE_S, CheckContext, CheckFailed, References, RunCache, checks_in
-from grader.judge.diagnose import NOT_IMPLEMENTED, failure_verdict, import_calls, test_call_message
+from grader.judge.diagnose import NOT_IMPLEMENTED, import_calls, test_call_message
 from grader.judge.leftovers import stray_message
 from grader.judge.missing_api import skipped_if_api_missing
 from grader.judge.verdict import CheckResult, Status, Verdict
@@ -119,7 +119,7 @@ def _grade_checks(
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
     said_by: dict[int, tuple[RunResult, str]] = {}  # a failed run -> the first check that said its failure
-    failures = _Failures(exercise, student_file)
+    failures = _Failures(exercise)
     emitted = 0
     for spec in _selected(exercise.checks, options):
         sizes = options.world_sizes or spec.world_sizes
@@ -127,7 +127,7 @@ def _grade_checks(
             started = time.perf_counter()
             warnings: list[str] = []
             replaced: tuple[str, ...] = ()
-            judged_before_failure: list[RunResult] = []
+            judged_before_failure: list[tuple[RunResult, Verdict]] = []
             function = registry.get(spec.name)
             if problem is not None:
                 verdict = Verdict("error", problem)
@@ -206,26 +206,26 @@ class _Failures:
     Such a pass waits (it is not emitted) until a later check says that failure. If none does by the end of the
     grading, the first of them fails with it after all: a failed run always costs at least one check."""
 
-    def __init__(self, exercise: Exercise, student_file: Path) -> None:
-        self._exercise, self._student_file = exercise, student_file
-        self._owed: dict[int, tuple[RunResult, list[int]]] = {}
+    def __init__(self, exercise: Exercise) -> None:
+        self._exercise = exercise
+        # a failed run -> the run, how it failed, the passes it holds
+        self._owed: dict[int, tuple[RunResult, Verdict, list[int]]] = {}
 
-    def owe(self, index: int, runs: Iterable[RunResult]) -> None:
-        for run in runs:
-            self._owed.setdefault(id(run), (run, []))[1].append(index)
+    def owe(self, index: int, runs: Iterable[tuple[RunResult, Verdict]]) -> None:
+        for run, failure in runs:
+            self._owed.setdefault(id(run), (run, failure, []))[2].append(index)
 
     def settle(self, said_by: dict[int, tuple[RunResult, str]]) -> None:
         for key in [key for key in self._owed if key in said_by]:
             del self._owed[key]
 
     def held(self) -> set[int]:
-        return {index for _, indices in self._owed.values() for index in indices}
+        return {index for _, _, indices in self._owed.values() for index in indices}
 
     def charge(self, results: list[CheckResult], said_by: dict[int, tuple[RunResult, str]]) -> None:
         self.settle(said_by)
-        for run, indices in sorted(self._owed.values(), key=lambda owed: owed[1][0]):
+        for run, verdict, indices in sorted(self._owed.values(), key=lambda owed: owed[2][0]):
             first = indices[0]
-            verdict = failure_verdict(run, self._student_file) or Verdict("failed", "the run failed")
             said = results[first]
             results[first] = replace(
                 said,

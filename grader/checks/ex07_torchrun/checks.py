@@ -1,19 +1,22 @@
 """Judging exercise 7 from what every process of the torchrun launch recorded (workers.py, shim.py).
 
 One launch serves every check: three processes over two simulated nodes, RANK 0, 1, 2 with
-LOCAL_RANK 0, 1, 0. The number of steps is drawn per grading. Signatures: DIAGNOSES.md.
+LOCAL_RANK 0, 1, 0. The number of steps is drawn per grading. A launch that failed costs the checks
+whose facts it cut short: the others are judged on facts proven complete before it (_processes).
+Signatures: DIAGNOSES.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from grader.checks.ex07_torchrun.facts import REFERENCE, TORCHRUN, Env, Process, Query, Reference, Start, Torchrun
-from grader.judge.api import CheckContext, check
+from grader.engine import RunResult
+from grader.judge.api import CheckContext, CheckFailed, UpToFailure, check
 from grader.judge.compare import ATOL, RTOL, near, scale_of
 from grader.judge.diagnose import error_echo_phrase, meaning_line, stuck_frame, student_line
 from grader.judge.names import Cause, HintName
@@ -128,10 +131,13 @@ def _hang(ctx: CheckContext, launch: Torchrun, timeout: float) -> str:
     )
 
 
-def _launch(ctx: CheckContext) -> tuple[Torchrun, float]:
+def _launch(ctx: CheckContext) -> tuple[RunResult, Torchrun, float]:
+    """The one launch every check reads: its run (the grader's worker, which ends well whatever the launch did), what
+    it recorded, and the time it was given."""
     timeout = min(MAX_LAUNCH_S, ctx.deadline - 3.0)
-    [launch] = ctx.facts(TORCHRUN, nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))], timeout=timeout)
-    return launch, timeout
+    result = ctx.run(TORCHRUN.name, nprocs=1, nodes=NODES, script_args=["--steps", str(_steps(ctx))], timeout=timeout)
+    [launch] = ctx.require(result, schema=Torchrun)
+    return result, launch, timeout
 
 
 def _telling_first(process: Process) -> tuple[bool, bool]:
@@ -142,9 +148,42 @@ def _telling_first(process: Process) -> tuple[bool, bool]:
     return error.get("type") == "SignalException", bool(error_echo_phrase(error))
 
 
-def _processes(ctx: CheckContext) -> list[Process]:
-    """Every process's facts after a launch in which all of them finished without error."""
-    launch, timeout = _launch(ctx)
+def _failure(ctx: CheckContext, result: RunResult, launch: Torchrun, timeout: float) -> CheckFailed | None:
+    """How the launch failed (a process raised, it did not finish in time, an agent failed), said as the failure of
+    `result`; None where every process ended well."""
+    processes = launch["processes"]
+    for process in sorted(processes, key=_telling_first):
+        error = process["error"]
+        if error and error["stage"] == "running the script":
+            return ctx.fail(
+                f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
+                f"{error['message']}{_at(error)}{meaning_line(error)}",
+                details=error.get("traceback", ""),
+                explains=result,
+            )
+    if launch["timed_out"]:
+        return ctx.fail(_hang(ctx, launch, timeout), details="\n".join(launch["agent_output"]), explains=result)
+    if len(processes) < WORLD or any(code != 0 for code in launch["exit_codes"]):
+        return ctx.fail(
+            f"torchrun started {len(processes)} of {WORLD} processes and its agents exited with codes "
+            f"{launch['exit_codes']}",
+            details="\n".join(launch["agent_output"]),
+            explains=result,
+        )
+    return None
+
+
+# Proof that the facts a check reads were complete before the launch failed: what they cover, or None. It reads the
+# processes the failure stopped cut to the facts the check reads (UpToFailure), the others whole.
+Proof = Callable[[list[Process]], str | None]
+
+
+def _processes(ctx: CheckContext, proven: tuple[str, ...] = (), proof: Proof | None = None) -> list[Process]:
+    """Every process's facts after a launch in which all of them ended without error. Where the launch failed, the
+    facts `proof` shows complete before the failure: a process the failure stopped (it never recorded `ended`) keeps
+    only its `proven` facts, and reading another one fails the check with the failure. One failure then costs the
+    checks whose facts it cut short, not every check of the launch (DIAGNOSES.md)."""
+    result, launch, timeout = _launch(ctx)
     processes = launch["processes"]
     errors = [p["error"] for p in processes if p["error"]]
     stub = next((e for e in errors if e.get("not_implemented")), None)
@@ -154,28 +193,62 @@ def _processes(ctx: CheckContext) -> list[Process]:
     named = _named_init_mistake(processes)
     if named:
         raise ctx.fail(named, hint=HintName("rank_from_env"))
-    for process in sorted(processes, key=_telling_first):
-        error = process["error"]
-        if error and error["stage"] == "running the script":
-            raise ctx.fail(
-                f"the process with RANK={process['env']['RANK']} raised {error['type']}: "
-                f"{error['message']}{_at(error)}{meaning_line(error)}",
-                details=error.get("traceback", ""),
-            )
-    if launch["timed_out"]:
-        raise ctx.fail(_hang(ctx, launch, timeout), details="\n".join(launch["agent_output"]))
-    if len(processes) < WORLD or any(code != 0 for code in launch["exit_codes"]):
-        raise ctx.fail(
-            f"torchrun started {len(processes)} of {WORLD} processes and its agents exited with codes "
-            f"{launch['exit_codes']}",
-            details="\n".join(launch["agent_output"]),
-        )
-    return processes
+    failure = _failure(ctx, result, launch, timeout)
+    if failure is None:
+        return processes
+    if proof is None or len(processes) < WORLD:
+        raise failure
+    kept = [p if p.get("ended") else _cut(p, proven, failure) for p in processes]
+    covered = proof(kept)
+    if covered is None:
+        raise failure
+    ctx.judged_before(result, covered, failure.verdict)
+    return kept
+
+
+def _cut(process: Process, proven: tuple[str, ...], failure: CheckFailed) -> Process:
+    """A process the launch's failure stopped, cut to its `proven` facts (UpToFailure)."""
+    facts: dict[str, Any] = dict(process)
+    return cast(Process, UpToFailure({key: facts[key] for key in proven}, failure))
+
+
+def _stopped(process: Process) -> bool:
+    """A process whose facts the launch's failure cut short (_processes)."""
+    return isinstance(process, UpToFailure)
+
+
+def _joined(processes: list[Process]) -> str | None:
+    """Proof for joins_from_env: init_process_group had returned in every process (the shim records the group only
+    then), so what each passed and the group it formed are known."""
+    if all(p["init_calls"] and "group" in p["init_calls"][0] for p in processes):
+        return "the process group every process had joined"
+    return None
+
+
+def _every_step(ctx: CheckContext) -> Proof:
+    """Proof for trains_in_sync: every process took the drawn number of steps (--steps), each to its end."""
+
+    def proof(processes: list[Process]) -> str | None:
+        steps = _steps(ctx)
+        if all(len(p["steps"]) == steps and all("params" in step for step in p["steps"]) for p in processes):
+            return f"the {steps} optimizer steps every process took"
+        return None
+
+    return proof
+
+
+def _every_output(processes: list[Process]) -> str | None:
+    """Proof for logs_from_rank0: every process but rank 0 ended (a stopped one might have printed later), and rank 0
+    had printed (more lines from it would change nothing)."""
+    rank0, others = processes[0], processes[1:]
+    if not any(_stopped(p) for p in others) and (not _stopped(rank0) or rank0["printed"].strip()):
+        return "what every process printed (every one but RANK 0 ended its script; RANK 0 had printed)"
+    return None
 
 
 @check("joins_from_env")
 def joins_from_env(ctx: CheckContext) -> None:
-    for process in _processes(ctx):
+    for process in _processes(ctx, ("env", "init_calls"), _joined):
         env = process["env"]
         if not process["init_calls"]:
             raise ctx.fail(
@@ -247,7 +320,7 @@ def _off_reference(ctx: CheckContext, rank0: Process, start: Start, step: int, w
 
 @check("trains_in_sync")
 def trains_in_sync(ctx: CheckContext) -> None:
-    processes, steps = _processes(ctx), _steps(ctx)
+    processes, steps = _processes(ctx, ("env", "steps", "start"), _every_step(ctx)), _steps(ctx)
     counts = [len(p["steps"]) for p in processes]
     if counts != [steps] * WORLD:
         raise ctx.fail(
@@ -366,7 +439,7 @@ def device_from_local_rank(ctx: CheckContext) -> None:
 
 @check("logs_from_rank0")
 def logs_from_rank0(ctx: CheckContext) -> None:
-    processes = _processes(ctx)
+    processes = _processes(ctx, ("env", "printed"), _every_output)
     printing = [p for p in processes[1:] if p["printed"].strip()]
     per_node = {p["env"]["RANK"] for p in processes if p["env"]["LOCAL_RANK"] == "0"} - {"0"}
     if printing and processes[0]["printed"].strip() and {p["env"]["RANK"] for p in printing} == per_node:

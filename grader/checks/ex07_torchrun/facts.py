@@ -73,6 +73,7 @@ class Process(TypedDict):
     destroy_calls: int
     initialized_at_end: bool | None
     script_finished: bool
+    ended: NotRequired[bool]  # recorded last: every fact of this process was recorded (shim.run)
     set_device: NotRequired[list[int | None]]  # the GPUs pick_device() bound (None: not a GPU)
     queried: NotRequired[list[Query]]
     bound: NotRequired[int]  # the GPU bound when pick_device() returned

@@ -6,7 +6,8 @@ on either stream, the weights before the first optimizer step and the gradients 
 every step, whether the group was destroyed, and the device `pick_device()` picks on a node with
 simulated GPUs), runs SCRIPT as `python SCRIPT ARGS...` would (`__name__ == "__main__"`,
 sys.argv, its folder first on sys.path; sys.exit(0) is a normal end), and writes the facts as JSON
-to $GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash. On
+to $GRADER_EX07_FACTS/rank<RANK>.json after every event, so they survive a hang or a crash; `ended`,
+written last, says that every fact was recorded (a process torchrun stopped has no such mark). On
 STACK_DUMP_SIGNAL it writes its Python stacks beside them. Nothing is judged here.
 """
 
@@ -53,6 +54,7 @@ class Facts:
             "destroy_calls": 0,
             "initialized_at_end": None,
             "script_finished": False,
+            "ended": False,
         }
 
     def update(self, **values: Any) -> None:
@@ -249,6 +251,7 @@ def _arm_stack_dump(folder: Path, rank: str) -> None:
 def run(script: str, *script_args: str) -> None:
     """torchrun's entrypoint in every process: the student's script as __main__, under the spies."""
     import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.api import SignalException
 
     die_with_parent()
     folder = Path(os.environ[FACTS_ENV])
@@ -279,5 +282,8 @@ def run(script: str, *script_args: str) -> None:
     facts.update(script_finished=True, initialized_at_end=dist.is_initialized())
     try:
         facts.update(device=_device_on_simulated_gpu_node(names, facts))
+    except SignalException:  # stopped (torchrun ends a launch another process failed): pick_device did not fail
+        raise
     except Exception as exc:  # a fact about pick_device, not a failure of the launch
         facts.update(error={**_describe(exc, script), "stage": "pick_device() on a node with simulated GPUs"})
+    facts.update(ended=True)
