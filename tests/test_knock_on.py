@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import SEED, describe
-from grader.judge.runner import ALL_CHECKS, GradeOptions, grade_exercise
 from variants import materialize
+
+from grader.judge.runner import ALL_CHECKS, GradeOptions, grade_exercise
 
 BARRIER_IN_THE_IF = {
     "replace": [
@@ -100,3 +101,28 @@ def test_a_failure_in_load_checkpoint_costs_resume_matches_not_the_checks_of_the
         assert "until it returned from save_checkpoint" in results[name].details, describe([results[name]])
     resumed = results["resume_matches"]
     assert resumed.status == "failed" and "Attempting to deserialize object on a CUDA device" in resumed.message
+
+
+LOSS_SUMMED_TOO = {
+    "replace": [
+        *BARRIER_IN_THE_IF["replace"],
+        [
+            "loss = F.mse_loss(ddp_model(inputs), targets)",
+            'loss = F.mse_loss(ddp_model(inputs), targets, reduction="sum")',
+        ],
+    ]
+}
+
+
+def test_a_failure_no_selected_check_says_is_said_by_the_check_that_failed_on_the_facts_before_it(
+    grade, catalog, tmp_path: Path
+) -> None:
+    """A loss summed, and then rank 0 alone in a barrier: matches_large_batch fails on the steps, and says the
+    run's failure after its own finding; the checks that passed keep their points."""
+    exercise = catalog.get("ex03_train_ddp")
+    path = materialize(exercise.file, LOSS_SUMMED_TOO, tmp_path)
+    results = {r.check: r for r in grade("ex03_train_ddp", path, world_sizes=(2,), checks=set(JUDGED))}
+    wrong = results["matches_large_batch"]
+    assert wrong.status == "failed" and wrong.message.startswith("loss summed, not averaged"), describe([wrong])
+    assert "\nthe run then failed as well: ranks called different collectives" in wrong.message, describe([wrong])
+    assert results["ranks_stay_in_sync"].status == "passed", describe([results["ranks_stay_in_sync"]])

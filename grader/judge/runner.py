@@ -191,7 +191,7 @@ def _grade_checks(
                 tampered=replaced,
             )
             results.append(result)
-            if result.status == "passed":
+            if result.status in ("passed", "failed"):
                 failures.owe(len(results) - 1, judged_before_failure)
             failures.settle(said_by)
             emitted = _emit(results, emitted, failures.held(), on_result)
@@ -201,10 +201,11 @@ def _grade_checks(
 
 
 class _Failures:
-    """Failed runs that passed checks judged on facts recorded before the failure, while no check had said it yet.
+    """Failed runs whose checks were judged on facts recorded before the failure, while no check had said it yet.
 
-    Such a pass waits (it is not emitted) until a later check says that failure. If none does by the end of the
-    grading, the first of them fails with it after all: a failed run always costs at least one check."""
+    Such a result waits (it is not emitted) until a later check says that failure. If none does by the end of the
+    grading, the failure is said where it was judged: after the first such result that failed for its own reason,
+    else as the verdict of the first that passed. A failed run always costs at least one check, and is always said."""
 
     def __init__(self, exercise: Exercise) -> None:
         self._exercise = exercise
@@ -225,6 +226,17 @@ class _Failures:
     def charge(self, results: list[CheckResult], said_by: dict[int, tuple[RunResult, str]]) -> None:
         self.settle(said_by)
         for run, verdict, indices in sorted(self._owed.values(), key=lambda owed: owed[2][0]):
+            failed = [index for index in indices if results[index].status == "failed"]
+            if failed:
+                said = results[failed[0]]
+                results[failed[0]] = replace(
+                    said,
+                    message=f"{said.message}\nthe run then failed as well: {verdict.message}",
+                    details="\n".join(filter(None, [said.details, verdict.details])),
+                    verbose_details="\n".join(filter(None, [said.verbose_details, verdict.verbose_details])),
+                )
+                said_by[id(run)] = (run, said.check)
+                continue
             first = indices[0]
             said = results[first]
             results[first] = replace(
