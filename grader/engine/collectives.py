@@ -12,11 +12,18 @@ making the call it waits in has left the collectives. The finding, a `MISMATCH` 
 rank's call and line, is reported by the rank that found it; a watch that found it ends the rank at
 once. It is a measurement; the judge words it (diagnose.py).
 
-What Python does not see is not logged: calls C++ makes itself (DDP's reducer, functional
-collectives under DTensor), point-to-point messages (their counts differ between ranks in correct
+What Python does not see is not logged: calls C++ makes itself (DDP's reducer, FSDP1's and FSDP2's
+autograd collectives), point-to-point messages (their counts differ between ranks in correct
 code), and calls from DDP's own Python code (its join hooks shadow, on a rank that ran out of data,
 the all-reduces the reducer makes in C++ on the others). Such calls are alike on every rank of
-correct code, so the n-th logged call still meets the n-th.
+correct code, so the n-th logged call still meets the n-th. The functional collectives DTensor
+makes (a full_tensor(), FSDP2's full state dict) are logged where a worker asks for them
+(`watch_functional`), through the Python functions that start them.
+
+A worker that goes on after the student's code returned, with collectives of its own, says so
+(`returned_from`): its rank then counts as gone for its peers' watch, and it waits, without a
+collective, until every peer is done with the student's code too, so that its own calls never meet
+a call the student made on one rank only (and hide that mismatch).
 
 Why the ProcessGroup's methods and not torch's dispatcher, where grader/rank/dispatched_collectives.py sees
 every caller, C++ included (exercises 8, 13 and 14 count there): a TorchDispatchMode is called for every
@@ -81,6 +88,19 @@ SIZED: Final = frozenset(
 )
 # Operations with a root, and where the plain overload takes it as an int (after the group itself).
 _ROOT_ARGUMENT = {"broadcast": 1, "reduce": 1, "scatter": 2, "gather": 2}
+# torch.distributed._functional_collectives' collectives (DTensor's redistributions call them through the module), by
+# the name their call is logged under; the tensors they contribute are their first argument. A broadcast's `src` is
+# not compared: those calls are logged without a root.
+FUNCTIONAL: Final = {
+    "all_reduce": "all_reduce",
+    "all_gather_single": "all_gather_into_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "all_to_all_single": "all_to_all_single",
+    "broadcast": "broadcast",
+    "all_reduce_coalesced": "all_reduce_coalesced",
+    "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+}
 
 
 @dataclass(frozen=True)
@@ -179,6 +199,23 @@ def find_mismatch(mine: Log, peers: list[Log], pending: tuple[str, int] | None, 
         {"rank": peer.rank, "returned": peer.function} for peer in gone
     ]
     return {"group_size": _size(members), "calls": sorted(facts, key=lambda f: f["rank"])}
+
+
+def peers_done(mine: Log, counts: dict[str, int], peers: list[Log], world_size: int) -> bool | None:
+    """Where the peers stand once this rank is done with the student's code, having made `counts` calls per group:
+    True once every peer returned from it too; False once a peer raised, or made a call in a group this rank belongs
+    to that this rank never made (the peer waits in a call nobody joins: its watch names it); None until then."""
+    me = mine.global_rank if mine.global_rank is not None else mine.rank
+    for peer in peers:
+        if peer.left == "raised":
+            return False
+        for key, calls in list(peer.calls.items()):
+            members = peer.members.get(key)
+            if members is not None and me in members and any(seq >= counts.get(key, 0) for seq in list(calls)):
+                return False
+    if len(peers) == world_size - 1 and all(peer.left == "returned" for peer in peers):
+        return True
+    return None
 
 
 def _size(members: list[int] | None) -> int | None:
@@ -283,28 +320,87 @@ class Recorder:
         return collective
 
     def _record(self, op: str, name: str, args: tuple[Any, ...]) -> tuple[str, int] | None:
-        """Log one call before it starts; returns its group and sequence number (None: not logged)."""
+        """Log one call of a ProcessGroup method before it starts; returns its group and sequence number (None: not
+        logged)."""
         try:
-            line, function = 0, ""
-            frame = sys._getframe(2)
-            while frame is not None:
-                filename = frame.f_code.co_filename
-                if filename.endswith(_DDP_SOURCE):
-                    return None  # DDP's own calls: see the module's docstring
-                if filename == self.student_file:
-                    line, function = frame.f_lineno, frame.f_code.co_name
-                    break
-                frame = frame.f_back  # type: ignore[assignment]
             key, members = self._group(args[0])
             rest = args[1:]
             index = _INPUT_ARGUMENT.get(name, 1)
             numel, dtype = _numel_and_dtype(rest[index]) if len(rest) > index else (None, None)
-            call = Call(op, self._root(name, rest, members), numel, dtype, line, function)
-            seq = self._counts.get(key, 0)
-            self._counts[key] = seq + 1
-            self._append(["call", key, seq, call.op, call.root, call.numel, call.dtype, call.line, call.function])
-            self._log.calls.setdefault(key, {})[seq] = call
-            return key, seq
+            return self._log_call(key, op, self._root(name, rest, members), numel, dtype)
+        except Exception:  # never fail the student's call: it only goes unlogged
+            return None
+
+    def _log_call(
+        self, key: str, op: str, root: int | None, numel: int | None, dtype: str | None
+    ) -> tuple[str, int] | None:
+        """Log one call in the group `key`, with the student's line that made it; None for DDP's own calls."""
+        line, function = 0, ""
+        frame = sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename.endswith(_DDP_SOURCE):
+                return None  # DDP's own calls: see the module's docstring
+            if filename == self.student_file:
+                line, function = frame.f_lineno, frame.f_code.co_name
+                break
+            frame = frame.f_back  # type: ignore[assignment]
+        call = Call(op, root, numel, dtype, line, function)
+        seq = self._counts.get(key, 0)
+        self._counts[key] = seq + 1
+        self._append(["call", key, seq, call.op, call.root, call.numel, call.dtype, call.line, call.function])
+        self._log.calls.setdefault(key, {})[seq] = call
+        return key, seq
+
+    def watch_functional(self) -> None:
+        """Log the functional collectives too (FUNCTIONAL), for the rest of the rank's life. A call counts as waited
+        in until its result is (an AsyncCollectiveTensor's wait), as the watch needs it."""
+        if self._fd is None:
+            return
+        import inspect
+
+        from torch.distributed import _functional_collectives as functional
+
+        for name, op in FUNCTIONAL.items():
+            original = getattr(functional, name, None)
+            if original is not None:
+                tamper.install(functional, name, self._wrap_functional(op, original, inspect.signature(original)))
+
+    def _wrap_functional(self, op: str, original: Callable[..., Any], signature: Any) -> Callable[..., Any]:
+        recorder = self
+
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            at = recorder._record_functional(op, signature, args, kwargs) if recorder._active else None
+            if at is None:
+                return original(*args, **kwargs)
+            started = time.monotonic()
+            recorder._latest = (*at, started, _IN_CALL)
+            recorder._start_watch()
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                recorder._latest = (*at, started, None)
+                raise
+            recorder._latest = (*at, started, _Awaited(result))
+            return result
+
+        collective.__name__ = collective.__qualname__ = original.__name__
+        collective.__doc__ = original.__doc__
+        return collective
+
+    def _record_functional(
+        self, op: str, signature: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, int] | None:
+        """Log one functional collective before it starts, in the group its `group` argument names."""
+        try:
+            from torch.distributed import _functional_collectives as functional
+            from torch.distributed import distributed_c10d
+
+            arguments = signature.bind(*args, **kwargs).arguments
+            name = functional._resolve_group_name(arguments["group"], arguments.get("tag", ""))
+            key, _ = self._group(distributed_c10d._resolve_process_group(name))
+            numel, dtype = _numel_and_dtype(args[0] if args else None)
+            return self._log_call(key, op, None, numel, dtype)
         except Exception:  # never fail the student's call: it only goes unlogged
             return None
 
@@ -362,7 +458,24 @@ class Recorder:
             global_rank = dist.get_rank() if dist.is_initialized() else None
         except Exception:  # a broken group: the rank it launched as stands for it
             pass
+        if global_rank is not None:
+            self._log.global_rank = global_rank
         self._append(["left", how, function, dict(self._counts), global_rank])
+
+    def returned_from(self, function: str, world_size: int) -> bool:
+        """The student's `function` returned on this rank, which makes no more collective calls of the student's code
+        (its peers' watch names it as gone): wait until the peers are done with it too (`peers_done`). True when
+        every rank returned from it, so that the worker's own collectives meet its peers' own; False when some peer
+        still makes, or failed in, the student's calls. Without a log (no watch), True: nothing is known."""
+        if self._fd is None:
+            return True
+        self.leave("returned", function)
+        counts = dict(self._counts)
+        while True:
+            done = peers_done(self._log, counts, self._read_peers(), world_size)
+            if done is not None:
+                return done
+            time.sleep(POLL_S / 10)
 
     # --- comparing with the peers --------------------------------------------------------
     def compare(self, pending: tuple[str, int] | None) -> dict[str, Any] | None:
@@ -376,16 +489,19 @@ class Recorder:
         return fact
 
     def _compare_now(self, pending: tuple[str, int] | None) -> dict[str, Any] | None:
+        return find_mismatch(self._log, self._read_peers(), pending, self.student_file)
+
+    def _read_peers(self) -> list[Log]:
+        """Every peer's log as far as it is written (none where the folder cannot be read)."""
         try:
             names = os.listdir(self.folder)
         except OSError:
-            return None
+            return []
         for name in names:
             rank = name.removesuffix(".log")
             if rank.isdigit() and int(rank) != self.rank and int(rank) not in self._peers:
                 self._peers[int(rank)] = _PeerReader(self.folder / name, int(rank))
-        peers = [reader.read() for _, reader in sorted(self._peers.items())]
-        return find_mismatch(self._log, peers, pending, self.student_file)
+        return [reader.read() for _, reader in sorted(self._peers.items())]
 
     def after_error(self, exc: BaseException) -> dict[str, Any] | None:
         """The mismatch behind an error raised out of a collective (gloo's timeout or lost connection,
@@ -419,6 +535,17 @@ class Recorder:
             if fact is not None and self._active:
                 self.on_mismatch(fact)
                 return
+
+
+class _Awaited:
+    """A functional collective's result as the watch reads a Work: completed once waited on (an
+    AsyncCollectiveTensor's own flag; a plain tensor, or a list of them all waited on, is)."""
+
+    def __init__(self, result: Any) -> None:
+        self._results = result if isinstance(result, list) else [result]
+
+    def is_completed(self) -> bool:
+        return all(getattr(result, "completed", True) for result in self._results)
 
 
 def _completed(work: Any) -> bool:

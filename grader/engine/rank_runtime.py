@@ -91,6 +91,7 @@ class RankContext:
         self.facts: dict[str, Any] = {}
         self.functions_asked: list[str] = []  # the student's functions the worker looked up, in order
         self.step_counter = StepCounter(self.student_file)  # installed by the runtime with torch loaded
+        self.collectives: collectives.Recorder | None = None  # the rank's collective watch, set by the runtime
         self._student_module: ModuleType | None = None
 
     # --- the student's code -------------------------------------------------------------
@@ -133,6 +134,20 @@ class RankContext:
             assert self.student_file is not None  # student_module() raised otherwise
             raise StudentCodeError(f"{self.student_file.name} defines no function {name}()")
         return function
+
+    # --- the collective watch (grader/engine/collectives.py) ---------------------------
+    def watch_functional_collectives(self) -> None:
+        """Have the watch log DTensor's functional collectives too (FSDP2's full state dict makes them): a call of
+        them that its peers never join is then named as any other. Before the student's code runs."""
+        if self.collectives is not None:
+            self.collectives.watch_functional()
+
+    def returned_from(self, function: str) -> bool:
+        """The student's `function` returned on this rank: True once it returned on every rank, so that collectives
+        the worker makes next meet its peers' (and never a call the student made on some ranks only, whose mismatch
+        they would hide); False once some peer still makes, or failed in, the student's calls (the worker then makes
+        none: that peer's failure is the run's). Only then may a worker make collectives of its own."""
+        return self.collectives is None or self.collectives.returned_from(function, self.world_size)
 
     # --- what the grader sets up --------------------------------------------------------
     @property
@@ -430,6 +445,7 @@ def run_rank(
     report = _bind_report(report_fd, context, recorder, before_exit, torch)  # writes the channel's opening
     recorder.on_mismatch = report.mismatched  # called by the watch's thread: the main one waits in a call
     recorder.install()
+    context.collectives = recorder
     try:
         context.step_counter.install()
         if spec.get("host_store"):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from grader.engine.collectives import Call, Log, find_mismatch
+from grader.engine.collectives import Call, Log, find_mismatch, peers_done
 
 STUDENT = "/course/ex03_train_ddp.py"
 WORLD = "0#1"
@@ -107,3 +107,32 @@ def test_each_group_is_compared_with_its_own_calls():
     mine.calls["1#1"] = {0: _call("all_reduce")}
     theirs.calls["2#1"] = {0: _call("broadcast", root=1)}
     assert find_mismatch(mine, [theirs], ("1#1", 0), STUDENT) is None
+
+
+DONE = {WORLD: 1}  # this rank's calls per group when it returned from the student's function: one barrier
+
+
+@pytest.mark.parametrize(
+    ("peers", "done"),
+    [
+        ([_log(1, BARRIER, left="returned")], True),  # every peer returned from it too
+        ([_log(1)], None),  # a peer still before the barrier: not known yet
+        ([_log(1, BARRIER)], None),  # a peer past it, not returned yet
+        ([_log(1, BARRIER, BARRIER)], False),  # a peer in a call this rank never made: nobody joins it
+        ([_log(1, left="raised")], False),  # a peer failed
+        ([_log(1, BARRIER, left="returned"), _log(2, BARRIER)], None),  # one of two peers still in the function
+    ],
+)
+def test_a_rank_that_returned_waits_for_its_peers_until_they_returned_or_one_never_can(peers, done):
+    mine = _log(0, BARRIER, members=[0, 1, 2][: len(peers) + 1])
+    assert peers_done(mine, DONE, peers, world_size=len(peers) + 1) is done
+
+
+def test_a_peers_call_in_a_group_this_rank_is_no_member_of_is_none_of_its_business():
+    peer = _log(1, BARRIER)
+    peer.calls["2#1"], peer.members["2#1"] = {0: _call("all_reduce")}, [1, 2]
+    assert peers_done(_log(0, BARRIER), DONE, [peer, _log(2, BARRIER)], world_size=3) is None
+
+
+def test_a_peer_whose_log_is_not_found_yet_is_waited_for():
+    assert peers_done(_log(0, BARRIER), DONE, [], world_size=2) is None

@@ -5,12 +5,14 @@ single-process reference, and rank 0's checkpoint is whole. All four checks judg
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, Final
 
 import numpy as np
 
 from grader.checks.ex06_fsdp.facts import REFERENCE, REPLAYS, TRAIN, WORKLOAD, Held, Reference, Train
 from grader.judge import replay
-from grader.judge.api import CheckContext, CheckFailed, check
+from grader.judge.api import CheckContext, CheckFailed, UpToFailure, check
 from grader.judge.compare import Arrays, first_difference
 from grader.judge.names import Cause, HintName
 from grader.judge.proof import structural
@@ -22,14 +24,16 @@ STEPS, BATCH, LR = WORKLOAD.steps, WORKLOAD.batch_size, WORKLOAD.lr  # as messag
 _HYPOTHESES = replay.load(__package__ or "")
 
 
-def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) -> Finding | None:
-    """The shared diagnosis of the training steps, on the whole tensors joined from every rank's shards;
-    None where they cannot be joined (the losses and final weights are compared instead)."""
+def _joined_steps(ranks: list[Train], want: Reference) -> list[dict] | None:
+    """The training steps as whole tensors, joined from every rank's shards; None where they cannot be joined (the
+    losses and final weights are compared instead)."""
     shapes = {name: tuple(np.shape(tensor)) for name, tensor in want["initial"].items()}
     steps = gathered_steps([facts["shard_steps"] for facts in ranks], shapes, ranks[0]["flat_layouts"])
-    if steps is None or len(steps) != len(want["steps"]):
-        return None
+    return steps if steps is not None and len(steps) == len(want["steps"]) else None
 
+
+def _trajectory_finding(ctx: CheckContext, steps: list[dict], want: Reference) -> Finding | None:
+    """The shared diagnosis of the training steps joined from every rank's shards (_joined_steps)."""
     replays = ctx.replayer(REPLAYS, world_size=ctx.world_size, **WORKLOAD.arguments())
 
     setting = Setting(
@@ -44,8 +48,52 @@ def _trajectory_finding(ctx: CheckContext, ranks: list[Train], want: Reference) 
     return diagnose(steps, want["start"], want["steps"], want["start"], setting)
 
 
+def _training(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments of the one training run every check reads."""
+    return {**WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+
+
+# What the checks of the sharding and of the training read: complete once every rank took every step, even if the run
+# failed after that (in the checkpoint's gather, say) — a failure there costs full_checkpoint, not these checks.
+TRAINING_FACTS: Final = ("meshes", "optimizer_steps", "shard_steps", "flat_layouts", "units", "loose", "blocks")
+
+
+def _every_step(ctx: CheckContext, judged: str, joined: bool = False) -> Callable[[list[Train]], str | None]:
+    """Proof that the training facts are complete: every rank took as many optimizer steps as the reference, each
+    one finished (its weights after the step recorded), and recorded what it held at them (`judged`: what of that
+    the check reads); with `joined`, also that the steps join into whole tensors (else the check reads the weights
+    gathered after train_fsdp)."""
+
+    def proof(ranks: list[Train]) -> str | None:
+        want = _reference(ctx)
+        steps = len(want["steps"])
+        if not all(
+            len(f["optimizer_steps"]) == len(f["shard_steps"]) == steps and all("params" in s for s in f["shard_steps"])
+            for f in ranks
+        ):
+            return None
+        if joined and _joined_steps(ranks, want) is None:
+            return None
+        return judged.format(steps=steps)
+
+    return proof
+
+
+def _trained(ctx: CheckContext, judged: str, joined: bool = False) -> list[Train]:
+    """_ranks, also judged where the run failed after every step (TRAINING_FACTS, _every_step); `judged` says on
+    what."""
+    _mesh_problems(ctx)
+    return ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step(ctx, judged, joined), **_training(ctx))
+
+
 def _ranks(ctx: CheckContext) -> list[Train]:
-    result = ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
+    _mesh_problems(ctx)
+    return ctx.facts(TRAIN, **_training(ctx))
+
+
+def _mesh_problems(ctx: CheckContext) -> None:
+    """A failed run whose cause is the device mesh: one on the wrong device, or one that does not hold every rank."""
+    result = ctx.run(TRAIN.name, **_training(ctx))
     if not result.ok:
         expected = "cuda" if ctx.backend == "nccl" else "cpu"
         reported = [ctx.conform(r.facts, Train, r.rank, complete=r.ok) for r in result.ranks]
@@ -66,7 +114,6 @@ def _ranks(ctx: CheckContext) -> list[Train]:
                 f"(init_device_mesh(device_type, (world_size,))); the run failed",
                 hint=HintName("mesh_and_fully_shard"),
             )
-    return ctx.require(result, schema=Train)
 
 
 def _reference(ctx: CheckContext) -> Reference:
@@ -105,7 +152,7 @@ def _memory(ranks: list[Train]) -> str:
 
 @check("shards_parameters")
 def shards_parameters(ctx: CheckContext) -> str:
-    ranks = _ranks(ctx)
+    ranks = _trained(ctx, "the FSDP units and shards every rank held when it took its {steps} optimizer steps")
     world = ctx.world_size
     first = ranks[0]
     loose = [p for p in first["loose"] if p["full"]]
@@ -169,7 +216,7 @@ def _block_of(name: str, blocks: int) -> int | None:
 
 @check("wraps_each_block")
 def wraps_each_block(ctx: CheckContext) -> str:
-    facts = _ranks(ctx)[0]
+    facts = _trained(ctx, "the FSDP units rank 0 held when it took its {steps} optimizer steps")[0]
     units, blocks = facts["units"], facts["blocks"]
     if not units:
         raise ctx.fail(
@@ -221,19 +268,23 @@ def wraps_each_block(ctx: CheckContext) -> str:
 
 @check("matches_reference")
 def matches_reference(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx)
+    ranks = _trained(ctx, "the {steps} optimizer steps of every rank's shards, joined", joined=True)
     want = _reference(ctx)
     facts = ranks[0]
-    final = facts.get("final")
-    if final is None:  # the worker reports gather_error instead
+    cut = next((f for f in ranks if isinstance(f, UpToFailure)), None)  # a rank the run's failure cut short
+    if cut is None and facts.get("final") is None:  # the worker reports gather_error instead
         raise ctx.fail(f"the grader could not gather the trained weights: {facts.get('gather_error')}")
     steps = len(facts["optimizer_steps"])
     if steps != STEPS:
         raise ctx.fail(f"{steps} optimizer steps instead of {STEPS}, one per batch")
-    finding = _trajectory_finding(ctx, ranks, want)
+    joined = _joined_steps(ranks, want)
+    finding = _trajectory_finding(ctx, joined, want) if joined is not None else None
     if finding is not None:
         hint = finding.hint or HintName("optimizer_after_sharding")
         raise ctx.fail(finding.message, hint=hint, proven=finding.proven)
+    if cut is not None:
+        return  # every step, joined (the proof), equals one process's: the weights after train_fsdp were never gathered
+    final = facts["final"]
     if first_difference(final, want["initial"], rtol=0.0, atol=0.0) is None:
         owned = max(facts["optimizer_steps"])
         why = (

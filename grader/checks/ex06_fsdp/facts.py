@@ -58,7 +58,9 @@ class Checkpoint(TypedDict):
 
 
 class Train(RankFacts):
-    """The student's train_fsdp, then what each rank holds and the weights the grader gathers (`train`)."""
+    """The student's train_fsdp, then what each rank holds and the weights the grader gathers (`train`). `blocks`,
+    `units` and `loose` are measured at every optimizer step, then once train_fsdp returned: a rank that failed
+    after its steps keeps those of its last step."""
 
     meshes: list[Mesh]
     optimizer_steps: list[float]  # per step, the share of the optimizer's parameters that are the model's
@@ -69,7 +71,9 @@ class Train(RankFacts):
     units: list[Unit]
     loose: list[Held]  # parameters in no unit, held whole
     checkpoint: Checkpoint
-    final: NotRequired[Arrays]  # the gathered weights on rank 0 ({} on the others); absent where the gather failed
+    # the gathered weights on rank 0 ({} on the others); absent where the gather failed, or was not made because a
+    # peer had not returned from train_fsdp (RankContext.returned_from)
+    final: NotRequired[Arrays]
     gather_error: NotRequired[str]  # why the grader's own gather failed
 
 

@@ -172,6 +172,7 @@ def _rank_batches(
 
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
+    ctx.watch_functional_collectives()  # FSDP2's full state dict gathers through them
     cpu_fsdp1.install()
     model = make_transformer(seed=model_seed)
     batches = _rank_batches(steps * batch_size * ctx.world_size, ctx.world_size, ctx.rank, batch_size, data_seed)
@@ -189,26 +190,40 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
 
     tamper.install(module, "shard_model", recorded_shard_model)  # train_fsdp finds it through the module's globals
     ctx.facts["optimizer_steps"] = optimizer_steps = []
-    handle = register_optimizer_step_pre_hook(
-        lambda optimizer, *_: optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model))
-    )
+
+    def stepping(optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        """Each step: the share of the optimizer's parameters that are the model's, and what this rank holds (kept
+        where train_fsdp then fails: in the checkpoint's gather, say)."""
+        optimizer_steps.append(_owned_share(optimizer, roots[-1] if roots else model))
+        ctx.facts.update(_held_by(roots, model))
+
+    handle = register_optimizer_step_pre_hook(stepping)
     shard_steps = ShardStepRecorder(model)  # every step's pieces, for matches_reference
     ctx.facts.update(shard_steps=shard_steps.steps, flat_layouts=shard_steps.layouts)
     train_fsdp = ctx.student("train_fsdp")
     saved = train_fsdp(ctx.rank, ctx.world_size, model, batches, lr)
     handle.remove()
     shard_steps.close()
+    together = ctx.returned_from("train_fsdp")  # before any collective of the grader's
     root = roots[-1] if roots and isinstance(roots[-1], nn.Module) else model
     ctx.facts["losses"] = [F.mse_loss(out, target).item() for out, (_, target) in zip(outputs, batches)]
-    ctx.facts["blocks"] = len(model.blocks)
-    ctx.facts.update(_holdings(root, model))
+    ctx.facts.update(_held_by(roots, model))
     ctx.facts["checkpoint"] = _describe_checkpoint(saved) if ctx.rank == 0 else {}
+    if not together:  # a peer still waits in, or failed in, train_fsdp's collectives: the run failed there
+        return {}
     try:
         gathered = _gather(root)
         ctx.facts["final"] = gathered if ctx.rank == 0 else {}
     except Exception as exc:  # a fact: the grader's own gather failed on this wrapping
         ctx.facts["gather_error"] = f"{type(exc).__name__}: {exc}"
     return {}
+
+
+def _held_by(roots: list[Any], model: TinyTransformer) -> dict[str, Any]:
+    """What this rank holds (_holdings) of the module shard_model returned, if it returned one, and the model's
+    number of blocks."""
+    root = roots[-1] if roots and isinstance(roots[-1], nn.Module) else model
+    return {"blocks": len(model.blocks), **_holdings(root, model)}
 
 
 def _gather(root: nn.Module) -> dict[str, torch.Tensor]:
