@@ -12,7 +12,7 @@ weights) proves it (grader/judge/replay.py); else the message says what was meas
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 
@@ -73,10 +73,25 @@ def _explained(ctx: CheckContext, result: RunResult) -> None:
     )
 
 
+# What every check but the final weights' reads: complete once every rank took every step, even where train failed
+# after them (a full state dict gathered on rank 0 alone, say) — that failure costs matches_reference alone.
+TRAINING_FACTS: Final = ("linears", "collectives", "storage", "units", "steps", "saved", "optimizer", "grads", "losses")
+
+
+def _every_step(ranks: list[Train]) -> str | None:
+    if all(f["steps"] == STEPS and len(f["losses"]) == STEPS for f in ranks):
+        return f"the {STEPS} optimizer steps every rank took"
+    return None
+
+
+def _run(ctx: CheckContext) -> RunResult:
+    return ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
+
+
 def _ranks(ctx: CheckContext) -> list[Train]:
-    result = ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
-    _explained(ctx, result)
-    ranks = ctx.require(result, schema=Train)
+    _explained(ctx, _run(ctx))
+    arguments = {**WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+    ranks = ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step, **arguments)
     counts = [f["steps"] for f in ranks]
     if counts[0] == 0:
         raise ctx.fail("train never called optimizer.step()", hint=HintName("optimizer"))
@@ -587,8 +602,9 @@ def matches_reference(ctx: CheckContext) -> None:
                     hint=_hint(proof, HintName("optimizer")),
                     proven=proof.cause,
                 )
-    final = ranks[0].get("final")
+    final = ranks[0].get("final")  # the run's failure where rank 0 failed
     if final is None:
+        ctx.require(_run(ctx))  # where another rank failed, the grader made no gather: that failure
         error = ranks[0].get("gather_error", "no weights were reported")
         raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("wrap"))
     name, off = _worst(final, reference["final"])

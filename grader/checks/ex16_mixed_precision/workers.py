@@ -193,6 +193,7 @@ def _storage(model: nn.Module, names: OriginalNames) -> list[dict[str, Any]]:
 
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
+    ctx.watch_functional_collectives()  # a full state dict the student gathers on some ranks only is named
     model = make_transformer(seed=model_seed)
     batches = rank_batches(steps, ctx.world_size, ctx.rank, batch_size, data_seed)
     watch = Watch(ctx, model, batches)
@@ -203,15 +204,18 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
             returned = student_train(ctx.rank, ctx.world_size, model, batches, lr)
     finally:
         watch.close()
-        ctx.facts.update(storage=_storage(model, watch.names), units=fsdp_units(model, watch.names))
-    ctx.facts.update(
-        steps=watch.steps,
-        saved=dict(watch.saved.counts),
-        optimizer=watch.optimizer,
-        grads=watch.grads,
-        losses=watch.losses,
-        returned=type(returned).__name__,
-    )
+        ctx.facts.update(  # kept where train raises after its steps: the checks may prove them complete
+            storage=_storage(model, watch.names),
+            units=fsdp_units(model, watch.names),
+            steps=watch.steps,
+            saved=dict(watch.saved.counts),
+            optimizer=watch.optimizer,
+            grads=watch.grads,
+            losses=watch.losses,
+        )
+    ctx.facts["returned"] = type(returned).__name__
+    if not ctx.returned_from("train"):  # a peer still makes, or failed in, train's collectives: the run's failure
+        return {}
     root = returned if isinstance(returned, nn.Module) else model
     try:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)

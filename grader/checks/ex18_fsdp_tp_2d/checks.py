@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -36,8 +36,23 @@ SWAPPED = {
 _HYPOTHESES = replay.load(__package__ or "")  # hypotheses.toml: the causes matches_reference can name
 
 
+# What every check but the final weights' reads: complete once every rank took every step, even where train failed
+# after them (a full state dict gathered on rank 0 alone, say) — that failure costs matches_reference alone.
+TRAINING_FACTS: Final = ("rows", "losses", "steps", "parameters", "units")
+
+
+def _every_step(ranks: list[Train]) -> str | None:
+    if all(f["steps"] == STEPS and len(f["rows"]) >= STEPS for f in ranks):
+        return f"the {STEPS} optimizer steps every rank took"
+    return None
+
+
+def _arguments(ctx: CheckContext) -> dict[str, Any]:
+    return {**WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+
+
 def _ranks(ctx: CheckContext) -> list[Train]:
-    return ctx.facts(TRAIN, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
+    return ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step, **_arguments(ctx))
 
 
 def _reference(ctx: CheckContext) -> Reference:
@@ -395,8 +410,9 @@ def matches_reference(ctx: CheckContext) -> None:
         raise ctx.fail(
             f"optimizer steps per rank {counts} for {STEPS} batches: one step per batch", hint=HintName("optimizer")
         )
-    final = ranks[0].get("final")
+    final = ranks[0].get("final")  # the run's failure where rank 0 failed
     if final is None:
+        ctx.require(ctx.run(TRAIN.name, **_arguments(ctx)))  # where another rank failed, the grader made no gather
         error = ranks[0].get("gather_error", "no weights were reported")
         raise ctx.fail(f"the grader could not gather the trained weights: {error}", hint=HintName("fsdp"))
     correct = trusted["correct"]

@@ -125,6 +125,7 @@ class Watch:
 
 def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: int, model_seed: int) -> dict[str, Any]:
     ctx.init_group()
+    ctx.watch_functional_collectives()  # a full state dict the student gathers on some ranks only is named
     model = make_transformer(seed=model_seed)
     batches = global_batches(steps, batch_size, data_seed)
     names = OriginalNames(model)
@@ -136,6 +137,8 @@ def train(ctx: RankContext, steps: int, batch_size: int, lr: float, data_seed: i
         watch.close()
         ctx.facts.update(steps=watch.steps, parameters=_parameters(model, names), units=fsdp_units(model, names))
     ctx.facts["returned"] = type(returned).__name__
+    if not ctx.returned_from("train"):  # a peer still makes, or failed in, train's collectives: the run's failure
+        return {}
     try:  # every rank takes part in each full_tensor, in the same order
         original = names.parameters(model)
         final = {}
