@@ -361,7 +361,7 @@ EX14_HYPOTHESES = "grader/checks/ex14_tensor_parallel/hypotheses.toml"
         (EX14_HYPOTHESES, "{W_1}·b2", "{W_2}·b2", "says names 'W_2'"),
         (
             EX14_HYPOTHESES,
-            'bias = ["after", "every_rank", "every_rank_over_W", "rank0"]',
+            'bias = ["after", "every_rank", "every_rank_over_W", "rank0", "after_over_W", "rank0_after"]',
             'bias = "word"',
             "knob 'bias' must be",
         ),

@@ -107,7 +107,8 @@ REPLAY_KNOBS: dict[str, str] = {
     "g_forward": "all_reduce",
     "g_backward": "identity",
     # where b2 is added: "after" the reduction; before it on "every_rank", as b2 / W on every rank
-    # ("every_rank_over_W"), or on rank 0 only ("rank0")
+    # ("every_rank_over_W"), or on rank 0 only ("rank0"); after it as b2 / W ("after_over_W"), or on rank 0 only
+    # ("rank0_after")
     "bias": "after",
 }
 
@@ -122,15 +123,22 @@ def _reduce(parts: list[torch.Tensor], rank: int, how: str) -> torch.Tensor:
 
 def _bias_before(bias: str, rank: int, world_size: int) -> float:
     """The multiple of b2 that rank `rank` adds to its partial output before the reduction (0: none)."""
-    return {"after": 0.0, "every_rank": 1.0, "every_rank_over_W": 1 / world_size, "rank0": float(rank == 0)}[bias]
+    before = {"every_rank": 1.0, "every_rank_over_W": 1 / world_size, "rank0": float(rank == 0)}
+    return before.get(bias, 0.0)
+
+
+def _bias_after(bias: str, rank: int, world_size: int) -> float:
+    """The multiple of b2 that rank `rank` adds to its output after the reduction (0: none)."""
+    after = {"after": 1.0, "after_over_W": 1 / world_size, "rank0_after": float(rank == 0)}
+    return after.get(bias, 0.0)
 
 
 def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, str]) -> list[dict[str, Any]]:
     """Trusted replay: every rank's output and gradients when the block is split column-then-row over
     `world_size` ranks and f, g and the second bias do what `mistake` changes of REPLAY_KNOBS (f_forward,
     f_backward, g_forward, g_backward: identity, all_reduce or mean; bias: after the reduction, or before it on
-    every rank, as b2 / W on every rank or on rank 0 only). Every rank's part is computed here, in one process; a
-    shard that gets no gradient has none in the replay."""
+    every rank, as b2 / W on every rank or on rank 0 only, or after it as b2 / W or on rank 0 only). Every rank's
+    part is computed here, in one process; a shard that gets no gradient has none in the replay."""
     knobs = {**REPLAY_KNOBS, **mistake}
     unknown = set(knobs) - set(REPLAY_KNOBS)
     if unknown:
@@ -160,15 +168,15 @@ def simulate(full: dict[str, torch.Tensor], world_size: int, mistake: dict[str, 
     for a, leaf, partial, share in zip(inputs, leaves, partials, before):
         wanted = [a, leaf["w1"], leaf["b1"], leaf["w2"]] + ([leaf["b2"]] if share else [])
         grads.append(torch.autograd.grad(partial, wanted, upstream))
-    after = knobs["bias"] == "after"
     replayed = []
     for rank, mine in enumerate(grads):
+        after = _bias_after(knobs["bias"], rank, world_size)
         y = _reduce(outputs, rank, knobs["g_forward"])
         dx = _reduce([g[0] for g in grads], rank, knobs["f_backward"])
         shard_grads = {"w1": mine[1], "b1": mine[2], "w2": mine[3]}
         if after or before[rank]:  # b2 takes part in this rank's output: after g, or in its partial
-            shard_grads["b2"] = dy.sum(0) if after else mine[4]
-        replayed.append({"y": y + full["b2"] if after else y, "dx": dx, "grads": shard_grads})
+            shard_grads["b2"] = after * dy.sum(0) if after else mine[4]
+        replayed.append({"y": y + after * full["b2"] if after else y, "dx": dx, "grads": shard_grads})
     return replayed
 
 
