@@ -304,20 +304,25 @@ class Recorder:
             at = recorder._record(op, name, args)
             if at is None:
                 return original(*args, **kwargs)
-            started = time.monotonic()
-            recorder._latest = (*at, started, _IN_CALL)  # DETAIL's check waits inside the call itself
-            recorder._start_watch()
-            try:
-                work = original(*args, **kwargs)
-            except BaseException:
-                recorder._latest = (*at, started, None)
-                raise
-            recorder._latest = (*at, started, work)
-            return work
+            return recorder._watched(at, lambda: original(*args, **kwargs), lambda work: work)
 
         collective.__name__ = collective.__qualname__ = name
         collective.__doc__ = original.__doc__
         return collective
+
+    def _watched(self, at: tuple[str, int], call: Callable[[], Any], pending: Callable[[Any], Any]) -> Any:
+        """Make one logged call, `at` its group and sequence number, as the watch needs it: waited in while it runs
+        (DETAIL's check waits inside the call itself), then until `pending(result)` is completed (a Work's wait)."""
+        started = time.monotonic()
+        self._latest = (*at, started, _IN_CALL)
+        self._start_watch()
+        try:
+            result = call()
+        except BaseException:
+            self._latest = (*at, started, None)
+            raise
+        self._latest = (*at, started, pending(result))
+        return result
 
     def _record(self, op: str, name: str, args: tuple[Any, ...]) -> tuple[str, int] | None:
         """Log one call of a ProcessGroup method before it starts; returns its group and sequence number (None: not
@@ -373,16 +378,7 @@ class Recorder:
             at = recorder._record_functional(op, signature, args, kwargs) if recorder._active else None
             if at is None:
                 return original(*args, **kwargs)
-            started = time.monotonic()
-            recorder._latest = (*at, started, _IN_CALL)
-            recorder._start_watch()
-            try:
-                result = original(*args, **kwargs)
-            except BaseException:
-                recorder._latest = (*at, started, None)
-                raise
-            recorder._latest = (*at, started, _Awaited(result))
-            return result
+            return recorder._watched(at, lambda: original(*args, **kwargs), _Awaited)
 
         collective.__name__ = collective.__qualname__ = original.__name__
         collective.__doc__ = original.__doc__
