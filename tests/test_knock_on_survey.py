@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
-import knock_on_survey  # noqa: E402
+SPEC = importlib.util.spec_from_file_location(
+    "knock_on_survey", Path(__file__).resolve().parent.parent / "tools" / "knock_on_survey.py"
+)
+assert SPEC is not None and SPEC.loader is not None
+knock_on_survey = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(knock_on_survey)
 
 
 def test_only_mistakes_whose_run_fails_are_surveyed() -> None:
