@@ -117,6 +117,12 @@ def _trained(ctx: CheckContext) -> list[Train]:
     return _ranks(ctx, ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step(ctx), **_training(ctx)))
 
 
+def _saved(ctx: CheckContext) -> list[Train]:
+    """_ranks, also judged where rank 0 alone failed after its save had ended (its steps and writes:
+    _saved_by_rank0)."""
+    return _ranks(ctx, ctx.facts_until_failure(TRAIN, ("steps", "writes"), _saved_by_rank0(ctx), **_training(ctx)))
+
+
 def _returned(ranks: list[Train]) -> Train:
     """A rank that returned from train_ddp (rank 0 if it did); reading rank 0's "final" where none did fails the
     check with the run's failure (UpToFailure)."""
@@ -301,7 +307,7 @@ def matches_large_batch(ctx: CheckContext) -> None:
 
 @check("checkpoint_rank0_only")
 def checkpoint_rank0_only(ctx: CheckContext) -> None:
-    ranks = _ranks(ctx, ctx.facts_until_failure(TRAIN, ("steps", "writes"), _saved_by_rank0(ctx), **_training(ctx)))
+    ranks = _saved(ctx)
     path = _checkpoint_path(ctx)
     problem = writers_problem([f["writes"] for f in ranks], path, _checkpoint(ctx)["exists"], once=False)
     if problem:
@@ -364,8 +370,7 @@ def waits_for_checkpoint(ctx: CheckContext) -> None:
 
 @check("checkpoint_loads_plain")
 def checkpoint_loads_plain(ctx: CheckContext) -> None:
-    proven = ("steps", "writes")
-    ranks = _ranks(ctx, ctx.facts_until_failure(TRAIN, proven, _saved_by_rank0(ctx), **_training(ctx)))
+    ranks = _saved(ctx)
     saved = _checkpoint(ctx)
     if not saved["exists"]:
         raise ctx.fail("no checkpoint was written at checkpoint_path", hint=HintName("rank0_saves"))

@@ -4,7 +4,7 @@ whether resumed training continues exactly where it stopped."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from grader.checks.ex09_checkpoint.facts import (
     INSPECT_CHECKPOINT,
@@ -60,14 +60,14 @@ def _early_load(ctx: CheckContext, result: RunResult, path: str) -> str:
     return ""
 
 
+def _arguments(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments of the one run every check reads."""
+    return {"path": _path(ctx), **WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+
+
 def _run(ctx: CheckContext) -> RunResult:
     """The shared run; a load that raced the save is named before anything else."""
-    result = ctx.run(
-        RESUME.name,
-        path=_path(ctx),
-        **WORKLOAD.arguments(),
-        **ctx.seeds("data", "model"),
-    )
+    result = ctx.run(RESUME.name, **_arguments(ctx))
     stub = any((r.error or {}).get("not_implemented") for r in result.ranks)
     race = "" if stub else _early_load(ctx, result, _path(ctx))
     if race.startswith("only "):  # some ranks called a barrier: said as measured, not as "no barrier"
@@ -110,8 +110,7 @@ def _every_rank_loading(ranks: list[Resumed]) -> str | None:
 def _saved(ctx: CheckContext, proof: Callable[[list[Resumed]], str | None] = _every_rank_saved) -> list[Resumed]:
     """The ranks' facts, also where the run failed after every rank's save (SAVE_FACTS, `proof`)."""
     _run(ctx)  # a load that raced the save is named first
-    arguments = {"path": _path(ctx), **WORKLOAD.arguments(), **ctx.seeds("data", "model")}
-    return ctx.facts_until_failure(RESUME, SAVE_FACTS, proof, **arguments)
+    return ctx.facts_until_failure(RESUME, SAVE_FACTS, proof, **_arguments(ctx))
 
 
 @check("saves_once_rank0")

@@ -12,7 +12,7 @@ weights) proves it (grader/judge/replay.py); else the message says what was meas
 from __future__ import annotations
 
 import math
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -84,14 +84,18 @@ def _every_step(ranks: list[Train]) -> str | None:
     return None
 
 
+def _arguments(ctx: CheckContext) -> dict[str, Any]:
+    """The arguments of the one training run every check reads."""
+    return {**WORKLOAD.arguments(), **ctx.seeds("data", "model")}
+
+
 def _run(ctx: CheckContext) -> RunResult:
-    return ctx.run(TRAIN.name, **WORKLOAD.arguments(), **ctx.seeds("data", "model"))
+    return ctx.run(TRAIN.name, **_arguments(ctx))
 
 
 def _ranks(ctx: CheckContext) -> list[Train]:
     _explained(ctx, _run(ctx))
-    arguments = {**WORKLOAD.arguments(), **ctx.seeds("data", "model")}
-    ranks = ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step, **arguments)
+    ranks = ctx.facts_until_failure(TRAIN, TRAINING_FACTS, _every_step, **_arguments(ctx))
     counts = [f["steps"] for f in ranks]
     if counts[0] == 0:
         raise ctx.fail("train never called optimizer.step()", hint=HintName("optimizer"))
@@ -594,8 +598,9 @@ def matches_reference(ctx: CheckContext) -> None:
             if abs(losses[step] - want) > tolerance * max(abs(want), 1e-3):
                 proof = _replay_proof(ctx, ranks, got)
                 # where a replay names the cause, the advice to look at the optimizer would point elsewhere
-                advice = ": look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards"
-                advice = "" if proof.named else advice
+                advice = (
+                    "" if proof.named else ": look at the optimizer, SGD with lr and momentum=0.9 over the fp32 shards"
+                )
                 raise ctx.fail(
                     f"step {step + 1}, rank {rank}: loss {losses[step]:.6g}, the reference's {want:.6g} (the gradient "
                     f"of step 1 was right{advice})" + _named(proof),
